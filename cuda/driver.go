@@ -141,12 +141,12 @@ func (d *Driver) bind() error {
 		return err
 	}
 	err := d.bindSymbols(map[string]any{
-		"cuCheckpointProcessGetState":          &d.getState,
+		"cuCheckpointProcessGetState":           &d.getState,
 		"cuCheckpointProcessGetRestoreThreadId": &d.restoreTID,
-		"cuCheckpointProcessLock":              &d.lock,
-		"cuCheckpointProcessCheckpoint":        &d.checkpoint,
-		"cuCheckpointProcessRestore":           &d.restore,
-		"cuCheckpointProcessUnlock":            &d.unlock,
+		"cuCheckpointProcessLock":               &d.lock,
+		"cuCheckpointProcessCheckpoint":         &d.checkpoint,
+		"cuCheckpointProcessRestore":            &d.restore,
+		"cuCheckpointProcessUnlock":             &d.unlock,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w: %w", d.path, ErrNoCheckpointAPI, err)

@@ -12,19 +12,19 @@ type Result int32
 // The CUresult values this package and its callers act on. Any other value is
 // still reported, with the name and message the driver gives it.
 const (
-	Success                Result = 0
-	ErrorInvalidValue      Result = 1
-	ErrorNotInitialized    Result = 3
-	ErrorNoDevice          Result = 100
-	ErrorInvalidDevice     Result = 101
-	ErrorOperatingSystem   Result = 304
-	ErrorIllegalState      Result = 401
-	ErrorNotFound          Result = 500
-	ErrorNotSupported      Result = 801
-	ErrorTimeout           Result = 909
-	ErrorUnknown           Result = 999
-	errorNameNotKnown             = "CUDA_ERROR_UNRECOGNIZED"
-	errorMessageNotKnown          = "unrecognized error code"
+	Success              Result = 0
+	ErrorInvalidValue    Result = 1
+	ErrorNotInitialized  Result = 3
+	ErrorNoDevice        Result = 100
+	ErrorInvalidDevice   Result = 101
+	ErrorOperatingSystem Result = 304
+	ErrorIllegalState    Result = 401
+	ErrorNotFound        Result = 500
+	ErrorNotSupported    Result = 801
+	ErrorTimeout         Result = 909
+	ErrorUnknown         Result = 999
+	errorNameNotKnown           = "CUDA_ERROR_UNRECOGNIZED"
+	errorMessageNotKnown        = "unrecognized error code"
 )
 
 func (r Result) Error() string { return fmt.Sprintf("CUresult %d", int32(r)) }

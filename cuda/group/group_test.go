@@ -185,7 +185,7 @@ func TestScanFindsCudaProcessesOnly(t *testing.T) {
 	root := t.TempDir()
 	fakeProc(t, root, 10, "python", "/dev/null", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0")
 	fakeProc(t, root, 11, "nvidia-smi", "/dev/nvidiactl", "/dev/nvidia0") // NVML only: unknown to the driver
-	fakeProc(t, root, 12, "python")                                      // checkpointed: no device files
+	fakeProc(t, root, 12, "python")                                       // checkpointed: no device files
 	fakeProc(t, root, 13, "bash", "/dev/pts/0")
 	fakeProc(t, root, 15, "stasis-cuda", "/dev/nvidiactl") // the caller itself
 	if err := os.MkdirAll(filepath.Join(root, "self"), 0o755); err != nil {
