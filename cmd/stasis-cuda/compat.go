@@ -149,7 +149,6 @@ func (c cli) compat(args []string) int {
 		fmt.Fprintf(c.stderr, "%v\n", err)
 		return 1
 	}
-	defer d.Close()
 
 	switch a.op {
 	case "get-state":

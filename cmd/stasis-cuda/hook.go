@@ -28,6 +28,6 @@ func (c cli) hook(mode string) int {
 		fmt.Fprintf(c.stderr, "stasis-cuda %s hook: %v\n", mode, err)
 		return 1
 	}
-	fmt.Fprintf(c.stdout, "stasis-cuda %s hook: %s %d CUDA process(es) in %s\n", mode, done[op], len(rep.Outcomes), rep.DurationNs)
+	fmt.Fprintf(c.stdout, "stasis-cuda %s hook: %s %d CUDA process(es) in %s\n", mode, done(op), len(rep.Outcomes), rep.DurationNs)
 	return 0
 }

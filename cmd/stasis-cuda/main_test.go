@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stasis-run/stasis/cuda/group"
 	"github.com/stasis-run/stasis/internal/fakecuda"
 )
 
@@ -141,7 +142,7 @@ func TestSuspendResumeAllJSON(t *testing.T) {
 	if rc := h.run("suspend", "--all", "--json", "--proc", root); rc != 0 {
 		t.Fatalf("rc %d: %s %s", rc, h.stdout.String(), h.stderr.String())
 	}
-	var rep report
+	var rep group.Report
 	if err := json.Unmarshal(h.stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("%v: %s", err, h.stdout.String())
 	}

@@ -19,17 +19,6 @@ import (
 // verbs; a lock that times out leaves the process running.
 const defaultLockTimeout = 30 * time.Second
 
-// report is what the verbs print with --json.
-type report struct {
-	Op            string          `json:"op"`
-	DriverVersion int             `json:"driverVersion"`
-	Library       string          `json:"library"`
-	Processes     []group.Process `json:"processes,omitempty"`
-	Outcomes      []group.Outcome `json:"outcomes,omitempty"`
-	DurationNs    time.Duration   `json:"durationNs"`
-	Error         string          `json:"error,omitempty"`
-}
-
 func (c cli) verb(name string, args []string) int {
 	fs := flag.NewFlagSet("stasis-cuda "+name, flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
@@ -80,30 +69,33 @@ func (c cli) verb(name string, args []string) int {
 	return 0
 }
 
-// group scans the pid namespace and runs the named group operation.
-func (c cli) group(ctx context.Context, op, procRoot string, opt group.Options, progress bool) (report, error) {
+// group scans the pid namespace and runs the named group operation. The
+// driver is not closed: the process exits right after, and unloading libcuda
+// would only run its teardown for nothing.
+func (c cli) group(ctx context.Context, op, procRoot string, opt group.Options, progress bool) (group.Report, error) {
 	start := time.Now()
-	rep := report{Op: op}
-	defer func() { rep.DurationNs = time.Since(start) }()
+	rep := group.Report{Op: op, Steps: map[string]time.Duration{}}
+	finish := func(step string, since time.Time, err error) (group.Report, error) {
+		rep.Steps[step] = time.Since(since)
+		rep.DurationNs = time.Since(start)
+		return rep, err
+	}
 	d, err := c.open()
 	if err != nil {
-		return rep, err
+		return finish("open", start, err)
 	}
-	defer d.Close()
+	rep.Steps["open"] = time.Since(start)
 	rep.DriverVersion, rep.Library = d.Version(), d.Path()
+	scanStart := time.Now()
 	procs, err := group.Scanner{Driver: d, ProcRoot: procRoot, Exclude: []int{c.self}}.Scan()
 	if err != nil {
-		return rep, err
+		return finish("scan", scanStart, err)
 	}
+	rep.Steps["scan"] = time.Since(scanStart)
 	if progress {
-		opt.Progress = func(o group.Outcome) {
-			if o.Err != "" {
-				fmt.Fprintf(c.stderr, "pid %d: %s -> %s after %s: %s\n", o.PID, o.Before, o.After, o.Duration.Round(time.Millisecond), o.Err)
-				return
-			}
-			fmt.Fprintf(c.stderr, "pid %d: %s -> %s in %s\n", o.PID, o.Before, o.After, o.Duration.Round(time.Millisecond))
-		}
+		opt.Progress = func(o group.Outcome) { printOutcome(c.stderr, o) }
 	}
+	opStart := time.Now()
 	switch op {
 	case "status":
 		rep.Processes = procs
@@ -114,14 +106,26 @@ func (c cli) group(ctx context.Context, op, procRoot string, opt group.Options, 
 		rep.Processes = group.ToResume(procs)
 		rep.Outcomes, err = group.Resume(ctx, d, rep.Processes, opt)
 	}
-	rep.DurationNs = time.Since(start)
-	return rep, err
+	return finish(op, opStart, err)
+}
+
+func printOutcome(w io.Writer, o group.Outcome) {
+	if o.Err != "" {
+		fmt.Fprintf(w, "pid %d: %s -> %s after %s: %s\n", o.PID, o.Before, o.After, o.Duration.Round(time.Millisecond), o.Err)
+		return
+	}
+	fmt.Fprintf(w, "pid %d: %s -> %s in %s\n", o.PID, o.Before, o.After, o.Duration.Round(time.Millisecond))
 }
 
 // done words a finished group operation.
-var done = map[string]string{"suspend": "suspended", "resume": "resumed"}
+func done(op string) string {
+	if op == "suspend" {
+		return "suspended"
+	}
+	return "resumed"
+}
 
-func printReport(w io.Writer, rep report) {
+func printReport(w io.Writer, rep group.Report) {
 	if rep.Op == "status" {
 		if len(rep.Processes) == 0 {
 			fmt.Fprintln(w, "no CUDA processes")
@@ -132,6 +136,6 @@ func printReport(w io.Writer, rep report) {
 		return
 	}
 	if rep.Error == "" {
-		fmt.Fprintf(w, "%s %d CUDA process(es) in %s\n", done[rep.Op], len(rep.Outcomes), rep.DurationNs.Round(time.Millisecond))
+		fmt.Fprintf(w, "%s %d CUDA process(es) in %s\n", done(rep.Op), len(rep.Outcomes), rep.DurationNs.Round(time.Millisecond))
 	}
 }

@@ -33,6 +33,21 @@ type Outcome struct {
 	Err      string            `json:"error,omitempty"`
 }
 
+// Report is what stasis-cuda prints with --json, and what Stasis's engine
+// reads back from the helper it runs inside a sandbox.
+type Report struct {
+	Op            string        `json:"op"`
+	DriverVersion int           `json:"driverVersion"`
+	Library       string        `json:"library"`
+	Processes     []Process     `json:"processes,omitempty"`
+	Outcomes      []Outcome     `json:"outcomes,omitempty"`
+	DurationNs    time.Duration `json:"durationNs"`
+	// Steps times the helper's own phases: loading the driver, scanning
+	// the processes, and the operation itself.
+	Steps map[string]time.Duration `json:"stepsNs,omitempty"`
+	Error string                   `json:"error,omitempty"`
+}
+
 // Failure is one process's error within a group operation.
 type Failure struct {
 	PID int

@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/stasis-run/stasis/snapshot"
+)
+
+// suspendData copies the actor's durable folders, with the sandbox paused so
+// the copy is consistent, then stops the sandbox.
+func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snapshot.Manifest, err error) {
+	o := op{e: e, actor: a.ID, name: "suspend"}
+	var sources map[string]string
+	err = o.step("preflight", func() (string, error) {
+		if len(a.DurableDirs) == 0 {
+			return "", fmt.Errorf("%w: a Data snapshot needs durable folders, and the actor declares none", ErrRefused)
+		}
+		var err error
+		if sources, err = durableSources(a); err != nil {
+			return "", err
+		}
+		if err := prepareDir(dir); err != nil {
+			return "", err
+		}
+		var need uint64
+		for _, src := range sources {
+			n, err := treeSize(src)
+			if err != nil {
+				return "", err
+			}
+			need += n
+		}
+		free, err := e.freeDisk(dir)
+		if err != nil {
+			return "", err
+		}
+		if free < need {
+			return "", fmt.Errorf("%w: the snapshot folder %s has %s free, the durable folders hold %s: %s short", ErrRefused, dir, bytes(free), bytes(need), bytes(need-free))
+		}
+		return fmt.Sprintf("durable folders hold %s", bytes(need)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = removeContents(dir)
+		}
+	}()
+	if err := o.step("pause", func() (string, error) { return "", e.Runtime.Pause(ctx, a.ID) }); err != nil {
+		return nil, err
+	}
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeData, Actor: a.ID, Runtime: e.runtimeInfo(nil), DurableDirs: map[string]string{}}
+	copyErr := o.step("copy", func() (string, error) {
+		for i, d := range a.DurableDirs {
+			rel := "data/" + strconv.Itoa(i)
+			if err := copyTree(sources[d], filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+				return "", fmt.Errorf("durable folder %s: %w", d, err)
+			}
+			manifest.DurableDirs[d] = rel
+		}
+		return "", nil
+	})
+	// The sandbox runs on whatever the copy did; resume it with a context
+	// that outlives the caller's.
+	cctx, cancel := e.cleanupContext(ctx)
+	defer cancel()
+	if err := o.step("unpause", func() (string, error) { return "", e.Runtime.Resume(cctx, a.ID) }); err != nil {
+		return nil, errors.Join(copyErr, err)
+	}
+	if copyErr != nil {
+		return nil, copyErr
+	}
+	err = o.step("commit", func() (string, error) {
+		var err error
+		m, err = snapshot.Commit(dir, manifest)
+		return "", err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := o.step("stop", func() (string, error) { return "", e.stopAndDelete(ctx, a.ID) }); err != nil {
+		return m, fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
+	}
+	return m, nil
+}
+
+// restoreDurable replaces each durable folder's host contents with its copy
+// in the snapshot. The new contents are built beside the folder and swapped
+// in, so a failure leaves the folder as it was.
+func restoreDurable(a Actor, dir string, m *snapshot.Manifest) error {
+	sources, err := durableSources(a)
+	if err != nil {
+		return err
+	}
+	for d, rel := range m.DurableDirs {
+		src, ok := sources[d]
+		if !ok {
+			return fmt.Errorf("%w: the snapshot keeps durable folder %s, which the actor's bundle no longer mounts", ErrRefused, d)
+		}
+		staging := src + ".stasis-restore"
+		old := src + ".stasis-old"
+		_ = os.RemoveAll(staging)
+		if err := copyTree(filepath.Join(dir, filepath.FromSlash(rel)), staging); err != nil {
+			_ = os.RemoveAll(staging)
+			return fmt.Errorf("durable folder %s: %w", d, err)
+		}
+		_ = os.RemoveAll(old)
+		if err := os.Rename(src, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("durable folder %s: %w", d, err)
+		}
+		if err := os.Rename(staging, src); err != nil {
+			_ = os.Rename(old, src)
+			return fmt.Errorf("durable folder %s: %w", d, err)
+		}
+		_ = os.RemoveAll(old)
+	}
+	return nil
+}
+
+// copyTree copies the regular files and folders under src into dst, which
+// must not exist. Symlinks and special files are refused: a snapshot holds
+// data, not references to places outside it.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is a %s; durable folders may hold only files and folders", p, d.Type())
+		}
+		return copyFile(p, target, info.Mode().Perm())
+	})
+}
+
+func copyFile(src, dst string, mode fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func treeSize(dir string) (uint64, error) {
+	var n uint64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += uint64(info.Size())
+		}
+		return nil
+	})
+	return n, err
+}

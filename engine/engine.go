@@ -1,0 +1,154 @@
+// Package engine suspends and resumes actors: sandboxes whose processes may
+// hold live CUDA contexts. Suspend moves the GPU state into host memory with
+// the stasis-cuda helper inside the sandbox, checkpoints the sandbox into a
+// snapshot folder, commits the snapshot and stops the sandbox; resume
+// verifies the snapshot, restores a new sandbox and brings the GPU state
+// back. Any failure leaves the actor as it was: running after a failed
+// suspend, suspended (snapshot untouched) after a failed resume.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
+)
+
+// Actor is one sandbox the engine manages.
+type Actor struct {
+	// ID is the runtime's container id.
+	ID string
+	// Bundle is the OCI bundle the sandbox is created from.
+	Bundle string
+	// GPU actors get the CUDA step: the helper at bundle.HelperPath
+	// suspends and resumes every CUDA process in the sandbox.
+	GPU bool
+	// DurableDirs are folders inside the sandbox, each a bind mount of a
+	// host folder, that a Data snapshot keeps.
+	DurableDirs []string
+	// ConsoleLog receives the sandbox's output.
+	ConsoleLog string
+}
+
+// Event is one step of an operation, reported as it ends.
+type Event struct {
+	Actor    string        `json:"actor"`
+	Op       string        `json:"op"`
+	Step     string        `json:"step"`
+	Duration time.Duration `json:"durationNs"`
+	Message  string        `json:"message,omitempty"`
+	Err      string        `json:"error,omitempty"`
+}
+
+// Engine runs suspends and resumes on one runtime.
+type Engine struct {
+	Runtime runtime.Runtime
+	// Helper is the helper's path inside sandboxes; bundle.HelperPath when
+	// empty.
+	Helper string
+	// LockTimeout bounds how long the GPU suspend waits for running GPU
+	// work; 30 s when zero.
+	LockTimeout time.Duration
+	// Events hears of every step; nil discards them.
+	Events func(Event)
+	// GPUMemoryInUse sizes the GPU state a suspend moves into host memory
+	// (and so into the image). Nil counts nothing.
+	GPUMemoryInUse func(ctx context.Context, a Actor) (uint64, error)
+	// FreeDisk reports the free bytes of the filesystem holding a folder;
+	// nil uses statfs.
+	FreeDisk func(path string) (uint64, error)
+	// DriverVersion is this node's NVIDIA driver, recorded in GPU snapshots
+	// and required of GPU snapshots restored here.
+	DriverVersion string
+	// EagerRestore loads all memory before a restored sandbox runs, instead
+	// of letting it load in the background.
+	EagerRestore bool
+	// CleanupTimeout bounds the rollback steps that run after the caller's
+	// context is done; 2 minutes when zero.
+	CleanupTimeout time.Duration
+}
+
+// SuspendOptions tune Suspend.
+type SuspendOptions struct {
+	// Dir receives the snapshot. It must be empty or absent.
+	Dir   string
+	Scope snapshot.Scope
+}
+
+// Probe says when a resumed actor is ready: a command that exits 0 inside
+// the sandbox, or an HTTP URL that answers 2xx, within Timeout.
+type Probe struct {
+	Command []string
+	URL     string
+	Timeout time.Duration
+}
+
+// ResumeOptions tune Resume.
+type ResumeOptions struct {
+	// ID is the new sandbox's container id; the actor's own when empty.
+	ID string
+	// DeviceMap restores GPU state onto other GPUs.
+	DeviceMap cuda.DeviceMap
+	Probe     Probe
+}
+
+func (e *Engine) helper() string {
+	if e.Helper != "" {
+		return e.Helper
+	}
+	return bundle.HelperPath
+}
+
+func (e *Engine) lockTimeout() time.Duration {
+	if e.LockTimeout > 0 {
+		return e.LockTimeout
+	}
+	return 30 * time.Second
+}
+
+// cleanupContext outlives the caller's context, so that a cancelled suspend
+// still resumes the GPU state it froze.
+func (e *Engine) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := e.CleanupTimeout
+	if d <= 0 {
+		d = 2 * time.Minute
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// op runs an operation's steps and reports each.
+type op struct {
+	e     *Engine
+	actor string
+	name  string
+}
+
+func (o op) step(name string, fn func() (string, error)) error {
+	start := time.Now()
+	msg, err := fn()
+	ev := Event{Actor: o.actor, Op: o.name, Step: name, Duration: time.Since(start), Message: msg}
+	if err != nil {
+		ev.Err = err.Error()
+		err = fmt.Errorf("%s %s: %s: %w", o.name, o.actor, name, err)
+	}
+	o.notify(ev)
+	return err
+}
+
+func (o op) notify(ev Event) {
+	if o.e.Events != nil {
+		o.e.Events(ev)
+	}
+}
+
+func (o op) note(msg string) {
+	o.notify(Event{Actor: o.actor, Op: o.name, Step: "note", Message: msg})
+}
+
+// ErrRefused marks a request refused before anything was touched.
+var ErrRefused = errors.New("refused")

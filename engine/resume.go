@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
+)
+
+// Resume brings the actor back from the snapshot in dir, in a new sandbox
+// (opts.ID, or the actor's own id). Every file of the snapshot is verified
+// and the snapshot is checked against this node before any sandbox is
+// created. On failure the new sandbox is removed and the snapshot is left
+// as it was.
+func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
+	o := op{e: e, actor: a.ID, name: "resume"}
+	id := opts.ID
+	if id == "" {
+		id = a.ID
+	}
+	var m *snapshot.Manifest
+	err = o.step("verify", func() (string, error) {
+		var err error
+		if m, err = snapshot.Verify(dir); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+		if err := e.compatible(a, m); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s snapshot, %d files", m.Scope, len(m.Files)), e.idFree(ctx, id)
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := e.cleanupContext(ctx)
+			defer cancel()
+			_ = o.step("cleanup", func() (string, error) { return "", e.stopAndDelete(cctx, id) })
+		}
+	}()
+	if m.Scope == snapshot.ScopeData {
+		err = e.resumeData(ctx, o, a, id, dir, m)
+	} else {
+		err = e.resumeFull(ctx, o, a, id, dir, opts)
+	}
+	if err != nil {
+		return err
+	}
+	if opts.Probe.Command != nil || opts.Probe.URL != "" {
+		return o.step("probe", func() (string, error) { return e.probe(ctx, id, opts.Probe) })
+	}
+	return nil
+}
+
+func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, opts ResumeOptions) error {
+	err := o.step("restore", func() (string, error) {
+		return "", e.Runtime.Restore(ctx, id, runtime.RestoreOptions{
+			ImageDir: filepath.Join(dir, imageDir), Bundle: a.Bundle, Background: !e.EagerRestore,
+			ConsoleLog: a.ConsoleLog, Notify: o.note,
+		})
+	})
+	if err != nil || !a.GPU {
+		return err
+	}
+	return o.step("gpu-resume", func() (string, error) {
+		rep, err := e.gpuResume(ctx, id, opts.DeviceMap)
+		return summary(rep), err
+	})
+}
+
+func (e *Engine) resumeData(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest) error {
+	if err := o.step("restore-data", func() (string, error) { return "", restoreDurable(a, dir, m) }); err != nil {
+		return err
+	}
+	return o.step("boot", func() (string, error) {
+		if err := e.Runtime.Create(ctx, id, a.Bundle, runtime.CreateOptions{ConsoleLog: a.ConsoleLog, Notify: o.note}); err != nil {
+			return "", err
+		}
+		return "", e.Runtime.Start(ctx, id)
+	})
+}
+
+// compatible refuses a snapshot this node cannot restore, with the reason.
+func (e *Engine) compatible(a Actor, m *snapshot.Manifest) error {
+	if m.Runtime.Name != e.Runtime.Name() {
+		return fmt.Errorf("%w: the snapshot was taken with runtime %q, this engine runs %q", ErrRefused, m.Runtime.Name, e.Runtime.Name())
+	}
+	if m.Scope == snapshot.ScopeFull && m.Runtime.Version != e.Runtime.Version() {
+		return fmt.Errorf("%w: the snapshot was taken with %s %s and restores only into that build; this node has %s", ErrRefused, m.Runtime.Name, m.Runtime.Version, e.Runtime.Version())
+	}
+	if m.Scope == snapshot.ScopeFull && m.GPU != nil {
+		if !a.GPU {
+			return fmt.Errorf("%w: the snapshot holds GPU state, and the actor is not a GPU actor here", ErrRefused)
+		}
+		if m.GPU.DriverVersion != "" && m.GPU.DriverVersion != e.DriverVersion {
+			return fmt.Errorf("%w: NVIDIA driver %s needed, node has %s", ErrRefused, m.GPU.DriverVersion, orNone(e.DriverVersion))
+		}
+	}
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// idFree refuses to restore over a live container; a stopped leftover of an
+// earlier run is deleted.
+func (e *Engine) idFree(ctx context.Context, id string) error {
+	st, err := e.Runtime.State(ctx, id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Status != runtime.StatusStopped {
+		return fmt.Errorf("%w: a container named %s already exists and is %s; suspend or delete it, or resume under another id", ErrRefused, id, st.Status)
+	}
+	return e.Runtime.Delete(ctx, id)
+}
+
+// probeInterval is how often a readiness probe is retried.
+const probeInterval = 100 * time.Millisecond
+
+func (e *Engine) probe(ctx context.Context, id string, p Probe) (string, error) {
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	var last error
+	for attempt := 1; ; attempt++ {
+		if last = e.probeOnce(ctx, id, p); last == nil {
+			return fmt.Sprintf("ready after %d attempt(s)", attempt), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("not ready within %s: %w", timeout, last)
+		case <-tick.C:
+		}
+	}
+}
+
+func (e *Engine) probeOnce(ctx context.Context, id string, p Probe) error {
+	if p.URL != "" {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("GET %s: %s", p.URL, resp.Status)
+		}
+		return nil
+	}
+	res, err := e.Runtime.Exec(ctx, id, runtime.Process{Args: p.Command})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("%s exited %d: %s", strings.Join(p.Command, " "), res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	return nil
+}

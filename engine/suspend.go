@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
+)
+
+// imageDir is the snapshot subfolder that holds a Full snapshot's image.
+const imageDir = "image"
+
+// Suspend snapshots the actor into opts.Dir and stops its sandbox. On
+// failure the actor keeps running as it was, its GPU state back on the GPU,
+// opts.Dir holds no snapshot, and the error names the step and the cause.
+func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*snapshot.Manifest, error) {
+	switch opts.Scope {
+	case snapshot.ScopeFull, "":
+		return e.suspendFull(ctx, a, opts.Dir)
+	case snapshot.ScopeData:
+		return e.suspendData(ctx, a, opts.Dir)
+	}
+	return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.ID, ErrRefused, opts.Scope)
+}
+
+func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snapshot.Manifest, err error) {
+	o := op{e: e, actor: a.ID, name: "suspend"}
+	if err := o.step("preflight", func() (string, error) { return e.preflightFull(ctx, a, dir) }); err != nil {
+		return nil, err
+	}
+	// From here on the snapshot folder is ours: a failure empties it again
+	// so that a retry can use it.
+	defer func() {
+		if err != nil {
+			_ = removeContents(dir)
+		}
+	}()
+
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo([]string{"--leave-running"})}
+	gpuTouched := false
+	if a.GPU {
+		gpuTouched = true
+		err := o.step("gpu-suspend", func() (string, error) {
+			rep, err := e.gpuSuspend(ctx, a.ID)
+			manifest.GPU = &snapshot.GPU{DriverVersion: e.DriverVersion, CUDADriverAPI: rep.DriverVersion, Processes: len(rep.Outcomes)}
+			return summary(rep), err
+		})
+		if err != nil {
+			return nil, e.undoGPUSuspend(ctx, o, a, err)
+		}
+	}
+	err = o.step("checkpoint", func() (string, error) {
+		return "", e.Runtime.Checkpoint(ctx, a.ID, runtime.CheckpointOptions{ImageDir: filepath.Join(dir, imageDir), LeaveRunning: true})
+	})
+	if err == nil {
+		err = o.step("commit", func() (string, error) {
+			var err error
+			m, err = snapshot.Commit(dir, manifest)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%d files synced and hashed", len(m.Files)), nil
+		})
+	}
+	if err != nil {
+		if gpuTouched {
+			return nil, e.undoGPUSuspend(ctx, o, a, err)
+		}
+		return nil, err
+	}
+	if err := o.step("stop", func() (string, error) { return "", e.stopAndDelete(ctx, a.ID) }); err != nil {
+		// The snapshot is whole, but the sandbox still runs with its GPU
+		// state in host memory: bring that back rather than leave it frozen.
+		if gpuTouched {
+			return m, e.undoGPUSuspend(ctx, o, a, fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err))
+		}
+		return m, fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
+	}
+	return m, nil
+}
+
+// undoGPUSuspend puts the GPU state back after a failed suspend, even when
+// the caller's context is gone, and says in the error whether it could.
+func (e *Engine) undoGPUSuspend(ctx context.Context, o op, a Actor, cause error) error {
+	cctx, cancel := e.cleanupContext(ctx)
+	defer cancel()
+	err := o.step("gpu-resume", func() (string, error) {
+		rep, err := e.gpuResume(cctx, a.ID, nil)
+		return summary(rep), err
+	})
+	if err != nil {
+		return fmt.Errorf("%w; and the GPU state could not be resumed, the workload may be frozen: %w", cause, err)
+	}
+	return fmt.Errorf("%w (GPU state resumed; the actor keeps running)", cause)
+}
+
+// preflightFull refuses, before anything is touched, a suspend that cannot
+// work: the sandbox not running, the folder in use, too little disk for the
+// image, or no helper inside a GPU sandbox.
+func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (string, error) {
+	st, err := e.Runtime.State(ctx, a.ID)
+	if err != nil {
+		return "", err
+	}
+	if st.Status != runtime.StatusRunning {
+		return "", fmt.Errorf("%w: the sandbox is %s, not running", ErrRefused, st.Status)
+	}
+	if err := prepareDir(dir); err != nil {
+		return "", err
+	}
+	memory, err := e.Runtime.MemoryUsage(ctx, a.ID)
+	if err != nil {
+		return "", err
+	}
+	var gpuMemory uint64
+	if a.GPU {
+		if err := e.helperPresent(ctx, a.ID); err != nil {
+			return "", err
+		}
+		if e.GPUMemoryInUse != nil {
+			if gpuMemory, err = e.GPUMemoryInUse(ctx, a); err != nil {
+				return "", fmt.Errorf("size the GPU memory in use: %w", err)
+			}
+		}
+	}
+	need := memory + gpuMemory
+	free, err := e.freeDisk(dir)
+	if err != nil {
+		return "", err
+	}
+	if free < need {
+		return "", fmt.Errorf("%w: the image folder %s has %s free, the image needs up to %s (sandbox memory %s + GPU memory in use %s): %s short",
+			ErrRefused, dir, bytes(free), bytes(need), bytes(memory), bytes(gpuMemory), bytes(need-free))
+	}
+	return fmt.Sprintf("sandbox memory %s, GPU memory %s, disk free %s", bytes(memory), bytes(gpuMemory), bytes(free)), nil
+}
+
+func (e *Engine) freeDisk(dir string) (uint64, error) {
+	if e.FreeDisk != nil {
+		return e.FreeDisk(dir)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("free space of %s: %w", dir, err)
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+func (e *Engine) runtimeInfo(checkpointFlags []string) snapshot.Runtime {
+	info := snapshot.Runtime{Name: e.Runtime.Name(), Version: e.Runtime.Version(), CheckpointFlags: checkpointFlags, ImageDir: imageDir}
+	if f, ok := e.Runtime.(interface{ GlobalFlags() []string }); ok {
+		info.Flags = f.GlobalFlags()
+	}
+	return info
+}
+
+func (e *Engine) stopAndDelete(ctx context.Context, id string) error {
+	if err := e.Runtime.Stop(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	return e.Runtime.Delete(ctx, id)
+}
+
+// prepareDir makes dir, refusing one that already holds anything.
+func prepareDir(dir string) error {
+	if dir == "" {
+		return fmt.Errorf("%w: no snapshot folder given", ErrRefused)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("snapshot folder: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("snapshot folder: %w", err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("%w: snapshot folder %s is not empty (a snapshot folder is written once; pick a new one)", ErrRefused, dir)
+	}
+	return nil
+}
+
+func removeContents(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// durableSources maps each durable folder to the host folder behind it.
+func durableSources(a Actor) (map[string]string, error) {
+	spec, err := bundle.Load(a.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	sources := map[string]string{}
+	for _, d := range a.DurableDirs {
+		src, err := bundle.DurableSource(spec, d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+		sources[d] = src
+	}
+	return sources, nil
+}
+
+// bytes formats a byte count for people.
+func bytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,102 @@
+// Package runtime defines what Stasis needs from a sandbox runtime: the OCI
+// lifecycle (create, start, exec, pause, stop, delete, state) plus checkpoint
+// and restore. runtime/gvisor implements it with runsc; a micro-VM runtime
+// implements the same interface.
+package runtime
+
+import (
+	"context"
+	"errors"
+)
+
+// Status is where a sandbox's container stands, in OCI terms.
+type Status string
+
+const (
+	StatusCreated Status = "created"
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped"
+)
+
+// State is what the runtime reports of one container.
+type State struct {
+	ID     string `json:"id"`
+	Status Status `json:"status"`
+	PID    int    `json:"pid"`
+	Bundle string `json:"bundle"`
+}
+
+// ErrNotFound is returned (wrapped) for a container the runtime does not know.
+var ErrNotFound = errors.New("container not found")
+
+// CreateOptions tune Create.
+type CreateOptions struct {
+	// ConsoleLog receives the container's standard output and error; empty
+	// discards them.
+	ConsoleLog string
+	// Notify, when set, hears of choices the runtime made for the caller,
+	// such as running a GPU sandbox with another driver ABI.
+	Notify func(message string)
+}
+
+// Process is a command to run inside a running container.
+type Process struct {
+	Args []string
+	Env  []string
+	Cwd  string
+}
+
+// ExecResult is how an exec'd process ended.
+type ExecResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// CheckpointOptions tune Checkpoint.
+type CheckpointOptions struct {
+	// ImageDir receives the image. It must be empty or not exist.
+	ImageDir string
+	// LeaveRunning keeps the container running after the checkpoint, also
+	// when the checkpoint fails.
+	LeaveRunning bool
+}
+
+// RestoreOptions tune Restore.
+type RestoreOptions struct {
+	ImageDir string
+	Bundle   string
+	// Background lets the runtime load memory lazily after Restore returns.
+	Background bool
+	ConsoleLog string
+	Notify     func(message string)
+}
+
+// Runtime drives sandboxes. Every method takes a context that bounds it;
+// container ids are the runtime's own.
+type Runtime interface {
+	// Name identifies the runtime in snapshots ("gvisor").
+	Name() string
+	// Version is the runtime's build, which a restore must match.
+	Version() string
+	Create(ctx context.Context, id, bundle string, opts CreateOptions) error
+	Start(ctx context.Context, id string) error
+	// Exec runs p in the container and waits for it. A non-zero exit is
+	// reported in ExecResult, not as an error.
+	Exec(ctx context.Context, id string, p Process) (ExecResult, error)
+	Checkpoint(ctx context.Context, id string, opts CheckpointOptions) error
+	// Restore creates container id from a checkpoint image and starts it.
+	Restore(ctx context.Context, id string, opts RestoreOptions) error
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	// Stop kills every process of the container and waits until it stopped.
+	Stop(ctx context.Context, id string) error
+	// Delete frees the container whatever its state; deleting a container
+	// that does not exist succeeds.
+	Delete(ctx context.Context, id string) error
+	State(ctx context.Context, id string) (State, error)
+	// MemoryUsage is the sandbox's resident memory, which a checkpoint image
+	// holds at most.
+	MemoryUsage(ctx context.Context, id string) (uint64, error)
+}

@@ -1,0 +1,307 @@
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrNoManifest means a folder is not a complete snapshot.
+var ErrNoManifest = errors.New("no manifest: the snapshot is incomplete or was never written")
+
+// maxFileSize bounds what a manifest may claim for one file (16 TiB); larger
+// sizes are corruption, not snapshots.
+const maxFileSize = 16 << 40
+
+// Commit syncs every file under dir, hashes it, and writes m, with the file
+// list filled in, as dir's manifest: last, and atomically. Only regular files
+// and folders may be in dir.
+func Commit(dir string, m Manifest) (*Manifest, error) {
+	paths, err := listFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	files, err := hashFiles(dir, paths, true)
+	if err != nil {
+		return nil, err
+	}
+	subdirs := map[string]bool{}
+	for _, p := range paths {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			subdirs[d] = true
+		}
+	}
+	for d := range subdirs {
+		if err := syncDir(filepath.Join(dir, filepath.FromSlash(d))); err != nil {
+			return nil, fmt.Errorf("snapshot %s: sync %s: %w", dir, d, err)
+		}
+	}
+	m.FormatVersion = FormatVersion
+	m.Files = files
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = time.Now().UTC()
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(dir, ManifestName, append(data, '\n')); err != nil {
+		return nil, fmt.Errorf("snapshot %s: write manifest: %w", dir, err)
+	}
+	return &m, nil
+}
+
+// Load reads and checks dir's manifest without reading the files.
+func Load(dir string) (*Manifest, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("snapshot %s: %w", dir, ErrNoManifest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+	}
+	var m Manifest
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("snapshot %s: manifest is not valid JSON (truncated or corrupt): %w", dir, err)
+	}
+	if m.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("snapshot %s: manifest format version %d, this build reads version %d", dir, m.FormatVersion, FormatVersion)
+	}
+	if m.Scope != ScopeFull && m.Scope != ScopeData {
+		return nil, fmt.Errorf("snapshot %s: unknown scope %q", dir, m.Scope)
+	}
+	seen := map[string]bool{}
+	for _, f := range m.Files {
+		if err := checkPath(f.Path); err != nil {
+			return nil, fmt.Errorf("snapshot %s: manifest file %q: %w", dir, f.Path, err)
+		}
+		if seen[f.Path] {
+			return nil, fmt.Errorf("snapshot %s: manifest lists %q twice", dir, f.Path)
+		}
+		seen[f.Path] = true
+		if f.Size < 0 || f.Size > maxFileSize {
+			return nil, fmt.Errorf("snapshot %s: manifest file %q: absurd size %d", dir, f.Path, f.Size)
+		}
+		if want := blockCount(f.Size); int64(len(f.Blocks)) != want {
+			return nil, fmt.Errorf("snapshot %s: manifest file %q: %d block digests for %d bytes, want %d", dir, f.Path, len(f.Blocks), f.Size, want)
+		}
+	}
+	return &m, nil
+}
+
+// Verify loads dir's manifest and reads every file, checking that the folder
+// holds exactly the files listed, with their sizes and digests.
+func Verify(dir string) (*Manifest, error) {
+	m, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	paths, err := listFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	listed := map[string]File{}
+	for _, f := range m.Files {
+		listed[f.Path] = f
+	}
+	for _, p := range paths {
+		if _, ok := listed[p]; !ok {
+			return nil, fmt.Errorf("snapshot %s: file %s is not in the manifest", dir, p)
+		}
+	}
+	for _, f := range m.Files {
+		if !slices.Contains(paths, f.Path) {
+			return nil, fmt.Errorf("snapshot %s: file %s is missing", dir, f.Path)
+		}
+	}
+	got, err := hashFiles(dir, paths, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range got {
+		want := listed[g.Path]
+		if g.Size != want.Size {
+			return nil, fmt.Errorf("snapshot %s: file %s is %d bytes, the manifest says %d (truncated or overwritten)", dir, g.Path, g.Size, want.Size)
+		}
+		for i := range want.Blocks {
+			if g.Blocks[i] != want.Blocks[i] {
+				return nil, fmt.Errorf("snapshot %s: file %s: bytes %d to %d do not match their SHA-256 (corrupt)", dir, g.Path, int64(i)*BlockSize, min(int64(i+1)*BlockSize, g.Size))
+			}
+		}
+	}
+	return m, nil
+}
+
+// checkPath refuses manifest paths that could reach outside the folder.
+func checkPath(p string) error {
+	switch {
+	case p == "" || p == ".":
+		return errors.New("empty path")
+	case strings.HasPrefix(p, "/") || filepath.IsAbs(p):
+		return errors.New("absolute path")
+	case strings.Contains(p, "\\"):
+		return errors.New("backslash in path")
+	case path.Clean(p) != p:
+		return errors.New("path is not clean")
+	case p == ".." || strings.HasPrefix(p, "../"):
+		return errors.New("path escapes the snapshot folder")
+	case p == ManifestName:
+		return errors.New("the manifest cannot list itself")
+	}
+	return nil
+}
+
+// listFiles walks dir and returns its regular files (not the manifest) as
+// clean slash paths; anything else (a symlink, a device) is refused.
+func listFiles(dir string) ([]string, error) {
+	var paths []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		switch {
+		case d.IsDir():
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is a %s, not a regular file: snapshots hold only files and folders", rel, d.Type())
+		case rel == ManifestName || strings.HasPrefix(path.Base(rel), ".manifest-"):
+			return nil
+		}
+		paths = append(paths, rel)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+	}
+	slices.Sort(paths)
+	return paths, nil
+}
+
+func blockCount(size int64) int64 {
+	if size == 0 {
+		return 0
+	}
+	return (size + BlockSize - 1) / BlockSize
+}
+
+type blockJob struct {
+	file  int
+	block int64
+}
+
+// hashFiles digests every block of every file on all cores. With durable it
+// also fsyncs each file, so the digests describe durable bytes.
+func hashFiles(dir string, paths []string, durable bool) ([]File, error) {
+	files := make([]File, len(paths))
+	handles := make([]*os.File, len(paths))
+	defer func() {
+		for _, h := range handles {
+			if h != nil {
+				h.Close()
+			}
+		}
+	}()
+	var jobs []blockJob
+	for i, p := range paths {
+		h, err := os.Open(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+		}
+		handles[i] = h
+		st, err := h.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+		}
+		files[i] = File{Path: p, Size: st.Size(), Mode: uint32(st.Mode().Perm()), Blocks: make([]string, blockCount(st.Size()))}
+		for b := range blockCount(st.Size()) {
+			jobs = append(jobs, blockJob{i, b})
+		}
+	}
+	errs := make([]error, len(paths))
+	next := make(chan blockJob)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			buf := make([]byte, 1<<20)
+			for j := range next {
+				h := sha256.New()
+				section := io.NewSectionReader(handles[j.file], j.block*BlockSize, BlockSize)
+				if _, err := io.CopyBuffer(h, section, buf); err != nil {
+					errs[j.file] = err
+					continue
+				}
+				files[j.file].Blocks[j.block] = hex.EncodeToString(h.Sum(nil))
+			}
+		})
+	}
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	if durable {
+		for i, h := range handles {
+			if err := h.Sync(); err != nil {
+				errs[i] = err
+			}
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: file %s: %w", dir, paths[i], err)
+		}
+	}
+	return files, nil
+}
+
+// writeAtomic writes name in dir through a synced temporary file and a
+// rename, then syncs dir so the rename itself is durable.
+func writeAtomic(dir, name string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, ".manifest-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,85 @@
+// Package snapshot describes a snapshot folder and proves it whole.
+//
+// A snapshot folder holds the files a runtime wrote (a checkpoint image, or a
+// copy of an actor's durable folders) and manifest.json, which lists every
+// file with its size, mode and SHA-256 block digests, plus what a restore
+// needs to know: the scope, the runtime and its flags, the GPU driver. The
+// manifest is written last, after every file is synced, and atomically, so a
+// folder with a manifest is a complete snapshot and one without is not one.
+package snapshot
+
+import (
+	"time"
+)
+
+// FormatVersion is the manifest format this package writes and reads.
+const FormatVersion = 1
+
+// ManifestName is the manifest's file name inside a snapshot folder.
+const ManifestName = "manifest.json"
+
+// BlockSize is the span each SHA-256 digest of a file covers. Digests of
+// blocks, not of whole files, let a multi-gigabyte image be hashed and
+// verified on every core at once.
+const BlockSize = 64 << 20
+
+// Scope is what a snapshot holds.
+type Scope string
+
+const (
+	// ScopeFull holds process memory, GPU state and the root filesystem
+	// overlay: a resume continues the same processes.
+	ScopeFull Scope = "Full"
+	// ScopeData holds only the actor's durable folders: a resume boots the
+	// actor afresh with those folders as they were.
+	ScopeData Scope = "Data"
+)
+
+// Manifest describes one snapshot.
+type Manifest struct {
+	FormatVersion int       `json:"formatVersion"`
+	Scope         Scope     `json:"scope"`
+	Actor         string    `json:"actor"`
+	CreatedAt     time.Time `json:"createdAt"`
+	Runtime       Runtime   `json:"runtime"`
+	// GPU is set for snapshots of GPU actors.
+	GPU *GPU `json:"gpu,omitempty"`
+	// DurableDirs maps each durable folder inside the sandbox to the
+	// snapshot subfolder holding its copy (Data scope).
+	DurableDirs map[string]string `json:"durableDirs,omitempty"`
+	Files       []File            `json:"files"`
+}
+
+// Runtime is the runtime a snapshot was taken with; Full snapshots restore
+// only into the same build.
+type Runtime struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Flags are the runtime's global flags, CheckpointFlags those given to
+	// the checkpoint itself.
+	Flags           []string `json:"flags,omitempty"`
+	CheckpointFlags []string `json:"checkpointFlags,omitempty"`
+	// ImageDir is the folder, relative to the snapshot, holding the image.
+	ImageDir string `json:"imageDir,omitempty"`
+}
+
+// GPU is what a GPU actor's snapshot needs from the node that restores it.
+type GPU struct {
+	DriverVersion string `json:"driverVersion"`
+	// CUDADriverAPI is cuDriverGetVersion's number, such as 13000.
+	CUDADriverAPI int `json:"cudaDriverAPI,omitempty"`
+	// NvproxyABI is the driver ABI runsc ran the sandbox with, when it was
+	// not the host's own.
+	NvproxyABI string `json:"nvproxyABI,omitempty"`
+	// Processes is how many CUDA processes were checkpointed.
+	Processes int `json:"processes"`
+}
+
+// File is one file of a snapshot.
+type File struct {
+	// Path is relative to the snapshot folder, with forward slashes.
+	Path   string   `json:"path"`
+	Size   int64    `json:"size"`
+	Mode   uint32   `json:"mode"`
+	Blocks []string `json:"sha256Blocks"`
+}
