@@ -86,7 +86,7 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 	if err != nil {
 		return nil, err
 	}
-	if err := o.step("stop", func() (string, error) { return "", e.stopAndDelete(ctx, a.ID) }); err != nil {
+	if err := e.stop(ctx, o, a.ID); err != nil {
 		return m, fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
 	}
 	return m, nil

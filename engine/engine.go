@@ -57,7 +57,8 @@ type Engine struct {
 	// Events hears of every step; nil discards them.
 	Events func(Event)
 	// GPUMemoryInUse sizes the GPU state a suspend moves into host memory
-	// (and so into the image). Nil counts nothing.
+	// (and so into the image). Nil asks nvidia-smi for the memory in use on
+	// every GPU, an upper bound for one actor.
 	GPUMemoryInUse func(ctx context.Context, a Actor) (uint64, error)
 	// FreeDisk reports the free bytes of the filesystem holding a folder;
 	// nil uses statfs.

@@ -44,7 +44,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, rt: rt}
-	f.eng = &engine.Engine{Runtime: rt, Events: func(ev engine.Event) {
+	noGPU := func(context.Context, engine.Actor) (uint64, error) { return 0, nil }
+	f.eng = &engine.Engine{Runtime: rt, GPUMemoryInUse: noGPU, Events: func(ev engine.Event) {
 		f.mu.Lock()
 		f.events = append(f.events, ev)
 		f.mu.Unlock()

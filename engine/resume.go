@@ -42,7 +42,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 		if err != nil {
 			cctx, cancel := e.cleanupContext(ctx)
 			defer cancel()
-			_ = o.step("cleanup", func() (string, error) { return "", e.stopAndDelete(cctx, id) })
+			_ = o.step("cleanup", func() (string, error) { return "", e.Runtime.Delete(cctx, id) })
 		}
 	}()
 	if m.Scope == snapshot.ScopeData {

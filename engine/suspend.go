@@ -75,15 +75,26 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 		}
 		return nil, err
 	}
-	if err := o.step("stop", func() (string, error) { return "", e.stopAndDelete(ctx, a.ID) }); err != nil {
+	if err := e.stop(ctx, o, a.ID); err != nil {
 		// The snapshot is whole, but the sandbox still runs with its GPU
 		// state in host memory: bring that back rather than leave it frozen.
+		err = fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
 		if gpuTouched {
-			return m, e.undoGPUSuspend(ctx, o, a, fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err))
+			return m, e.undoGPUSuspend(ctx, o, a, err)
 		}
-		return m, fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
+		return m, err
 	}
 	return m, nil
+}
+
+// stop kills the sandbox, which frees its memory and GPU, then deletes the
+// container. They are two steps because the second can take a while: runsc
+// delete waits until the host's init has reaped the dead sandbox.
+func (e *Engine) stop(ctx context.Context, o op, id string) error {
+	if err := o.step("stop", func() (string, error) { return "sandbox gone, GPU and memory freed", e.Runtime.Stop(ctx, id) }); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	return o.step("delete", func() (string, error) { return "", e.Runtime.Delete(ctx, id) })
 }
 
 // undoGPUSuspend puts the GPU state back after a failed suspend, even when
@@ -124,10 +135,12 @@ func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (string
 		if err := e.helperPresent(ctx, a.ID); err != nil {
 			return "", err
 		}
-		if e.GPUMemoryInUse != nil {
-			if gpuMemory, err = e.GPUMemoryInUse(ctx, a); err != nil {
-				return "", fmt.Errorf("size the GPU memory in use: %w", err)
-			}
+		sizer := e.GPUMemoryInUse
+		if sizer == nil {
+			sizer = nvidiaSMIMemoryUsed
+		}
+		if gpuMemory, err = sizer(ctx, a); err != nil {
+			return "", fmt.Errorf("size the GPU memory in use: %w", err)
 		}
 	}
 	need := memory + gpuMemory
@@ -159,13 +172,6 @@ func (e *Engine) runtimeInfo(checkpointFlags []string) snapshot.Runtime {
 		info.Flags = f.GlobalFlags()
 	}
 	return info
-}
-
-func (e *Engine) stopAndDelete(ctx context.Context, id string) error {
-	if err := e.Runtime.Stop(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		return err
-	}
-	return e.Runtime.Delete(ctx, id)
 }
 
 // prepareDir makes dir, refusing one that already holds anything.

@@ -96,7 +96,7 @@ func Bundle(t testing.TB, dir string, opts Options) string {
 		// runsc shows a bind mount empty when its source lies under a path
 		// the same spec mounts over.
 		Mounts: []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}},
-		Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"}}},
+		Linux:  &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"}}},
 	}
 	for inside, host := range opts.Durable {
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: inside, Source: host, Type: "bind", Options: []string{"bind", "rw"}})

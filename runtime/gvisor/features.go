@@ -90,9 +90,9 @@ func firstLine(s string) string {
 	return line
 }
 
-// hostDriverVersion reads the loaded NVIDIA kernel module's version, or ""
+// HostDriverVersion reads the loaded NVIDIA kernel module's version, or ""
 // on a machine without one.
-func hostDriverVersion() string {
+func HostDriverVersion() string {
 	data, err := os.ReadFile("/proc/driver/nvidia/version")
 	if err != nil {
 		return ""

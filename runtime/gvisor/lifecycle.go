@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/runtime"
 )
@@ -90,7 +92,10 @@ func (r *Runsc) Resume(ctx context.Context, id string) error {
 	return err
 }
 
-// Stop kills the container's processes and waits for it to stop.
+// Stop kills the sandbox and waits until it is gone. A Stasis actor is the
+// only container of its sandbox, so the sandbox process is killed directly:
+// runsc's own kill of the container's processes leaves the sandbox about a
+// second to wind down, and the GPU is released only when it exits.
 func (r *Runsc) Stop(ctx context.Context, id string) error {
 	st, err := r.State(ctx, id)
 	if err != nil {
@@ -99,28 +104,46 @@ func (r *Runsc) Stop(ctx context.Context, id string) error {
 	if st.Status == runtime.StatusStopped {
 		return nil
 	}
-	if st.Status == runtime.StatusPaused {
-		if err := r.Resume(ctx, id); err != nil {
-			return err
-		}
+	if st.PID <= 0 {
+		return fmt.Errorf("container %s is %s but runsc reports no sandbox process", id, st.Status)
 	}
-	if _, err := r.run(ctx, invocation{args: []string{"kill", "--all", id, "KILL"}}); err != nil {
-		return err
-	}
-	if st.Status == runtime.StatusCreated {
-		return nil
-	}
-	// wait returns once the container's init process is gone; it fails when
-	// the whole sandbox went with it, which is as good. State decides.
-	_, waitErr := r.run(ctx, invocation{args: []string{"wait", id}})
-	st, err = r.State(ctx, id)
-	if err != nil {
-		return err
-	}
-	if st.Status != runtime.StatusStopped {
-		return fmt.Errorf("container %s is still %s after SIGKILL: %v", id, st.Status, waitErr)
+	// Once the sandbox process has exited, its resources (the GPU among
+	// them) are free; runsc reports the container stopped once the exited
+	// process has been reaped by its parent.
+	if err := killAndWait(ctx, st.PID); err != nil {
+		return fmt.Errorf("stop container %s (sandbox pid %d): %w", id, st.PID, err)
 	}
 	return nil
+}
+
+// killAndWait sends SIGKILL through a pidfd, so that a recycled pid is never
+// hit, and waits for the process to exit.
+func killAndWait(ctx context.Context, pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pidfd_open: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill: %w", err)
+	}
+	// A pidfd becomes readable when its process exits. Poll in slices so
+	// that a cancelled context is noticed.
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 100)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("wait for exit: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 }
 
 // Delete removes the container whatever its state.

@@ -74,7 +74,7 @@ func New(ctx context.Context, cfg Config) (*Runsc, error) {
 		cfg.Platform = "systrap"
 	}
 	if cfg.HostDriverVersion == "" {
-		cfg.HostDriverVersion = hostDriverVersion()
+		cfg.HostDriverVersion = HostDriverVersion()
 	}
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("runsc state folder: %w", err)

@@ -1,0 +1,97 @@
+// Command stasis suspends and resumes sandboxed actors, GPU state included,
+// and runs the quick start's demo. Each subcommand is one file.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/internal/buildinfo"
+	"github.com/stasis-run/stasis/runtime/gvisor"
+)
+
+// DefaultDataDir holds snapshots and state unless --data says otherwise.
+const DefaultDataDir = "/var/lib/stasis"
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	dataDir string
+	json    bool
+	runsc   gvisor.Config
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot(os.Stdout, os.Stderr).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stasis:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "stasis",
+		Short:         "Suspend and resume sandboxed actors, GPU state included",
+		Version:       buildinfo.Version(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	f := root.PersistentFlags()
+	f.StringVar(&g.dataDir, "data", DefaultDataDir, "folder for snapshots and state")
+	f.BoolVar(&g.json, "json", false, "print JSON for machines instead of text")
+	f.StringVar(&g.runsc.Runsc, "runsc", "", "runsc binary (default: runsc on PATH)")
+	f.StringVar(&g.runsc.Root, "runsc-root", gvisor.DefaultRoot, "runsc state folder")
+	f.StringVar(&g.runsc.Platform, "platform", "systrap", "runsc platform")
+	f.StringVar(&g.runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
+	f.StringVar(&g.runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
+	root.AddCommand(newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g))
+	return root
+}
+
+func (g *globals) runtime(ctx context.Context) (*gvisor.Runsc, error) {
+	return gvisor.New(ctx, g.runsc)
+}
+
+// progress prints each engine step as it ends: to stderr as text, or as a
+// JSON line when --json is given, so machines can follow long operations.
+func (g *globals) progress(ev engine.Event) {
+	if g.json {
+		_ = json.NewEncoder(g.stderr).Encode(ev)
+		return
+	}
+	switch {
+	case ev.Err != "":
+		fmt.Fprintf(g.stderr, "  %-12s failed after %s: %s\n", ev.Step, ev.Duration.Round(time.Millisecond), ev.Err)
+	case ev.Step == "note":
+		fmt.Fprintf(g.stderr, "  note: %s\n", ev.Message)
+	default:
+		fmt.Fprintf(g.stderr, "  %-12s %8s  %s\n", ev.Step, ev.Duration.Round(time.Millisecond), ev.Message)
+	}
+}
+
+// print writes v as JSON with --json, or the text otherwise.
+func (g *globals) print(v any, text string) error {
+	if g.json {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	_, err := fmt.Fprint(g.stdout, text)
+	return err
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/engine"
+)
+
+func newResume(g *globals) *cobra.Command {
+	var af actorFlags
+	var dir, newID, deviceMap, probeURL string
+	var probeCmd []string
+	var probeTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "resume CONTAINER --bundle DIR --snapshot DIR",
+		Short: "Verify a snapshot and resume the actor from it in a new sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			devices, err := cuda.ParseDeviceMap(deviceMap)
+			if err != nil {
+				return fmt.Errorf("--device-map: %w", err)
+			}
+			rt, err := g.runtime(cmd.Context())
+			if err != nil {
+				return err
+			}
+			eng := &engine.Engine{Runtime: rt, Events: g.progress}
+			opts := engine.ResumeOptions{ID: newID, DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}}
+			if err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
+				return err
+			}
+			id := args[0]
+			if newID != "" {
+				id = newID
+			}
+			return g.print(map[string]string{"container": id, "snapshot": dir}, fmt.Sprintf("resumed %s from %s\n", id, dir))
+		},
+	}
+	af.register(cmd)
+	cmd.Flags().StringVar(&dir, "snapshot", "", "snapshot folder (required)")
+	cmd.Flags().StringVar(&newID, "new-id", "", "container id for the resumed sandbox (default: CONTAINER)")
+	cmd.Flags().StringVar(&deviceMap, "device-map", "", "restore GPU state onto other GPUs: OLD_UUID=NEW_UUID,...")
+	cmd.Flags().StringSliceVar(&probeCmd, "probe-cmd", nil, "readiness command run inside the sandbox (comma-separated argv)")
+	cmd.Flags().StringVar(&probeURL, "probe-url", "", "readiness URL that must answer 2xx")
+	cmd.Flags().DurationVar(&probeTimeout, "probe-timeout", 30*time.Second, "how long to wait for readiness")
+	_ = cmd.MarkFlagRequired("snapshot")
+	return cmd
+}

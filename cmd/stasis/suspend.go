@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/snapshot"
+)
+
+// actorFlags name a sandbox the engine acts on.
+type actorFlags struct {
+	bundle  string
+	gpu     bool
+	durable []string
+	console string
+}
+
+func (a *actorFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&a.bundle, "bundle", "", "the actor's OCI bundle (required)")
+	cmd.Flags().BoolVar(&a.gpu, "gpu", false, "a GPU actor: run the stasis-cuda helper inside the sandbox")
+	cmd.Flags().StringSliceVar(&a.durable, "durable", nil, "durable folders inside the sandbox (bind mounts), for Data snapshots")
+	cmd.Flags().StringVar(&a.console, "console-log", "", "file for the sandbox's output after a resume")
+	_ = cmd.MarkFlagRequired("bundle")
+}
+
+func (a *actorFlags) actor(id string) engine.Actor {
+	return engine.Actor{ID: id, Bundle: a.bundle, GPU: a.gpu, DurableDirs: a.durable, ConsoleLog: a.console}
+}
+
+func newSuspend(g *globals) *cobra.Command {
+	var af actorFlags
+	var dir, scope string
+	cmd := &cobra.Command{
+		Use:   "suspend CONTAINER --bundle DIR --snapshot DIR",
+		Short: "Snapshot a running sandbox (GPU state included) and stop it",
+		Long: `Suspend moves the GPU state of every CUDA process into host memory (with --gpu),
+checkpoints the sandbox into a new snapshot folder, syncs and hashes it, writes its
+manifest last, and stops the sandbox. On any failure the actor keeps running.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rt, err := g.runtime(cmd.Context())
+			if err != nil {
+				return err
+			}
+			eng := &engine.Engine{Runtime: rt, Events: g.progress}
+			m, err := eng.Suspend(cmd.Context(), af.actor(args[0]), engine.SuspendOptions{Dir: dir, Scope: snapshot.Scope(scope)})
+			if err != nil {
+				return err
+			}
+			return g.print(m, fmt.Sprintf("suspended %s into %s (%s snapshot, %d files)\n", args[0], dir, m.Scope, len(m.Files)))
+		},
+	}
+	af.register(cmd)
+	cmd.Flags().StringVar(&dir, "snapshot", "", "new snapshot folder (required; must be empty or absent)")
+	cmd.Flags().StringVar(&scope, "scope", string(snapshot.ScopeFull), "Full (memory, GPU state, rootfs) or Data (durable folders only)")
+	_ = cmd.MarkFlagRequired("snapshot")
+	return cmd
+}

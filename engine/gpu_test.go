@@ -1,0 +1,391 @@
+//go:build gpu
+
+// The GPU end-to-end test of the engine, for a machine with an NVIDIA GPU,
+// PyTorch and runsc. Build it here with `go test -c -tags gpu ./engine` and
+// run it there through scripts/gpu-e2e.sh, which sets:
+//
+//	STASIS_HELPER       the stasis-cuda binary
+//	STASIS_SCRIPTS      scripts/gpu (holder_server.py, holder_client.py)
+//	STASIS_NVPROXY_ABI  the driver ABI when runsc does not know the host's
+//	STASIS_GPU_OUT      where results go (engine-gpu.jsonl)
+//	STASIS_WORK         a folder on disk for snapshots
+//	STASIS_GPU_GIB      the main actor's device memory (default 8)
+//	STASIS_BENCH_GIB    the benchmark sizes (default "1,8")
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/runtime/gvisor"
+)
+
+type gpuEnv struct {
+	t       *testing.T
+	rt      *gvisor.Runsc
+	eng     *engine.Engine
+	helper  string
+	scripts string
+	python  string
+	work    string
+	out     *os.File
+	mu      sync.Mutex
+	events  []engine.Event
+}
+
+func getenv(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func newGPUEnv(t *testing.T) *gpuEnv {
+	helper, scripts := os.Getenv("STASIS_HELPER"), os.Getenv("STASIS_SCRIPTS")
+	if helper == "" || scripts == "" {
+		t.Fatal("set STASIS_HELPER and STASIS_SCRIPTS (scripts/gpu-e2e.sh does)")
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, err := os.MkdirTemp(getenv("STASIS_WORK", ""), "stasis-gpu-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: filepath.Join(work, "runsc"), Network: "none", NvproxyDriverVersion: os.Getenv("STASIS_NVPROXY_ABI")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.OpenFile(filepath.Join(getenv("STASIS_GPU_OUT", "."), "engine-gpu.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close() })
+	g := &gpuEnv{t: t, rt: rt, helper: helper, scripts: scripts, python: python, work: work, out: out}
+	g.eng = &engine.Engine{Runtime: rt, DriverVersion: gvisor.HostDriverVersion(), Events: func(ev engine.Event) {
+		g.mu.Lock()
+		g.events = append(g.events, ev)
+		g.mu.Unlock()
+		t.Logf("event %s/%s %s %s %s", ev.Op, ev.Step, ev.Duration.Round(time.Millisecond), ev.Message, ev.Err)
+	}}
+	return g
+}
+
+// record appends one result line, so that a run cut short keeps what it had.
+func (g *gpuEnv) record(kind string, fields map[string]any) {
+	fields["kind"] = kind
+	data, _ := json.Marshal(fields)
+	g.out.Write(append(data, '\n'))
+	g.t.Logf("RESULT %s", data)
+}
+
+func (g *gpuEnv) takeEvents() []engine.Event {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ev := g.events
+	g.events = nil
+	return ev
+}
+
+// startActor runs holder_server.py holding gib GiB in a GPU sandbox.
+func (g *gpuEnv) startActor(id string, gib float64) engine.Actor {
+	t := g.t
+	dir := filepath.Join(g.work, "bundle-"+id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	hostDirs := []string{"/usr", "/etc", "/opt"}
+	if _, err := os.Stat("/usr/local/nvidia"); err == nil {
+		hostDirs = append(hostDirs, "/usr/local/nvidia")
+	}
+	spec, err := bundle.HostSpec(dir, hostDirs, []string{g.python, "/stasis-scripts/holder_server.py", strconv.FormatFloat(gib, 'f', -1, 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Process.Env = append(spec.Process.Env, "HOME=/tmp", "PYTHONUNBUFFERED=1", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
+		"NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1")
+	spec.Mounts = append(spec.Mounts, specMount("/stasis-scripts", g.scripts))
+	if err := bundle.AddDevices(spec, bundle.NVIDIADevices()); err != nil {
+		t.Fatal(err)
+	}
+	if err := bundle.AddHelper(spec, g.helper); err != nil {
+		t.Fatal(err)
+	}
+	if err := bundle.Save(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	a := engine.Actor{ID: id, Bundle: dir, GPU: true, ConsoleLog: filepath.Join(dir, "console.log")}
+	ctx := context.Background()
+	notes := func(msg string) { g.record("note", map[string]any{"actor": id, "message": msg}) }
+	if err := g.rt.Create(ctx, id, dir, runtime.CreateOptions{ConsoleLog: a.ConsoleLog, Notify: notes}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.rt.Delete(context.Background(), id) })
+	if err := g.rt.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// ask runs holder_client.py in the sandbox.
+func (g *gpuEnv) ask(id, cmd string) (string, error) {
+	res, err := g.rt.Exec(context.Background(), id, runtime.Process{Args: []string{g.python, "/stasis-scripts/holder_client.py", cmd}})
+	if err != nil {
+		return "", err
+	}
+	reply := strings.TrimSpace(string(res.Stdout))
+	if res.ExitCode != 0 {
+		return reply, fmt.Errorf("holder %s: exit %d: %s %s", cmd, res.ExitCode, reply, res.Stderr)
+	}
+	return reply, nil
+}
+
+func (g *gpuEnv) mustAsk(id, cmd string) string {
+	g.t.Helper()
+	reply, err := g.ask(id, cmd)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return reply
+}
+
+func computeApps(t *testing.T) string {
+	out, err := exec.Command("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader").Output()
+	if err != nil {
+		t.Fatalf("nvidia-smi: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestGPUActor(t *testing.T) {
+	g := newGPUEnv(t)
+	gib, _ := strconv.ParseFloat(getenv("STASIS_GPU_GIB", "8"), 64)
+	ctx := context.Background()
+
+	// The seed's failure: a plain runsc checkpoint of a sandbox whose
+	// process holds a CUDA context. A second actor shows it while the main
+	// one starts.
+	seed := g.startActor("seed", 1)
+	a := g.startActor("main", gib)
+	g.mustAsk(seed.ID, "info")
+	seedImage := filepath.Join(g.work, "seed-image")
+	out, err := exec.Command(g.rt.Path(), append(g.rt.GlobalFlags(), "checkpoint", "--image-path", seedImage, "seed")...).CombinedOutput()
+	st, stErr := g.rt.State(ctx, "seed")
+	retry, retryErr := exec.Command(g.rt.Path(), append(g.rt.GlobalFlags(), "checkpoint", "--image-path", seedImage+"-2", "seed")...).CombinedOutput()
+	g.record("seed", map[string]any{"checkpointErr": fmt.Sprint(err), "checkpointOutput": lastLine(string(out)), "stateAfter": st.Status, "stateErr": fmt.Sprint(stErr), "retryErr": fmt.Sprint(retryErr), "retryOutput": lastLine(string(retry))})
+	if err == nil {
+		t.Error("a plain runsc checkpoint of a live CUDA sandbox succeeded; the seed failure did not reproduce")
+	}
+	_ = g.rt.Delete(ctx, "seed")
+
+	info := g.mustAsk(a.ID, "info")
+	g.record("actor", map[string]any{"gib": gib, "info": info, "computeApps": computeApps(t)})
+
+	for cycle := 1; cycle <= 3; cycle++ {
+		dir := filepath.Join(g.work, fmt.Sprintf("snap-%d", cycle))
+		start := time.Now()
+		m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+		suspend := time.Since(start)
+		if err != nil {
+			t.Fatalf("cycle %d suspend: %v", cycle, err)
+		}
+		apps := computeApps(t)
+		if _, err := g.rt.State(ctx, a.ID); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("cycle %d: the sandbox still exists: %v", cycle, err)
+		}
+		if apps != "" {
+			t.Errorf("cycle %d: GPU not released, nvidia-smi lists %q", cycle, apps)
+		}
+		var size int64
+		for _, f := range m.Files {
+			size += f.Size
+		}
+		suspendEvents := g.takeEvents()
+		start = time.Now()
+		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}); err != nil {
+			t.Fatalf("cycle %d resume: %v", cycle, err)
+		}
+		resume := time.Since(start)
+		touch, err := g.ask(a.ID, "touch")
+		firstOp := time.Since(start)
+		if err != nil {
+			t.Fatalf("cycle %d: first GPU operation: %v", cycle, err)
+		}
+		verify, err := g.ask(a.ID, "verify")
+		if err != nil {
+			t.Fatalf("cycle %d: data after resume: %v", cycle, err)
+		}
+		g.record("cycle", map[string]any{"cycle": cycle, "gib": gib, "suspendS": suspend.Seconds(), "resumeS": resume.Seconds(), "resumeToFirstGPUOpS": firstOp.Seconds(),
+			"imageBytes": size, "touch": touch, "verify": verify, "gpuProcesses": m.GPU.Processes, "suspendSteps": steps(suspendEvents), "resumeSteps": steps(g.takeEvents())})
+		os.RemoveAll(dir)
+	}
+
+	// A checkpoint that fails after the GPU step: the image folder has no
+	// room, and preflight is told otherwise so the checkpoint runs.
+	tiny := filepath.Join(g.work, "tiny")
+	if err := os.MkdirAll(tiny, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", tiny, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(tiny, unix.MNT_DETACH)
+	eng := *g.eng
+	eng.FreeDisk = func(string) (uint64, error) { return 1 << 50, nil }
+	_, err = eng.Suspend(ctx, a, engine.SuspendOptions{Dir: filepath.Join(tiny, "snap")})
+	verify, verr := g.ask(a.ID, "verify")
+	g.record("failed-checkpoint", map[string]any{"err": fmt.Sprint(err), "verifyAfter": verify, "verifyErr": fmt.Sprint(verr), "steps": steps(g.takeEvents())})
+	if err == nil || !strings.Contains(err.Error(), "GPU state resumed") {
+		t.Errorf("suspend into a full folder: %v; want a failure with the GPU state resumed", err)
+	}
+	if verr != nil {
+		t.Errorf("the actor does not answer after the failed suspend: %v", verr)
+	}
+}
+
+func steps(evs []engine.Event) map[string]float64 {
+	m := map[string]float64{}
+	for _, ev := range evs {
+		if ev.Step != "note" {
+			m[ev.Op+"/"+ev.Step] += ev.Duration.Seconds()
+		}
+	}
+	return m
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func specMount(dst, src string) specs.Mount {
+	return specs.Mount{Destination: dst, Source: src, Type: "bind", Options: []string{"bind", "ro"}}
+}
+
+// runscRaw runs one runsc command by hand, as an operator would, with the
+// same flags as the engine's runtime.
+func (g *gpuEnv) runscRaw(args ...string) (time.Duration, error) {
+	flags := g.rt.GlobalFlags()
+	if abi := os.Getenv("STASIS_NVPROXY_ABI"); abi != "" {
+		flags = append(flags, "--nvproxy-driver-version", abi)
+	}
+	start := time.Now()
+	out, err := exec.Command(g.rt.Path(), append(flags, args...)...).CombinedOutput()
+	if err != nil {
+		return time.Since(start), fmt.Errorf("runsc %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return time.Since(start), nil
+}
+
+func (g *gpuEnv) timed(fn func() error) (float64, error) {
+	start := time.Now()
+	err := fn()
+	return time.Since(start).Seconds(), err
+}
+
+// TestGPUBench times the engine's suspend and resume against the same raw
+// steps run by hand on the same actor: helper exec + runsc checkpoint, and
+// runsc restore -background + helper exec + the first GPU operation.
+func TestGPUBench(t *testing.T) {
+	g := newGPUEnv(t)
+	ctx := context.Background()
+	var actors []engine.Actor
+	var sizes []float64
+	for _, s := range strings.Split(getenv("STASIS_BENCH_GIB", "1,8"), ",") {
+		gib, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, gib)
+		actors = append(actors, g.startActor(fmt.Sprintf("bench-%s", s), gib))
+	}
+	for i, a := range actors {
+		g.mustAsk(a.ID, "info")
+		raw := map[string]float64{}
+		var err error
+		helper := func(verb string) error {
+			res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, verb, "--all"}})
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("helper %s: %s", verb, res.Stderr)
+			}
+			return err
+		}
+		image := filepath.Join(g.work, a.ID+"-raw")
+		rawSteps := []struct {
+			name string
+			fn   func() error
+		}{
+			{"gpuSuspend", func() error { return helper("suspend") }},
+			{"checkpoint", func() error {
+				_, err := g.runscRaw("checkpoint", "--leave-running", "--image-path", image, a.ID)
+				return err
+			}},
+			{"stop", func() error { return g.rt.Stop(ctx, a.ID) }},
+			{"delete", func() error { return g.rt.Delete(ctx, a.ID) }},
+			{"restore", func() error {
+				_, err := g.runscRaw("restore", "--detach", "--background", "--image-path", image, "--bundle", a.Bundle, a.ID)
+				return err
+			}},
+			{"gpuResume", func() error { return helper("resume") }},
+			{"firstGPUOp", func() error { _, err := g.ask(a.ID, "touch"); return err }},
+		}
+		for _, s := range rawSteps {
+			if raw[s.name], err = g.timed(s.fn); err != nil {
+				t.Fatalf("%s raw %s: %v", a.ID, s.name, err)
+			}
+		}
+		if v, err := g.ask(a.ID, "verify"); err != nil {
+			t.Fatalf("%s after the raw steps: %v %s", a.ID, err, v)
+		}
+		os.RemoveAll(image)
+		g.takeEvents()
+
+		dir := filepath.Join(g.work, a.ID+"-engine")
+		var m any
+		suspendS, err := g.timed(func() error {
+			var err error
+			m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s engine suspend: %v", a.ID, err)
+		}
+		_ = m
+		suspendSteps := steps(g.takeEvents())
+		resumeS, err := g.timed(func() error { return g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}) })
+		if err != nil {
+			t.Fatalf("%s engine resume: %v", a.ID, err)
+		}
+		firstOpS, err := g.timed(func() error { _, err := g.ask(a.ID, "touch"); return err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := g.ask(a.ID, "verify"); err != nil {
+			t.Fatalf("%s after the engine: %v %s", a.ID, err, v)
+		}
+		g.record("bench", map[string]any{"gib": sizes[i], "raw": raw,
+			"rawSuspendS": raw["gpuSuspend"] + raw["checkpoint"], "rawResumeToFirstOpS": raw["restore"] + raw["gpuResume"] + raw["firstGPUOp"],
+			"engineSuspendS": suspendS, "engineResumeS": resumeS, "engineResumeToFirstOpS": resumeS + firstOpS,
+			"suspendSteps": suspendSteps, "resumeSteps": steps(g.takeEvents())})
+		os.RemoveAll(dir)
+		_ = g.rt.Delete(ctx, a.ID)
+	}
+}

@@ -1,0 +1,117 @@
+// Package counter is the demo and test actor: a process whose only state is a
+// number in its memory. "counter serve" holds the number and a random id chosen at
+// start; "counter incr" and "counter get" ask the serving process over a
+// unix socket and print "<id> <value>". "counter await incr|get" first waits,
+// with inotify, for the socket to appear, for use right after a start. A
+// restored process answers with the same id and the value it had when it was
+// checkpointed; a cold boot answers with a new id and 0.
+package counter
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	socketDir  = "/tmp"
+	socketName = "counter.sock"
+	socket     = socketDir + "/" + socketName
+)
+
+// Run does what args ask: serve, incr, get, or await followed by incr or
+// get. It writes answers to stdout.
+func Run(args []string, stdout io.Writer) error {
+	if len(args) == 2 && args[0] == "await" {
+		if err := awaitSocket(); err != nil {
+			return err
+		}
+		args = args[1:]
+	}
+	if len(args) != 1 {
+		return fmt.Errorf("usage: serve|incr|get|await incr|await get")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(stdout)
+	case "incr", "get":
+		return ask(args[0], stdout)
+	}
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func serve(stdout io.Writer) error {
+	idBytes := make([]byte, 8)
+	if _, err := rand.Read(idBytes); err != nil {
+		return err
+	}
+	id := hex.EncodeToString(idBytes)
+	// Listen under a temporary name and rename, so that the socket appears
+	// only once it accepts connections.
+	tmp := socket + ".new"
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, socket); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "serving", id)
+	value := 0
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		if strings.TrimSpace(line) == "incr" {
+			value++
+		}
+		fmt.Fprintf(conn, "%s %d\n", id, value)
+		conn.Close()
+	}
+}
+
+// awaitSocket returns once the serving process's socket exists. The watch is
+// set before looking, so a socket created in between is not missed.
+func awaitSocket() error {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, socketDir, unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
+		return err
+	}
+	buf := make([]byte, 4096)
+	for {
+		if _, err := os.Stat(socket); err == nil {
+			return nil
+		}
+		if _, err := unix.Read(fd, buf); err != nil {
+			return err
+		}
+	}
+}
+
+func ask(cmd string, stdout io.Writer) error {
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	fmt.Fprintln(conn, cmd)
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, reply)
+	return err
+}

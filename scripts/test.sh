@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The project's test command (README, CI): installs what the tests need at
+# pinned versions, then vets, lints and runs every test. Integration tests
+# run real runsc sandboxes (systrap platform) and so need root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATICCHECK_VERSION=v0.8.2
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "scripts/test.sh: the integration tests run runsc sandboxes and need root (run with sudo)" >&2
+	exit 1
+fi
+command -v go >/dev/null || { echo "scripts/test.sh: Go 1.26 or newer is needed" >&2; exit 1; }
+if ! command -v cc >/dev/null; then
+	# The CUDA binding's tests build a stand-in libcuda with the C compiler.
+	apt-get update -qq && apt-get install -y -qq gcc >/dev/null
+fi
+scripts/install-runsc.sh
+
+echo "== gofmt"
+unformatted=$(gofmt -l .)
+[[ -z "$unformatted" ]] || { echo "not gofmt'ed: $unformatted" >&2; exit 1; }
+echo "== go vet"
+go vet ./...
+echo "== staticcheck $STATICCHECK_VERSION"
+go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
+echo "== go test"
+go test -count=1 "$@" ./...
