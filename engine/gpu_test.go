@@ -190,7 +190,7 @@ func TestGPUActor(t *testing.T) {
 	out, err := exec.Command(g.rt.Path(), append(g.rt.GlobalFlags(), "checkpoint", "--image-path", seedImage, "seed")...).CombinedOutput()
 	st, stErr := g.rt.State(ctx, "seed")
 	retry, retryErr := exec.Command(g.rt.Path(), append(g.rt.GlobalFlags(), "checkpoint", "--image-path", seedImage+"-2", "seed")...).CombinedOutput()
-	g.record("seed", map[string]any{"checkpointErr": fmt.Sprint(err), "checkpointOutput": lastLine(string(out)), "stateAfter": st.Status, "stateErr": fmt.Sprint(stErr), "retryErr": fmt.Sprint(retryErr), "retryOutput": lastLine(string(retry))})
+	g.record("seed", map[string]any{"checkpointErr": fmt.Sprint(err), "checkpointOutput": firstLines(string(out)), "stateAfter": st.Status, "stateErr": fmt.Sprint(stErr), "retryErr": fmt.Sprint(retryErr), "retryOutput": firstLines(string(retry))})
 	if err == nil {
 		t.Error("a plain runsc checkpoint of a live CUDA sandbox succeeded; the seed failure did not reproduce")
 	}
@@ -271,9 +271,12 @@ func steps(evs []engine.Event) map[string]float64 {
 	return m
 }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
+// firstLines keeps what runsc said before its stack dump.
+func firstLines(s string) string {
+	if i := strings.Index(s, "\ngoroutine "); i >= 0 {
+		s = s[:i]
+	}
+	return strings.TrimSpace(s)
 }
 
 func specMount(dst, src string) specs.Mount {

@@ -212,7 +212,7 @@ func (r *Runsc) commandError(ctx context.Context, args []string, err error, said
 	if ctx.Err() != nil {
 		return fmt.Errorf("runsc %s: %w", strings.Join(args, " "), ctx.Err())
 	}
-	said = strings.TrimSpace(said)
+	said = trimRunscOutput(said)
 	if strings.Contains(said, "file does not exist") && strings.Contains(said, "loading container") {
 		err = fmt.Errorf("%w: %w", runtime.ErrNotFound, err)
 	}
@@ -220,6 +220,22 @@ func (r *Runsc) commandError(ctx context.Context, args []string, err error, said
 		return fmt.Errorf("runsc %s: %w", strings.Join(args, " "), err)
 	}
 	return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), err, said)
+}
+
+// maxSaid bounds how much of runsc's output an error carries.
+const maxSaid = 2000
+
+// trimRunscOutput keeps what runsc said before any Go stack dump (a failed
+// checkpoint prints the sandbox's panic trace), bounded in length.
+func trimRunscOutput(said string) string {
+	if i := strings.Index(said, "\ngoroutine "); i >= 0 {
+		said = said[:i]
+	}
+	said = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(said), ":"))
+	if len(said) > maxSaid {
+		said = said[:maxSaid] + " [...]"
+	}
+	return said
 }
 
 // isNotFound tells whether err says the container does not exist.

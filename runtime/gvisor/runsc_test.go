@@ -100,3 +100,14 @@ func TestCheckpointRefusesUsedFolder(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestTrimRunscOutputDropsStackDumps(t *testing.T) {
+	said := "checkpoint failed: checkpointing container \"main\": error serializing object: no space left on device:\ngoroutine 58 [running]:\ngvisor.dev/gvisor/pkg/state.safely.func1()\n"
+	got := trimRunscOutput(said)
+	if got != "checkpoint failed: checkpointing container \"main\": error serializing object: no space left on device" {
+		t.Errorf("got %q", got)
+	}
+	if long := trimRunscOutput(strings.Repeat("x", 5000)); len(long) > maxSaid+10 {
+		t.Errorf("an unbounded message: %d bytes", len(long))
+	}
+}
