@@ -284,16 +284,24 @@ func specMount(dst, src string) specs.Mount {
 }
 
 // runscRaw runs one runsc command by hand, as an operator would, with the
-// same flags as the engine's runtime.
+// same flags as the engine's runtime. Its output goes to a file, not a pipe:
+// a restored sandbox keeps the command's output open.
 func (g *gpuEnv) runscRaw(args ...string) (time.Duration, error) {
 	flags := g.rt.GlobalFlags()
 	if abi := os.Getenv("STASIS_NVPROXY_ABI"); abi != "" {
 		flags = append(flags, "--nvproxy-driver-version", abi)
 	}
-	start := time.Now()
-	out, err := exec.Command(g.rt.Path(), append(flags, args...)...).CombinedOutput()
+	log, err := os.CreateTemp(g.work, "runsc-*.log")
 	if err != nil {
-		return time.Since(start), fmt.Errorf("runsc %s: %v: %s", strings.Join(args, " "), err, out)
+		return 0, err
+	}
+	defer log.Close()
+	cmd := exec.Command(g.rt.Path(), append(flags, args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		out, _ := os.ReadFile(log.Name())
+		return time.Since(start), fmt.Errorf("runsc %s: %v: %s", strings.Join(args, " "), err, firstLines(string(out)))
 	}
 	return time.Since(start), nil
 }
