@@ -5,7 +5,8 @@
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
 #   scripts/gpu-e2e.sh cuda|engine|all [OUTDIR]    (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
-# Knobs: SIZES, REPS (cuda); STASIS_GPU_GIB, STASIS_BENCH_GIB, ENGINE_RUN (engine);
+# Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, STASIS_BENCH_GIB,
+# ENGINE_RUN, ENGINE_TIMEOUT (engine);
 # STASIS_NVPROXY_ABI, the driver ABI runsc uses when it does not know the
 # host's driver (default 580.126.20 for driver 580.159.04, see FACTS).
 set -euo pipefail
@@ -24,7 +25,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 } | tee "$out/machine.txt"
 
 run_cuda() {
-	python3 scripts/gpu/cuda_e2e.py --helper "$bundle/stasis-cuda" --out "$out" ${SIZES:+--sizes "$SIZES"} ${REPS:+--reps "$REPS"} 2>&1 | tee "$out/cuda-e2e.log"
+	python3 scripts/gpu/cuda_e2e.py --helper "$bundle/stasis-cuda" --out "$out" ${SIZES:+--sizes "$SIZES"} ${REPS:+--reps "$REPS"} ${CUDA_SKIP_E2E:+--skip-e2e} 2>&1 | tee "$out/cuda-e2e.log"
 }
 
 run_engine() {
@@ -35,7 +36,7 @@ run_engine() {
 	export PATH="$bin:$PATH"
 	export STASIS_HELPER="$bundle/stasis-cuda" STASIS_SCRIPTS="$PWD/scripts/gpu" STASIS_GPU_OUT="$out" STASIS_WORK="$PWD/.gpu-work"
 	export STASIS_NVPROXY_ABI="${STASIS_NVPROXY_ABI:-580.126.20}"
-	"$bin/engine-gpu.test" -test.v -test.timeout 9m -test.run "${ENGINE_RUN:-TestGPUActor|TestGPUBench}" 2>&1 | tee "$out/engine-gpu.log"
+	"$bin/engine-gpu.test" -test.v -test.timeout "${ENGINE_TIMEOUT:-9m}" -test.run "${ENGINE_RUN:-TestGPUActor|TestGPUBench}" 2>&1 | tee "$out/engine-gpu.log"
 }
 
 case "$what" in
