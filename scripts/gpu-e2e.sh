@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|engine|all [OUTDIR]    (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, STASIS_BENCH_GIB,
 # ENGINE_RUN, ENGINE_TIMEOUT (engine);
@@ -41,7 +41,8 @@ run_engine() {
 
 case "$what" in
 cuda) run_cuda ;;
+cuda-overhead) python3 scripts/gpu/cuda_e2e.py --helper "$bundle/stasis-cuda" --out "$out" --overhead 2>&1 | tee "$out/cuda-overhead.log" ;;
 engine) run_engine ;;
 all) run_engine; run_cuda ;;
-*) echo "unknown suite $what: want cuda, engine or all" >&2; exit 2 ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine or all" >&2; exit 2 ;;
 esac

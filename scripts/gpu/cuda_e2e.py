@@ -210,6 +210,29 @@ def bench(h, sizes, reps, check):
     return rows
 
 
+def overhead_probe(h, reps=5):
+    """Where the helper's fixed cost goes: a bare process start and exit
+    (--help loads no driver), driver load plus scan (status --all), and the
+    helper's own phase timings from its --json report."""
+    a = Holder(1)
+    out = {"help_s": [], "status_wall_s": [], "status_steps": [], "suspend_steps": [], "resume_steps": [], "suspend_wall_s": [], "resume_wall_s": []}
+    try:
+        for _ in range(reps):
+            out["help_s"].append(h("--help")[3])
+            rc, o, _, wall = h("status", "--all", "--json")
+            out["status_wall_s"].append(wall)
+            out["status_steps"].append(json.loads(o).get("stepsNs"))
+            for verb in ("suspend", "resume"):
+                rc, o, _, wall = h(verb, "--all", "--json")
+                out[verb + "_wall_s"].append(wall)
+                out[verb + "_steps"].append(json.loads(o).get("stepsNs"))
+        out["verify"] = a.verify()
+    finally:
+        a.close()
+    print("overhead probe:", json.dumps(out), flush=True)
+    return out
+
+
 def table(rows):
     lines = ["| GiB | raw lock+checkpoint (s) | stasis-cuda suspend --all (s) | its driver time (s) | overhead (ms) | raw restore+unlock (s) | stasis-cuda resume --all (s) | its driver time (s) | overhead (ms) |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -234,9 +257,14 @@ def main():
     ap.add_argument("--sizes", default="1,8,32")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--skip-e2e", action="store_true")
+    ap.add_argument("--overhead", action="store_true", help="only probe where the helper's fixed cost goes")
     args = ap.parse_args()
     h = lambda *a: helper(args.helper, *a)
     check = Checks()
+    if args.overhead:
+        with open(os.path.join(args.out, "cuda-overhead.json"), "w") as f:
+            json.dump(overhead_probe(h), f, indent=2)
+        return 0
     if not args.skip_e2e:
         e2e(h, check)
     rows = bench(h, [float(s) if "." in s else int(s) for s in args.sizes.split(",") if s], args.reps, check) if args.sizes else []
