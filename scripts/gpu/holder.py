@@ -6,6 +6,7 @@ Reads commands, one a line, on stdin and answers each on stdout:
   exit    -> exits.
 Prints "READY <pid> <bytes>" once the memory is filled.
 """
+import os
 import sys
 import time
 
@@ -19,34 +20,45 @@ def pattern(start, end, device):
     return torch.arange(start, end, dtype=torch.int64, device=device) * K
 
 
-def main():
-    gib = float(sys.argv[1])
+def fill(gib):
+    """Allocates gib GiB on the GPU and writes the pattern into it."""
     n = int(gib * (1 << 30)) // 8
     data = torch.empty(n, dtype=torch.int64, device="cuda")
     for start in range(0, n, CHUNK):
         end = min(n, start + CHUNK)
         data[start:end] = pattern(start, end, "cuda")
     torch.cuda.synchronize()
-    print(f"READY {__import__('os').getpid()} {n * 8}", flush=True)
+    return data
+
+
+def verify(data):
+    """"OK <seconds>" when every element still holds the pattern and a matrix
+    product runs, else "MISMATCH <first bad chunk> kernel_ok=<bool>"."""
+    t0 = time.monotonic()
+    n = data.numel()
+    bad = -1
+    for start in range(0, n, CHUNK):
+        end = min(n, start + CHUNK)
+        if not torch.equal(data[start:end], pattern(start, end, "cuda")):
+            bad = start
+            break
+    a = torch.ones(1024, 1024, device="cuda")
+    ok_kernel = float((a @ a)[0, 0]) == 1024.0
+    torch.cuda.synchronize()
+    if bad >= 0 or not ok_kernel:
+        return f"MISMATCH {bad} kernel_ok={ok_kernel}"
+    return f"OK {time.monotonic() - t0:.3f}"
+
+
+def main():
+    data = fill(float(sys.argv[1]))
+    print(f"READY {os.getpid()} {data.numel() * 8}", flush=True)
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "exit":
             return
         if cmd == "verify":
-            t0 = time.monotonic()
-            bad = -1
-            for start in range(0, n, CHUNK):
-                end = min(n, start + CHUNK)
-                if not torch.equal(data[start:end], pattern(start, end, "cuda")):
-                    bad = start
-                    break
-            a = torch.ones(1024, 1024, device="cuda")
-            ok_kernel = float((a @ a)[0, 0]) == 1024.0
-            torch.cuda.synchronize()
-            if bad >= 0 or not ok_kernel:
-                print(f"MISMATCH {bad} kernel_ok={ok_kernel}", flush=True)
-            else:
-                print(f"OK {time.monotonic() - t0:.3f}", flush=True)
+            print(verify(data), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,18 +13,13 @@ import time
 
 import torch
 
-from holder import CHUNK, pattern
+from holder import fill, verify
 
 
 def main():
-    gib = float(sys.argv[1])
     path = sys.argv[2] if len(sys.argv) > 2 else "/tmp/holder.sock"
-    n = int(gib * (1 << 30)) // 8
-    data = torch.empty(n, dtype=torch.int64, device="cuda")
-    for start in range(0, n, CHUNK):
-        end = min(n, start + CHUNK)
-        data[start:end] = pattern(start, end, "cuda")
-    torch.cuda.synchronize()
+    data = fill(float(sys.argv[1]))
+    n = data.numel()
     # Bind under a temporary name and rename, so the socket appears ready.
     tmp = path + ".new"
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -44,16 +39,7 @@ def main():
                 ok = float(x.sum()) == 256.0
                 reply = f"OK {time.monotonic() - t0:.4f}" if ok else "MISMATCH touch"
             elif cmd == "verify":
-                bad = -1
-                for start in range(0, n, CHUNK):
-                    end = min(n, start + CHUNK)
-                    if not torch.equal(data[start:end], pattern(start, end, "cuda")):
-                        bad = start
-                        break
-                a = torch.ones(1024, 1024, device="cuda")
-                ok_kernel = float((a @ a)[0, 0]) == 1024.0
-                torch.cuda.synchronize()
-                reply = f"OK {time.monotonic() - t0:.3f}" if bad < 0 and ok_kernel else f"MISMATCH {bad} kernel_ok={ok_kernel}"
+                reply = verify(data)
             else:
                 reply = f"ERROR unknown command {cmd!r}"
             conn.sendall((reply + "\n").encode())
