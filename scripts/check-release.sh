@@ -25,7 +25,8 @@ printf '{"Version":"%s","Time":"%s"}\n' "$version" "$(date -u +%FT%TZ)" >"$proxy
 echo "$version" >"$proxy/list"
 GOBIN="$work/bin" GOPROXY="file://$work/proxy,https://proxy.golang.org" GONOSUMDB="$module" GOFLAGS=-mod=mod \
 	CGO_ENABLED=0 go install "$module/cmd/stasis-cuda@$version"
-got="$("$work/bin/stasis-cuda" --version | head -1)"
+out="$("$work/bin/stasis-cuda" --version)"
+got="${out%%$'\n'*}"
 echo "$got"
 [[ "$got" == "stasis-cuda $version" ]] || { echo "check-release: want 'stasis-cuda $version'" >&2; exit 1; }
 echo "go install $module/cmd/stasis-cuda@$version works and reports $version"

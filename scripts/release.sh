@@ -16,7 +16,7 @@ for arch in amd64 arm64; do
 	for cmd in stasis-cuda stasis; do
 		CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="$ldflags" -o "$stage/$cmd" "./cmd/$cmd"
 	done
-	cp README.md LICENSE "$stage/" 2>/dev/null || cp README.md "$stage/"
+	cp README.md "$stage/"
 	tar -C dist -czf "$stage.tar.gz" "$(basename "$stage")"
 	rm -rf "$stage"
 done

@@ -254,7 +254,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--helper", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--sizes", default="1,8,32")
+    ap.add_argument("--sizes", default="1,8,32", help='GiB per benchmark actor, or "none"')
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--skip-e2e", action="store_true")
     ap.add_argument("--overhead", action="store_true", help="only probe where the helper's fixed cost goes")
@@ -267,7 +267,8 @@ def main():
         return 0
     if not args.skip_e2e:
         e2e(h, check)
-    rows = bench(h, [float(s) if "." in s else int(s) for s in args.sizes.split(",") if s], args.reps, check) if args.sizes else []
+    sizes = [] if args.sizes == "none" else [float(s) if "." in s else int(s) for s in args.sizes.split(",") if s]
+    rows = bench(h, sizes, args.reps, check) if sizes else []
     result = {"checks": check.items, "bench": rows, "table": table(rows) if rows else ""}
     with open(os.path.join(args.out, "cuda-e2e.json"), "w") as f:
         json.dump(result, f, indent=2)
