@@ -75,6 +75,19 @@ func AddHelper(spec *specs.Spec, hostPath string) error {
 	return nil
 }
 
+// PrepareGPU makes spec a GPU actor's: every NVIDIA device file of the host
+// listed and allowed, and the helper mounted at HelperPath.
+func PrepareGPU(spec *specs.Spec, helperHostPath string) error {
+	devices := NVIDIADevices()
+	if len(devices) == 0 {
+		return fmt.Errorf("no NVIDIA device files in /dev: is the NVIDIA driver loaded on this node?")
+	}
+	if err := AddDevices(spec, devices); err != nil {
+		return err
+	}
+	return AddHelper(spec, helperHostPath)
+}
+
 // NVIDIADevices lists the host's NVIDIA device files that a CUDA process
 // opens: the control device, UVM and every GPU.
 func NVIDIADevices() []string {

@@ -42,15 +42,17 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 			return "", err
 		}
 		if free < need {
-			return "", fmt.Errorf("%w: the snapshot folder %s has %s free, the durable folders hold %s: %s short", ErrRefused, dir, bytes(free), bytes(need), bytes(need-free))
+			return "", fmt.Errorf("%w: the snapshot folder %s has %s free, the durable folders hold %s: %s short", ErrRefused, dir, humanBytes(free), humanBytes(need), humanBytes(need-free))
 		}
-		return fmt.Sprintf("durable folders hold %s", bytes(need)), nil
+		return fmt.Sprintf("durable folders hold %s", humanBytes(need)), nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if err != nil {
+		// A committed snapshot (m set) is whole and is kept even when a
+		// later step fails.
+		if err != nil && m == nil {
 			_ = removeContents(dir)
 		}
 	}()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -400,10 +402,41 @@ func TestFailedResumeCleansUpAndKeepsSnapshot(t *testing.T) {
 	if _, err := snapshot.Verify(dir); err != nil {
 		t.Fatalf("the snapshot changed: %v", err)
 	}
-	if err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{}); err != nil {
+	ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer ready.Close()
+	if err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Probe: engine.Probe{URL: ready.URL}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.counter(a.ID, "incr"); got != inst+" 6" {
+		t.Fatalf("counter: %q", got)
+	}
+}
+
+// failingStop is a runtime whose Stop fails, as when the sandbox process
+// cannot be killed.
+type failingStop struct{ *gvisor.Runsc }
+
+func (failingStop) Stop(context.Context, string) error { return errors.New("injected: stop failed") }
+
+func TestFailedStopKeepsSnapshotAndActor(t *testing.T) {
+	f := newFixture(t)
+	a := f.start("stopfail", testactor.Options{})
+	inst, _ := instanceAndValue(f.incr(a.ID, 1))
+	eng := *f.eng
+	eng.Runtime = failingStop{f.rt}
+	dir := filepath.Join(t.TempDir(), "snap")
+	m, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "was committed") || !strings.Contains(err.Error(), "keeps running") {
+		t.Fatalf("got %v; want the committed snapshot and the running actor named", err)
+	}
+	if m == nil {
+		t.Fatal("no manifest returned for the committed snapshot")
+	}
+	if _, err := snapshot.Verify(dir); err != nil {
+		t.Fatalf("the committed snapshot was not kept whole: %v", err)
+	}
+	f.requireRunning(a.ID)
+	if got := f.counter(a.ID, "incr"); got != inst+" 2" {
 		t.Fatalf("counter: %q", got)
 	}
 }

@@ -123,10 +123,7 @@ func (g *gpuEnv) startActor(id string, gib float64) engine.Actor {
 	spec.Process.Env = append(spec.Process.Env, "HOME=/tmp", "PYTHONUNBUFFERED=1", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
 		"NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1")
 	spec.Mounts = append(spec.Mounts, specMount("/stasis-scripts", g.scripts))
-	if err := bundle.AddDevices(spec, bundle.NVIDIADevices()); err != nil {
-		t.Fatal(err)
-	}
-	if err := bundle.AddHelper(spec, g.helper); err != nil {
+	if err := bundle.PrepareGPU(spec, g.helper); err != nil {
 		t.Fatal(err)
 	}
 	if err := bundle.Save(dir, spec); err != nil {

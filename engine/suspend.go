@@ -38,7 +38,9 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 	// From here on the snapshot folder is ours: a failure empties it again
 	// so that a retry can use it.
 	defer func() {
-		if err != nil {
+		// A committed snapshot (m set) is whole and is kept even when a
+		// later step fails.
+		if err != nil && m == nil {
 			_ = removeContents(dir)
 		}
 	}()
@@ -150,9 +152,9 @@ func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (string
 	}
 	if free < need {
 		return "", fmt.Errorf("%w: the image folder %s has %s free, the image needs up to %s (sandbox memory %s + GPU memory in use %s): %s short",
-			ErrRefused, dir, bytes(free), bytes(need), bytes(memory), bytes(gpuMemory), bytes(need-free))
+			ErrRefused, dir, humanBytes(free), humanBytes(need), humanBytes(memory), humanBytes(gpuMemory), humanBytes(need-free))
 	}
-	return fmt.Sprintf("sandbox memory %s, GPU memory %s, disk free %s", bytes(memory), bytes(gpuMemory), bytes(free)), nil
+	return fmt.Sprintf("sandbox memory %s, GPU memory %s, disk free %s", humanBytes(memory), humanBytes(gpuMemory), humanBytes(free)), nil
 }
 
 func (e *Engine) freeDisk(dir string) (uint64, error) {
@@ -222,8 +224,8 @@ func durableSources(a Actor) (map[string]string, error) {
 	return sources, nil
 }
 
-// bytes formats a byte count for people.
-func bytes(n uint64) string {
+// humanBytes formats a byte count for people.
+func humanBytes(n uint64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -60,7 +60,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&g.runsc.Platform, "platform", "systrap", "runsc platform")
 	f.StringVar(&g.runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
 	f.StringVar(&g.runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
-	root.AddCommand(newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g))
+	root.AddCommand(newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g))
 	return root
 }
 

@@ -2,7 +2,6 @@ package group
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -220,7 +219,3 @@ func run(ctx context.Context, op string, procs []Process, forward, undo step, pr
 	}
 	return outcomes, nil
 }
-
-// IsNotCUDAProcess tells whether err is the driver saying a pid has no CUDA
-// state: the process never initialised CUDA, or only uses NVML.
-func IsNotCUDAProcess(err error) bool { return errors.Is(err, cuda.ErrorNotInitialized) }
