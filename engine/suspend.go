@@ -46,9 +46,7 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 	}()
 
 	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo([]string{"--leave-running"})}
-	gpuTouched := false
 	if a.GPU {
-		gpuTouched = true
 		err := o.step("gpu-suspend", func() (string, error) {
 			rep, err := e.gpuSuspend(ctx, a.ID)
 			manifest.GPU = &snapshot.GPU{DriverVersion: e.DriverVersion, CUDADriverAPI: rep.DriverVersion, Processes: len(rep.Outcomes)}
@@ -72,7 +70,7 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 		})
 	}
 	if err != nil {
-		if gpuTouched {
+		if a.GPU {
 			return nil, e.undoGPUSuspend(ctx, o, a, err)
 		}
 		return nil, err
@@ -81,7 +79,7 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 		// The snapshot is whole, but the sandbox still runs with its GPU
 		// state in host memory: bring that back rather than leave it frozen.
 		err = fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
-		if gpuTouched {
+		if a.GPU {
 			return m, e.undoGPUSuspend(ctx, o, a, err)
 		}
 		return m, err
