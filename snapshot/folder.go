@@ -29,7 +29,7 @@ const maxFileSize = 16 << 40
 // list filled in, as dir's manifest: last, and atomically. Only regular files
 // and folders may be in dir.
 func Commit(dir string, m Manifest) (*Manifest, error) {
-	paths, err := listFiles(dir)
+	paths, err := ListFiles(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -72,31 +72,40 @@ func Load(dir string) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
+	m, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// Parse reads and checks a manifest: its format version, its scope, and
+// that every file path stays inside the folder with a sane size.
+func Parse(data []byte) (*Manifest, error) {
 	var m Manifest
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("snapshot %s: manifest is not valid JSON (truncated or corrupt): %w", dir, err)
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("manifest is not valid JSON (truncated or corrupt): %w", err)
 	}
 	if m.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("snapshot %s: manifest format version %d, this build reads version %d", dir, m.FormatVersion, FormatVersion)
+		return nil, fmt.Errorf("manifest format version %d, this build reads version %d", m.FormatVersion, FormatVersion)
 	}
 	if m.Scope != ScopeFull && m.Scope != ScopeData {
-		return nil, fmt.Errorf("snapshot %s: unknown scope %q", dir, m.Scope)
+		return nil, fmt.Errorf("unknown scope %q", m.Scope)
 	}
 	seen := map[string]bool{}
 	for _, f := range m.Files {
-		if err := checkPath(f.Path); err != nil {
-			return nil, fmt.Errorf("snapshot %s: manifest file %q: %w", dir, f.Path, err)
+		if err := CheckPath(f.Path); err != nil {
+			return nil, fmt.Errorf("manifest file %q: %w", f.Path, err)
 		}
 		if seen[f.Path] {
-			return nil, fmt.Errorf("snapshot %s: manifest lists %q twice", dir, f.Path)
+			return nil, fmt.Errorf("manifest lists %q twice", f.Path)
 		}
 		seen[f.Path] = true
 		if f.Size < 0 || f.Size > maxFileSize {
-			return nil, fmt.Errorf("snapshot %s: manifest file %q: absurd size %d", dir, f.Path, f.Size)
+			return nil, fmt.Errorf("manifest file %q: absurd size %d", f.Path, f.Size)
 		}
 		if want := blockCount(f.Size); int64(len(f.Blocks)) != want {
-			return nil, fmt.Errorf("snapshot %s: manifest file %q: %d block digests for %d bytes, want %d", dir, f.Path, len(f.Blocks), f.Size, want)
+			return nil, fmt.Errorf("manifest file %q: %d block digests for %d bytes, want %d", f.Path, len(f.Blocks), f.Size, want)
 		}
 	}
 	return &m, nil
@@ -109,7 +118,7 @@ func Verify(dir string) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	paths, err := listFiles(dir)
+	paths, err := ListFiles(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +154,9 @@ func Verify(dir string) (*Manifest, error) {
 	return m, nil
 }
 
-// checkPath refuses manifest paths that could reach outside the folder.
-func checkPath(p string) error {
+// CheckPath refuses a file path that could reach outside a snapshot folder
+// (empty, absolute, unclean, climbing out with "..") or name the manifest.
+func CheckPath(p string) error {
 	switch {
 	case p == "" || p == ".":
 		return errors.New("empty path")
@@ -164,9 +174,9 @@ func checkPath(p string) error {
 	return nil
 }
 
-// listFiles walks dir and returns its regular files (not the manifest) as
+// ListFiles returns the regular files under dir, the manifest aside, as
 // clean slash paths; anything else (a symlink, a device) is refused.
-func listFiles(dir string) ([]string, error) {
+func ListFiles(dir string) ([]string, error) {
 	var paths []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -1,0 +1,163 @@
+// Package local stores a repository's objects as files under one folder,
+// the embedded default backend. Objects are written to a temporary file,
+// synced and renamed into place, so a crash never leaves half an object.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/stasis-run/stasis/store"
+)
+
+// Backend is a folder of objects.
+type Backend struct{ root string }
+
+var _ store.Backend = (*Backend)(nil)
+
+// New uses root, creating it if needed.
+func New(root string) (*Backend, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("local store %s: %w", root, err)
+	}
+	return &Backend{root: root}, nil
+}
+
+func (b *Backend) Location() string { return b.root }
+
+// path maps a key to its file, refusing keys that would leave the root.
+func (b *Backend) path(key string) (string, error) {
+	if key == "" || strings.HasPrefix(key, "/") || path.Clean(key) != key || key == ".." || strings.HasPrefix(key, "../") {
+		return "", fmt.Errorf("local store %s: invalid key %q", b.root, key)
+	}
+	return filepath.Join(b.root, filepath.FromSlash(key)), nil
+}
+
+func (b *Backend) Put(_ context.Context, key string, r io.Reader, size int64) error {
+	p, err := b.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	n, err := io.Copy(tmp, r)
+	if err == nil && n != size {
+		err = fmt.Errorf("wrote %d bytes, expected %d", n, size)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("local store: put %s: %w", key, err)
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return fmt.Errorf("local store: put %s: %w", key, err)
+	}
+	return syncDir(filepath.Dir(p))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (b *Backend) Get(_ context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	p, err := b.path(key)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("local store %s: %s: %w", b.root, key, store.ErrNotExist)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if length < 0 {
+		return f, nil
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(f, length), f}, nil
+}
+
+func (b *Backend) Size(_ context.Context, key string) (int64, error) {
+	p, err := b.path(key)
+	if err != nil {
+		return 0, err
+	}
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("local store %s: %s: %w", b.root, key, store.ErrNotExist)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func (b *Backend) List(_ context.Context, prefix string, fn func(string, int64) error) error {
+	dir := filepath.Join(b.root, filepath.FromSlash(prefix))
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || strings.HasPrefix(d.Name(), ".tmp-") {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(b.root, p)
+		if err != nil {
+			return err
+		}
+		return fn(filepath.ToSlash(rel), info.Size())
+	})
+	if err != nil {
+		return fmt.Errorf("local store %s: list %s: %w", b.root, prefix, err)
+	}
+	return nil
+}
+
+func (b *Backend) Delete(_ context.Context, key string) error {
+	p, err := b.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("local store %s: delete %s: %w", b.root, key, err)
+	}
+	return nil
+}

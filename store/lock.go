@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Locking keeps garbage collection away from writers. A writer (Save,
+// Delete) holds a shared lock, GC an exclusive one. Each takes its lock by
+// writing locks/<id>, then lists locks/: a writer that sees an exclusive
+// lock, or GC that sees any other lock, removes its own and fails. Since
+// both write before they list, two that race see each other and at least one
+// gives way. Holders refresh their lock's time; a lock not refreshed for
+// staleLockAge is from a dead process and is ignored (and removed by GC).
+const (
+	staleLockAge   = 30 * time.Minute
+	lockRefreshGap = 5 * time.Minute
+)
+
+type lockFile struct {
+	Exclusive bool      `json:"exclusive"`
+	Host      string    `json:"host"`
+	PID       int       `json:"pid"`
+	Time      time.Time `json:"time"`
+}
+
+// ErrLocked means another process holds a conflicting lock.
+var ErrLocked = errors.New("repository is locked")
+
+func (r *Repository) lock(ctx context.Context, exclusive bool) (unlock func(), err error) {
+	host, _ := os.Hostname()
+	key := locksPrefix + newID()
+	lf := lockFile{Exclusive: exclusive, Host: host, PID: os.Getpid(), Time: time.Now().UTC()}
+	if err := putJSON(ctx, r.be, key, lf); err != nil {
+		return nil, err
+	}
+	release := func() { _ = r.be.Delete(context.WithoutCancel(ctx), key) }
+	var conflicts []string
+	err = r.be.List(ctx, locksPrefix, func(other string, _ int64) error {
+		if other == key {
+			return nil
+		}
+		var o lockFile
+		if err := getJSON(ctx, r.be, other, &o); err != nil {
+			if errors.Is(err, ErrNotExist) {
+				return nil // released meanwhile
+			}
+			return err
+		}
+		if time.Since(o.Time) > staleLockAge {
+			return nil
+		}
+		if exclusive || o.Exclusive {
+			kind := "shared"
+			if o.Exclusive {
+				kind = "exclusive"
+			}
+			conflicts = append(conflicts, fmt.Sprintf("%s lock of pid %d on %s, %s old", kind, o.PID, o.Host, time.Since(o.Time).Round(time.Second)))
+		}
+		return nil
+	})
+	if err == nil && len(conflicts) > 0 {
+		err = fmt.Errorf("%w: %s", ErrLocked, strings.Join(conflicts, "; "))
+	}
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("store %s: %w", r.be.Location(), err)
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(lockRefreshGap)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				lf.Time = time.Now().UTC()
+				_ = putJSON(context.WithoutCancel(ctx), r.be, key, lf)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		release()
+	}, nil
+}

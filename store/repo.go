@@ -1,0 +1,209 @@
+// Package store is Stasis's snapshot repository: snapshot folders cut into
+// content-defined chunks, each compressed with zstd and addressed by the
+// SHA-256 of its content, packed into pack objects on a Backend (a local
+// folder or S3). A chunk already in the repository is never stored twice,
+// so snapshots of one template share most of their bytes, and an interrupted
+// upload resumes where it stopped. Every chunk is hash-checked when read. A
+// snapshot's manifest is written last: a snapshot exists only once every pack
+// it needs is durable. docs/store.md describes the format and the locking.
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/restic/chunker"
+)
+
+// FormatVersion is the repository format this package reads and writes.
+const FormatVersion = 1
+
+// Object key prefixes.
+const (
+	configKey       = "config"
+	dataPrefix      = "data/"
+	indexPrefix     = "index/"
+	snapshotsPrefix = "snapshots/"
+	locksPrefix     = "locks/"
+)
+
+// maxMetadataSize bounds the JSON objects (config, index, snapshot, lock)
+// read from a backend; larger ones are corrupt, not metadata.
+const maxMetadataSize = 256 << 20
+
+// Config is the repository's config object, written once by Init.
+type Config struct {
+	Version int    `json:"version"`
+	ID      string `json:"id"`
+	// ChunkerPolynomial is the Rabin polynomial of the content-defined
+	// chunker; every writer must use the same one for chunks to match.
+	ChunkerPolynomial chunker.Pol `json:"chunkerPolynomial"`
+	// PackSize is the size a pack is closed at.
+	PackSize int64 `json:"packSize"`
+}
+
+// Repository is an open repository on a backend.
+type Repository struct {
+	be  Backend
+	cfg Config
+
+	mu    sync.Mutex
+	index map[string]blobLocation // chunk id -> where it is stored
+}
+
+type blobLocation struct {
+	Pack   string
+	Offset int64
+	Length int64 // stored (compressed) bytes
+	Raw    int64 // chunk bytes
+}
+
+// Init creates a repository on an empty backend.
+func Init(ctx context.Context, be Backend) (*Repository, error) {
+	if _, err := be.Size(ctx, configKey); err == nil {
+		return nil, fmt.Errorf("store %s: already a repository", be.Location())
+	} else if !errors.Is(err, ErrNotExist) {
+		return nil, fmt.Errorf("store %s: %w", be.Location(), err)
+	}
+	pol, err := chunker.RandomPolynomial()
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{Version: FormatVersion, ID: newID(), ChunkerPolynomial: pol, PackSize: 16 << 20}
+	if err := putJSON(ctx, be, configKey, cfg); err != nil {
+		return nil, err
+	}
+	return &Repository{be: be, cfg: cfg, index: map[string]blobLocation{}}, nil
+}
+
+// Open reads a repository's config and index.
+func Open(ctx context.Context, be Backend) (*Repository, error) {
+	var cfg Config
+	if err := getJSON(ctx, be, configKey, &cfg); err != nil {
+		if errors.Is(err, ErrNotExist) {
+			return nil, fmt.Errorf("store %s: no repository here (create one with stasis store init): %w", be.Location(), err)
+		}
+		return nil, fmt.Errorf("store %s: config: %w", be.Location(), err)
+	}
+	if cfg.Version != FormatVersion {
+		return nil, fmt.Errorf("store %s: repository format %d, this build reads format %d", be.Location(), cfg.Version, FormatVersion)
+	}
+	if cfg.PackSize <= 0 || cfg.PackSize > 1<<30 || !cfg.ChunkerPolynomial.Irreducible() {
+		return nil, fmt.Errorf("store %s: config is corrupt (pack size %d, polynomial %v)", be.Location(), cfg.PackSize, cfg.ChunkerPolynomial)
+	}
+	r := &Repository{be: be, cfg: cfg}
+	if err := r.loadIndex(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Backend is where the repository lives.
+func (r *Repository) Backend() Backend { return r.be }
+
+// packIndex is one pack's index object: which chunks it holds, where.
+type packIndex struct {
+	Pack string `json:"pack"`
+	// KeyID names the key a pack is encrypted with; empty for plaintext.
+	// It is there so that encryption can come without a format change.
+	KeyID string      `json:"keyId,omitempty"`
+	Blobs []packEntry `json:"blobs"`
+}
+
+type packEntry struct {
+	ID     string `json:"id"`
+	Offset int64  `json:"offset"`
+	Length int64  `json:"length"`
+	Raw    int64  `json:"raw"`
+}
+
+func (r *Repository) loadIndex(ctx context.Context) error {
+	index := map[string]blobLocation{}
+	err := r.be.List(ctx, indexPrefix, func(key string, _ int64) error {
+		var pi packIndex
+		if err := getJSON(ctx, r.be, key, &pi); err != nil {
+			return fmt.Errorf("index %s: %w", key, err)
+		}
+		for _, b := range pi.Blobs {
+			index[b.ID] = blobLocation{Pack: pi.Pack, Offset: b.Offset, Length: b.Length, Raw: b.Raw}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store %s: %w", r.be.Location(), err)
+	}
+	r.mu.Lock()
+	r.index = index
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Repository) lookup(id string) (blobLocation, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	loc, ok := r.index[id]
+	return loc, ok
+}
+
+func packKey(id string) string { return dataPrefix + id[:2] + "/" + id }
+
+func newID() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+func putJSON(ctx context.Context, be Backend, key string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := be.Put(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+		return fmt.Errorf("store %s: write %s: %w", be.Location(), key, err)
+	}
+	return nil
+}
+
+func getJSON(ctx context.Context, be Backend, key string, v any) error {
+	rc, err := be.Get(ctx, key, 0, -1)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxMetadataSize+1))
+	if err != nil {
+		return err
+	}
+	if len(data) > maxMetadataSize {
+		return fmt.Errorf("%s is larger than %d bytes: corrupt", key, maxMetadataSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s is not valid JSON (truncated or corrupt): %w", key, err)
+	}
+	return nil
+}
+
+// validName keeps snapshot names usable as object keys.
+func validName(name string) error {
+	if name == "" || len(name) > 200 || strings.ContainsAny(name, "/\\\x00") || name == "." || name == ".." {
+		return fmt.Errorf("invalid snapshot name %q: use letters, digits, '-', '_' and '.'", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("invalid snapshot name %q: use letters, digits, '-', '_' and '.'", name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,317 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/restic/chunker"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stasis-run/stasis/snapshot"
+)
+
+// Progress reports a transfer as it goes.
+type Progress struct {
+	Snapshot   string `json:"snapshot"`
+	Files      int    `json:"files"`
+	FilesDone  int    `json:"filesDone"`
+	Bytes      int64  `json:"bytes"`
+	BytesDone  int64  `json:"bytesDone"`
+	// Stored counts new compressed bytes written (Save) or read (Restore).
+	Stored int64 `json:"stored"`
+}
+
+// Options tune Save and Restore.
+type Options struct {
+	// Progress, when set, is called from one goroutine at a time, at most
+	// every ProgressEvery and once at the end.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+	// Uploads bounds the packs written at once (Save), Downloads the chunks
+	// read at once (Restore); 4 and 8 when zero.
+	Uploads   int
+	Downloads int
+}
+
+type progressReporter struct {
+	mu    sync.Mutex
+	p     Progress
+	fn    func(Progress)
+	every time.Duration
+	last  time.Time
+}
+
+func newReporter(opts Options, p Progress) *progressReporter {
+	every := opts.ProgressEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	return &progressReporter{p: p, fn: opts.Progress, every: every}
+}
+
+func (r *progressReporter) add(done, stored int64, filesDone int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.p.BytesDone += done
+	r.p.Stored += stored
+	r.p.FilesDone += filesDone
+	if r.fn != nil && time.Since(r.last) >= r.every {
+		r.last = time.Now()
+		r.fn(r.p)
+	}
+}
+
+func (r *progressReporter) finish() Progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fn != nil {
+		r.fn(r.p)
+	}
+	return r.p
+}
+
+// chunk is a piece of a file on its way into a pack.
+type chunk struct {
+	id   string
+	data []byte
+	buf  *[]byte // returned to the pool once compressed
+}
+
+type blob struct {
+	id         string
+	compressed []byte
+	raw        int64
+}
+
+// Save stores the snapshot folder dir under name: every chunk not already in
+// the repository is compressed and packed, each pack and its index are
+// written, and the snapshot's manifest last. Saving a name that exists is
+// refused. An interrupted Save leaves no snapshot; run again, it skips the
+// chunks already stored.
+func (r *Repository) Save(ctx context.Context, name, dir string, opts Options) (*Snapshot, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	if _, err := r.be.Size(ctx, snapshotsPrefix+name); err == nil {
+		return nil, fmt.Errorf("store %s: snapshot %q exists already; delete it first or pick another name", r.be.Location(), name)
+	} else if !errors.Is(err, ErrNotExist) {
+		return nil, err
+	}
+	meta, err := os.ReadFile(filepath.Join(dir, snapshot.ManifestName))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot folder %s: %w", dir, err)
+	}
+	if _, err := snapshot.Load(dir); err != nil {
+		return nil, err
+	}
+	paths, err := snapshot.ListFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	snap := &Snapshot{Version: FormatVersion, Name: name, CreatedAt: time.Now().UTC(), Meta: meta}
+	var total int64
+	for _, p := range paths {
+		st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil {
+			return nil, err
+		}
+		snap.Files = append(snap.Files, File{Path: p, Size: st.Size(), Mode: uint32(st.Mode().Perm())})
+		total += st.Size()
+	}
+
+	unlock, err := r.lock(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	rep := newReporter(opts, Progress{Snapshot: name, Files: len(paths), Bytes: total})
+	if err := r.ingest(ctx, dir, snap, opts, rep); err != nil {
+		return nil, fmt.Errorf("store %s: save %s: %w", r.be.Location(), name, err)
+	}
+	rep.finish()
+	if err := putJSON(ctx, r.be, snapshotsPrefix+name, snap); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// ingest runs the pipeline: one goroutine cuts the files into chunks and
+// hashes them, skipping known ones; compressors (one per core) compress; a
+// packer fills packs; uploaders write them. Channels between stages are
+// short, so memory stays bounded whatever the snapshot's size.
+func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opts Options, rep *progressReporter) error {
+	workers := runtime.GOMAXPROCS(0)
+	uploads := opts.Uploads
+	if uploads <= 0 {
+		uploads = 4
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(workers))
+	if err != nil {
+		return err
+	}
+	defer enc.Close()
+	pool := sync.Pool{New: func() any { b := make([]byte, chunker.MaxSize); return &b }}
+
+	g, ctx := errgroup.WithContext(ctx)
+	chunks := make(chan chunk, workers)
+	blobs := make(chan blob, workers)
+	packs := make(chan *packWriter, 1)
+
+	g.Go(func() error {
+		defer close(chunks)
+		return r.cut(ctx, dir, snap, chunks, &pool, rep)
+	})
+	var compressors sync.WaitGroup
+	for range workers {
+		compressors.Add(1)
+		g.Go(func() error {
+			defer compressors.Done()
+			for c := range chunks {
+				b := blob{id: c.id, raw: int64(len(c.data)), compressed: enc.EncodeAll(c.data, nil)}
+				pool.Put(c.buf)
+				select {
+				case blobs <- b:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		compressors.Wait()
+		close(blobs)
+		return nil
+	})
+	g.Go(func() error {
+		defer close(packs)
+		pw := newPackWriter()
+		for b := range blobs {
+			pw.add(b)
+			if int64(pw.buf.Len()) >= r.cfg.PackSize {
+				select {
+				case packs <- pw:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				pw = newPackWriter()
+			}
+		}
+		if len(pw.index.Blobs) > 0 {
+			select {
+			case packs <- pw:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	for range uploads {
+		g.Go(func() error {
+			for pw := range packs {
+				n, err := r.writePack(ctx, pw)
+				if err != nil {
+					return err
+				}
+				rep.add(0, n, 0)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// cut reads the files in order, records each file's chunk list, and sends on
+// the chunks the repository does not have yet.
+func (r *Repository) cut(ctx context.Context, dir string, snap *Snapshot, out chan<- chunk, pool *sync.Pool, rep *progressReporter) error {
+	sent := map[string]bool{}
+	for i := range snap.Files {
+		f := &snap.Files[i]
+		fh, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
+		if err != nil {
+			return err
+		}
+		ch := chunker.New(fh, r.cfg.ChunkerPolynomial)
+		var read int64
+		for {
+			buf := pool.Get().(*[]byte)
+			c, err := ch.Next(*buf)
+			if errors.Is(err, io.EOF) {
+				pool.Put(buf)
+				break
+			}
+			if err != nil {
+				fh.Close()
+				return fmt.Errorf("%s: %w", f.Path, err)
+			}
+			sum := sha256.Sum256(c.Data)
+			id := hex.EncodeToString(sum[:])
+			f.Chunks = append(f.Chunks, id)
+			read += int64(c.Length)
+			if _, stored := r.lookup(id); stored || sent[id] {
+				pool.Put(buf)
+				rep.add(int64(c.Length), 0, 0)
+				continue
+			}
+			sent[id] = true
+			select {
+			case out <- chunk{id: id, data: c.Data, buf: buf}:
+			case <-ctx.Done():
+				fh.Close()
+				return ctx.Err()
+			}
+			rep.add(int64(c.Length), 0, 0)
+		}
+		fh.Close()
+		if read != f.Size {
+			return fmt.Errorf("%s changed while it was saved: read %d bytes, expected %d", f.Path, read, f.Size)
+		}
+		rep.add(0, 0, 1)
+	}
+	return nil
+}
+
+// packWriter builds one pack: the compressed blobs back to back.
+type packWriter struct {
+	buf   bytes.Buffer
+	index packIndex
+}
+
+func newPackWriter() *packWriter { return &packWriter{} }
+
+func (p *packWriter) add(b blob) {
+	p.index.Blobs = append(p.index.Blobs, packEntry{ID: b.id, Offset: int64(p.buf.Len()), Length: int64(len(b.compressed)), Raw: b.raw})
+	p.buf.Write(b.compressed)
+}
+
+// writePack writes the pack, named by the hash of its bytes, then its index;
+// only then do its chunks count as stored.
+func (r *Repository) writePack(ctx context.Context, p *packWriter) (int64, error) {
+	sum := sha256.Sum256(p.buf.Bytes())
+	id := hex.EncodeToString(sum[:])
+	p.index.Pack = id
+	if err := r.be.Put(ctx, packKey(id), bytes.NewReader(p.buf.Bytes()), int64(p.buf.Len())); err != nil {
+		return 0, fmt.Errorf("write pack %s: %w", id, err)
+	}
+	if err := putJSON(ctx, r.be, indexPrefix+id, p.index); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	for _, b := range p.index.Blobs {
+		r.index[b.ID] = blobLocation{Pack: id, Offset: b.Offset, Length: b.Length, Raw: b.Raw}
+	}
+	r.mu.Unlock()
+	return int64(p.buf.Len()), nil
+}

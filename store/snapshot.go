@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/stasis-run/stasis/snapshot"
+)
+
+// Snapshot is a stored snapshot's manifest, the object snapshots/<name>.
+type Snapshot struct {
+	Version   int       `json:"version"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Meta is the snapshot folder's own manifest (snapshot.Manifest):
+	// scope, runtime, GPU driver, block digests. Restore writes it back.
+	Meta  json.RawMessage `json:"meta"`
+	Files []File          `json:"files"`
+}
+
+// File is one file of a stored snapshot: its chunks, in order.
+type File struct {
+	Path   string   `json:"path"`
+	Size   int64    `json:"size"`
+	Mode   uint32   `json:"mode"`
+	Chunks []string `json:"chunks"`
+}
+
+// Size is the snapshot's logical size: the bytes of all its files.
+func (s *Snapshot) Size() int64 {
+	var n int64
+	for _, f := range s.Files {
+		n += f.Size
+	}
+	return n
+}
+
+var chunkID = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// maxFileSize bounds a stored file (16 TiB): larger claims are corrupt.
+const maxFileSize = 16 << 40
+
+// Snapshot reads and checks a stored snapshot's manifest.
+func (r *Repository) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	var s Snapshot
+	if err := getJSON(ctx, r.be, snapshotsPrefix+name, &s); err != nil {
+		if errors.Is(err, ErrNotExist) {
+			return nil, fmt.Errorf("store %s: no snapshot %q: %w", r.be.Location(), name, err)
+		}
+		return nil, fmt.Errorf("store %s: snapshot %s: %w", r.be.Location(), name, err)
+	}
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("store %s: snapshot %s: %w", r.be.Location(), name, err)
+	}
+	return &s, nil
+}
+
+func (s *Snapshot) check() error {
+	if s.Version != FormatVersion {
+		return fmt.Errorf("manifest format %d, this build reads format %d", s.Version, FormatVersion)
+	}
+	meta, err := snapshot.Parse(s.Meta)
+	if err != nil {
+		return fmt.Errorf("folder manifest: %w", err)
+	}
+	if len(meta.Files) != len(s.Files) {
+		return fmt.Errorf("folder manifest lists %d files, the snapshot %d", len(meta.Files), len(s.Files))
+	}
+	seen := map[string]bool{}
+	for _, f := range s.Files {
+		if err := snapshot.CheckPath(f.Path); err != nil {
+			return fmt.Errorf("file %q: %w", f.Path, err)
+		}
+		if seen[f.Path] {
+			return fmt.Errorf("file %q listed twice", f.Path)
+		}
+		seen[f.Path] = true
+		if f.Size < 0 || f.Size > maxFileSize {
+			return fmt.Errorf("file %s: absurd size %d", f.Path, f.Size)
+		}
+		if f.Size > 0 && len(f.Chunks) == 0 || int64(len(f.Chunks)) > f.Size {
+			return fmt.Errorf("file %s: %d chunks for %d bytes", f.Path, len(f.Chunks), f.Size)
+		}
+		if i := slices.IndexFunc(f.Chunks, func(id string) bool { return !chunkID.MatchString(id) }); i >= 0 {
+			return fmt.Errorf("file %s: chunk %d has a malformed id %q", f.Path, i, f.Chunks[i])
+		}
+	}
+	for _, mf := range meta.Files {
+		i := slices.IndexFunc(s.Files, func(f File) bool { return f.Path == mf.Path })
+		if i < 0 || s.Files[i].Size != mf.Size {
+			return fmt.Errorf("file %s: the folder manifest and the snapshot disagree", mf.Path)
+		}
+	}
+	return nil
+}
+
+// Info is a stored snapshot in a listing.
+type Info struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"createdAt"`
+	Files     int       `json:"files"`
+	Size      int64     `json:"size"`
+}
+
+// List reads every stored snapshot's manifest.
+func (r *Repository) List(ctx context.Context) ([]Info, error) {
+	var infos []Info
+	err := r.be.List(ctx, snapshotsPrefix, func(key string, _ int64) error {
+		s, err := r.Snapshot(ctx, key[len(snapshotsPrefix):])
+		if err != nil {
+			return err
+		}
+		infos = append(infos, Info{Name: s.Name, CreatedAt: s.CreatedAt, Files: len(s.Files), Size: s.Size()})
+		return nil
+	})
+	slices.SortFunc(infos, func(a, b Info) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return infos, err
+}
+
+// Delete removes a snapshot's manifest; the chunks only it used are freed
+// by GC.
+func (r *Repository) Delete(ctx context.Context, name string) error {
+	if _, err := r.Snapshot(ctx, name); err != nil {
+		return err
+	}
+	unlock, err := r.lock(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return r.be.Delete(ctx, snapshotsPrefix+name)
+}

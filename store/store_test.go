@@ -1,0 +1,334 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/local"
+)
+
+// makeFolder writes a snapshot folder: a "template" part, the same in every
+// folder, a part of its own (from the seed own), and 3 MiB of zero pages.
+func makeFolder(t testing.TB, templateMiB, ownMiB int, own uint64) string {
+	return makeFolderZeros(t, templateMiB, ownMiB, own, 3)
+}
+
+func makeFolderZeros(t testing.TB, templateMiB, ownMiB int, own uint64, zeroMiB int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var data bytes.Buffer
+	data.Write(randomBytes(1, templateMiB<<20))
+	data.Write(randomBytes(own, ownMiB<<20))
+	data.Write(make([]byte, zeroMiB<<20)) // zero pages compress to nothing
+	if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), data.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("kernel state"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Commit(dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return b
+}
+
+func newRepo(t testing.TB) (*store.Repository, string) {
+	t.Helper()
+	root := t.TempDir()
+	be, err := local.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.Init(context.Background(), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, root
+}
+
+// sameFiles compares the image files byte for byte and the manifests by
+// content (the store keeps the manifest's JSON, not its spacing).
+func sameFiles(t *testing.T, a, b string) {
+	t.Helper()
+	ma, err1 := snapshot.Load(a)
+	mb, err2 := snapshot.Load(b)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(ma, mb) {
+		t.Fatalf("manifests differ after the round trip (%v, %v)", err1, err2)
+	}
+	for _, name := range []string{"image/pages.img", "image/checkpoint.img"} {
+		x, err1 := os.ReadFile(filepath.Join(a, name))
+		y, err2 := os.ReadFile(filepath.Join(b, name))
+		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
+			t.Fatalf("%s differs after the round trip (%v, %v)", name, err1, err2)
+		}
+	}
+}
+
+func TestSaveRestoreRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	src := makeFolder(t, 24, 8, 2)
+	var last store.Progress
+	snap, err := r.Save(ctx, "actor-1", src, store.Options{Progress: func(p store.Progress) { last = p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.BytesDone != last.Bytes || last.FilesDone != 2 || last.Stored == 0 {
+		t.Errorf("final progress %+v", last)
+	}
+	if snap.Size() != 35<<20+int64(len("kernel state")) {
+		t.Errorf("logical size %d", snap.Size())
+	}
+	// Reopen: the index is read back from the backend.
+	be, _ := local.New(root)
+	r2, err := store.Open(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "restored")
+	if err := r2.Restore(ctx, "actor-1", dst, store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, src, dst)
+	if _, err := snapshot.Verify(dst); err != nil {
+		t.Fatalf("the restored folder does not verify: %v", err)
+	}
+	if err := r2.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Save(ctx, "actor-1", src, store.Options{}); err == nil || !strings.Contains(err.Error(), "exists already") {
+		t.Errorf("saving over an existing snapshot: %v", err)
+	}
+}
+
+func TestTwoActorsOfOneTemplateDeduplicate(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRepo(t)
+	a := makeFolder(t, 40, 1, 2)
+	b := makeFolder(t, 40, 1, 3)
+	var stored [2]int64
+	for i, dir := range []string{a, b} {
+		if _, err := r.Save(ctx, []string{"a", "b"}[i], dir, store.Options{Progress: func(p store.Progress) { stored[i] = p.Stored }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if stored[1]*3 > stored[0] {
+		t.Errorf("the second actor stored %d bytes against %d for the first; want the template shared", stored[1], stored[0])
+	}
+	u, err := r.DU(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Snapshots != 2 || u.Dedup < 2 {
+		t.Errorf("usage %+v; want a dedup ratio of at least 2", u)
+	}
+}
+
+// failingBackend fails every Put after the first n.
+type failingBackend struct {
+	store.Backend
+	left atomic.Int64
+}
+
+func (f *failingBackend) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if strings.HasPrefix(key, "data/") && f.left.Add(-1) < 0 {
+		return errors.New("injected: connection reset")
+	}
+	return f.Backend.Put(ctx, key, r, size)
+}
+
+func TestInterruptedSaveResumes(t *testing.T) {
+	ctx := context.Background()
+	_, root := newRepo(t)
+	src := makeFolder(t, 64, 0, 2)
+	be, _ := local.New(root)
+	fb := &failingBackend{Backend: be}
+	fb.left.Store(2)
+	r, err := store.Open(ctx, fb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Save(ctx, "s", src, store.Options{Uploads: 1}); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := r.Snapshot(ctx, "s"); !errors.Is(err, store.ErrNotExist) {
+		t.Fatalf("an interrupted save left a snapshot: %v", err)
+	}
+	r, err = store.Open(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last store.Progress
+	if _, err := r.Save(ctx, "s", src, store.Options{Progress: func(p store.Progress) { last = p }}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := r.DU(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Stored >= u.Stored {
+		t.Errorf("the retry stored %d of %d bytes; the packs written before the failure were not reused", last.Stored, u.Stored)
+	}
+}
+
+func packFiles(t *testing.T, root string) []string {
+	packs, err := filepath.Glob(filepath.Join(root, "data", "*", "*"))
+	if err != nil || len(packs) == 0 {
+		t.Fatalf("no packs: %v", err)
+	}
+	return packs
+}
+
+func TestCorruptAndMissingPacks(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	src := makeFolder(t, 4, 0, 2)
+	if _, err := r.Save(ctx, "s", src, store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pack := packFiles(t, root)[0]
+	data, _ := os.ReadFile(pack)
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(pack, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	err := r.Restore(ctx, "s", dst, store.Options{})
+	if err == nil || !strings.Contains(err.Error(), "snapshot s") || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("restore of a corrupt pack: %v", err)
+	}
+	if entries, _ := os.ReadDir(dst); len(entries) != 0 {
+		t.Errorf("a failed restore left %d entries", len(entries))
+	}
+	if err := r.Verify(ctx, "s"); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("verify of a corrupt pack: %v", err)
+	}
+	if err := os.Remove(pack); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore(ctx, "s", dst, store.Options{}); err == nil || !strings.Contains(err.Error(), "is missing") {
+		t.Errorf("restore with a missing pack: %v", err)
+	}
+}
+
+func TestHostileManifests(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	if _, err := r.Save(ctx, "s", makeFolder(t, 1, 0, 2), store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "snapshots", "s")
+	good, _ := os.ReadFile(path)
+	// The edits hit the store's own file list, which follows the folder
+	// manifest embedded in "meta", and then the embedded one.
+	last := func(s, old, new string) string {
+		i := strings.LastIndex(s, old)
+		return s[:i] + new + s[i+len(old):]
+	}
+	for name, edit := range map[string]func(string) string{
+		"truncated":      func(s string) string { return s[:len(s)/2] },
+		"version":        func(s string) string { return strings.Replace(s, `"version": 1`, `"version": 7`, 1) },
+		"escape":         func(s string) string { return last(s, `"image/pages.img"`, `"../../etc/passwd"`) },
+		"absolute":       func(s string) string { return last(s, `"image/pages.img"`, `"/etc/passwd"`) },
+		"absurd size":    func(s string) string { return last(s, `"size": 4194304`, `"size": 9223372036854775807`) },
+		"meta escape":    func(s string) string { return strings.Replace(s, `"image/pages.img"`, `"../../etc/passwd"`, 1) },
+		"meta disagrees": func(s string) string { return strings.Replace(s, `"size": 4194304`, `"size": 4194305`, 1) },
+	} {
+		if err := os.WriteFile(path, []byte(edit(string(good))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(t.TempDir(), "out")
+		err := r.Restore(ctx, "s", dst, store.Options{})
+		if err == nil || !strings.Contains(err.Error(), "snapshot s") {
+			t.Errorf("%s: restore accepted it or did not name the snapshot: %v", name, err)
+		}
+		if entries, _ := os.ReadDir(dst); len(entries) != 0 {
+			t.Errorf("%s: a refused restore wrote %d entries", name, len(entries))
+		}
+	}
+	for _, bad := range []string{"../x", "a/b", "", "x y"} {
+		if _, err := r.Save(ctx, bad, makeFolder(t, 1, 0, 2), store.Options{}); err == nil {
+			t.Errorf("snapshot name %q accepted", bad)
+		}
+	}
+	if _, err := r.Save(ctx, "nofolder", t.TempDir(), store.Options{}); err == nil {
+		t.Error("a folder without a manifest was saved")
+	}
+}
+
+func TestGCFreesUnusedPacksAndRespectsLocks(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	// Nothing shared, so that every pack of a is a's alone.
+	a, b := makeFolderZeros(t, 0, 24, 2, 0), makeFolderZeros(t, 0, 24, 3, 0)
+	for name, dir := range map[string]string{"a": a, "b": b} {
+		if _, err := r.Save(ctx, name, dir, store.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := r.DU(ctx)
+	if err := r.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.GC(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := r.DU(ctx)
+	if res.PacksDeleted == 0 || after.Stored >= before.Stored || after.Stored+res.BytesFreed != before.Stored {
+		t.Errorf("gc %+v: stored %d -> %d", res, before.Stored, after.Stored)
+	}
+	if err := r.Restore(ctx, "b", filepath.Join(t.TempDir(), "b"), store.Options{}); err != nil {
+		t.Fatalf("the kept snapshot after gc: %v", err)
+	}
+
+	// A writer's lock keeps GC out, and GC's lock keeps writers out.
+	lock := filepath.Join(root, "locks", "other")
+	if err := os.WriteFile(lock, []byte(`{"exclusive": false, "host": "h", "pid": 1, "time": "`+nowRFC3339()+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.GC(ctx); !errors.Is(err, store.ErrLocked) {
+		t.Errorf("gc beside a writer: %v", err)
+	}
+	if err := os.WriteFile(lock, []byte(`{"exclusive": true, "host": "h", "pid": 1, "time": "`+nowRFC3339()+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Save(ctx, "c", a, store.Options{}); !errors.Is(err, store.ErrLocked) {
+		t.Errorf("save beside gc: %v", err)
+	}
+	if err := os.WriteFile(lock, []byte(`{"exclusive": true, "host": "h", "pid": 1, "time": "2000-01-01T00:00:00Z"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.GC(ctx); err != nil || res.StaleLocks != 1 {
+		t.Errorf("gc with a stale lock: %+v %v", res, err)
+	}
+}
+
+func nowRFC3339() string { return time.Now().UTC().Format(time.RFC3339) }
