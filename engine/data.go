@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -42,9 +43,9 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 			return "", err
 		}
 		if free < need {
-			return "", fmt.Errorf("%w: the snapshot folder %s has %s free, the durable folders hold %s: %s short", ErrRefused, dir, humanBytes(free), humanBytes(need), humanBytes(need-free))
+			return "", fmt.Errorf("%w: the snapshot folder %s has %s free, the durable folders hold %s: %s short", ErrRefused, dir, units.Bytes(free), units.Bytes(need), units.Bytes(need-free))
 		}
-		return fmt.Sprintf("durable folders hold %s", humanBytes(need)), nil
+		return fmt.Sprintf("durable folders hold %s", units.Bytes(need)), nil
 	})
 	if err != nil {
 		return nil, err

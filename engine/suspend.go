@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 )
@@ -150,9 +151,9 @@ func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (string
 	}
 	if free < need {
 		return "", fmt.Errorf("%w: the image folder %s has %s free, the image needs up to %s (sandbox memory %s + GPU memory in use %s): %s short",
-			ErrRefused, dir, humanBytes(free), humanBytes(need), humanBytes(memory), humanBytes(gpuMemory), humanBytes(need-free))
+			ErrRefused, dir, units.Bytes(free), units.Bytes(need), units.Bytes(memory), units.Bytes(gpuMemory), units.Bytes(need-free))
 	}
-	return fmt.Sprintf("sandbox memory %s, GPU memory %s, disk free %s", humanBytes(memory), humanBytes(gpuMemory), humanBytes(free)), nil
+	return fmt.Sprintf("sandbox memory %s, GPU memory %s, disk free %s", units.Bytes(memory), units.Bytes(gpuMemory), units.Bytes(free)), nil
 }
 
 func (e *Engine) freeDisk(dir string) (uint64, error) {
@@ -220,18 +221,4 @@ func durableSources(a Actor) (map[string]string, error) {
 		sources[d] = src
 	}
 	return sources, nil
-}
-
-// humanBytes formats a byte count for people.
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -17,6 +17,7 @@ if ! command -v cc >/dev/null; then
 	apt-get update -qq && apt-get install -y -qq gcc >/dev/null
 fi
 scripts/install-runsc.sh
+scripts/install-versitygw.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l .)

@@ -83,14 +83,45 @@ func (r *progressReporter) finish() Progress {
 
 // chunk is a piece of a file on its way into a pack.
 type chunk struct {
-	id   string
-	data []byte
-	buf  *[]byte // returned to the pool once compressed
+	file  int // index in Snapshot.Files
+	index int // index in File.Chunks
+	data  []byte
+	buf   *[]byte // returned to the pool once hashed (and compressed)
+}
+
+// chunkLists collects each file's chunk ids, which hashing workers fill in
+// out of order while the cutter is still adding slots.
+type chunkLists struct {
+	mu    sync.Mutex
+	snap  *Snapshot
+	taken map[string]bool // chunks sent for storing in this run
+}
+
+func (l *chunkLists) slot(file int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := &l.snap.Files[file]
+	f.Chunks = append(f.Chunks, "")
+	return len(f.Chunks) - 1
+}
+
+// record sets a chunk's id and tells whether this worker should store it:
+// it is neither in the repository nor taken by another worker.
+func (l *chunkLists) record(c chunk, id string, stored bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.snap.Files[c.file].Chunks[c.index] = id
+	if stored || l.taken[id] {
+		return false
+	}
+	l.taken[id] = true
+	return true
 }
 
 type blob struct {
 	id         string
 	compressed []byte
+	buf        *[]byte // returned to the pool once packed
 	raw        int64
 }
 
@@ -162,16 +193,26 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 		return err
 	}
 	defer enc.Close()
-	pool := sync.Pool{New: func() any { b := make([]byte, chunker.MaxSize); return &b }}
+	// Buffers are reused through free lists as deep as the pipeline:
+	// allocating chunks, compressed chunks and packs afresh for a 10 GB image
+	// keeps the garbage collector busier than the chunker. (A sync.Pool is
+	// emptied by every collection, which is the problem.)
+	depth := 3*workers + 2
+	pool := newFreeList(depth, func() *[]byte { b := make([]byte, chunker.MaxSize); return &b })
+	zpool := newFreeList(depth, func() *[]byte { b := make([]byte, 0, enc.MaxEncodedSize(chunker.MaxSize)); return &b })
+	packPool := newFreeList(uploads+2, func() *packWriter {
+		return newPackWriter(r.cfg.PackSize + int64(enc.MaxEncodedSize(chunker.MaxSize)))
+	})
 
 	g, ctx := errgroup.WithContext(ctx)
 	chunks := make(chan chunk, workers)
 	blobs := make(chan blob, workers)
 	packs := make(chan *packWriter, 1)
 
+	lists := &chunkLists{snap: snap, taken: map[string]bool{}}
 	g.Go(func() error {
 		defer close(chunks)
-		return r.cut(ctx, dir, snap, chunks, &pool, rep)
+		return r.cut(ctx, dir, snap, lists, chunks, pool, rep)
 	})
 	var compressors sync.WaitGroup
 	for range workers {
@@ -179,8 +220,16 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 		g.Go(func() error {
 			defer compressors.Done()
 			for c := range chunks {
-				b := blob{id: c.id, raw: int64(len(c.data)), compressed: enc.EncodeAll(c.data, nil)}
-				pool.Put(c.buf)
+				sum := sha256.Sum256(c.data)
+				id := hex.EncodeToString(sum[:])
+				_, stored := r.lookup(id)
+				if !lists.record(c, id, stored) {
+					pool.put(c.buf)
+					continue
+				}
+				zbuf := zpool.get()
+				b := blob{id: id, raw: int64(len(c.data)), compressed: enc.EncodeAll(c.data, (*zbuf)[:0]), buf: zbuf}
+				pool.put(c.buf)
 				select {
 				case blobs <- b:
 				case <-ctx.Done():
@@ -197,16 +246,17 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 	})
 	g.Go(func() error {
 		defer close(packs)
-		pw := newPackWriter()
+		pw := packPool.get()
 		for b := range blobs {
 			pw.add(b)
+			zpool.put(b.buf)
 			if int64(pw.buf.Len()) >= r.cfg.PackSize {
 				select {
 				case packs <- pw:
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-				pw = newPackWriter()
+				pw = packPool.get()
 			}
 		}
 		if len(pw.index.Blobs) > 0 {
@@ -226,6 +276,8 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 					return err
 				}
 				rep.add(0, n, 0)
+				pw.reset()
+				packPool.put(pw)
 			}
 			return nil
 		})
@@ -233,10 +285,11 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 	return g.Wait()
 }
 
-// cut reads the files in order, records each file's chunk list, and sends on
-// the chunks the repository does not have yet.
-func (r *Repository) cut(ctx context.Context, dir string, snap *Snapshot, out chan<- chunk, pool *sync.Pool, rep *progressReporter) error {
-	sent := map[string]bool{}
+// cut reads the files in order and cuts them into content-defined chunks,
+// giving each a slot in its file's chunk list. Hashing, the check for chunks
+// already stored and compression happen in the workers: on two cores the
+// chunker alone keeps one busy.
+func (r *Repository) cut(ctx context.Context, dir string, snap *Snapshot, lists *chunkLists, out chan<- chunk, pool *freeList[*[]byte], rep *progressReporter) error {
 	for i := range snap.Files {
 		f := &snap.Files[i]
 		fh, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
@@ -246,28 +299,19 @@ func (r *Repository) cut(ctx context.Context, dir string, snap *Snapshot, out ch
 		ch := chunker.New(fh, r.cfg.ChunkerPolynomial)
 		var read int64
 		for {
-			buf := pool.Get().(*[]byte)
+			buf := pool.get()
 			c, err := ch.Next(*buf)
 			if errors.Is(err, io.EOF) {
-				pool.Put(buf)
+				pool.put(buf)
 				break
 			}
 			if err != nil {
 				fh.Close()
 				return fmt.Errorf("%s: %w", f.Path, err)
 			}
-			sum := sha256.Sum256(c.Data)
-			id := hex.EncodeToString(sum[:])
-			f.Chunks = append(f.Chunks, id)
 			read += int64(c.Length)
-			if _, stored := r.lookup(id); stored || sent[id] {
-				pool.Put(buf)
-				rep.add(int64(c.Length), 0, 0)
-				continue
-			}
-			sent[id] = true
 			select {
-			case out <- chunk{id: id, data: c.Data, buf: buf}:
+			case out <- chunk{file: i, index: lists.slot(i), data: c.Data, buf: buf}:
 			case <-ctx.Done():
 				fh.Close()
 				return ctx.Err()
@@ -283,13 +327,49 @@ func (r *Repository) cut(ctx context.Context, dir string, snap *Snapshot, out ch
 	return nil
 }
 
+// freeList hands out reusable values, making new ones when it is empty and
+// dropping returned ones when it is full.
+type freeList[T any] struct {
+	free  chan T
+	fresh func() T
+}
+
+func newFreeList[T any](size int, fresh func() T) *freeList[T] {
+	return &freeList[T]{free: make(chan T, size), fresh: fresh}
+}
+
+func (f *freeList[T]) get() T {
+	select {
+	case v := <-f.free:
+		return v
+	default:
+		return f.fresh()
+	}
+}
+
+func (f *freeList[T]) put(v T) {
+	select {
+	case f.free <- v:
+	default:
+	}
+}
+
 // packWriter builds one pack: the compressed blobs back to back.
 type packWriter struct {
 	buf   bytes.Buffer
 	index packIndex
 }
 
-func newPackWriter() *packWriter { return &packWriter{} }
+func newPackWriter(capacity int64) *packWriter {
+	p := &packWriter{}
+	p.buf.Grow(int(capacity))
+	return p
+}
+
+func (p *packWriter) reset() {
+	p.buf.Reset()
+	p.index = packIndex{}
+}
 
 func (p *packWriter) add(b blob) {
 	p.index.Blobs = append(p.index.Blobs, packEntry{ID: b.id, Offset: int64(p.buf.Len()), Length: int64(len(b.compressed)), Raw: b.raw})

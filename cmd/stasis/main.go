@@ -25,6 +25,7 @@ const DefaultDataDir = "/var/lib/stasis"
 // globals are the flags every subcommand shares.
 type globals struct {
 	dataDir string
+	repo    string
 	json    bool
 	runsc   gvisor.Config
 	stdout  io.Writer
@@ -55,12 +56,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	f := root.PersistentFlags()
 	f.StringVar(&g.dataDir, "data", DefaultDataDir, "folder for snapshots and state")
 	f.BoolVar(&g.json, "json", false, "print JSON for machines instead of text")
+	f.StringVar(&g.repo, "repo", "", "snapshot repository: a folder or s3://BUCKET/PREFIX?endpoint=HOST:PORT (default: DATA/store)")
 	f.StringVar(&g.runsc.Runsc, "runsc", "", "runsc binary (default: runsc on PATH)")
 	f.StringVar(&g.runsc.Root, "runsc-root", gvisor.DefaultRoot, "runsc state folder")
 	f.StringVar(&g.runsc.Platform, "platform", "systrap", "runsc platform")
 	f.StringVar(&g.runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
 	f.StringVar(&g.runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
-	root.AddCommand(newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g))
+	root.AddCommand(newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g), newStore(g))
 	return root
 }
 
@@ -68,11 +70,14 @@ func (g *globals) runtime(ctx context.Context) (*gvisor.Runsc, error) {
 	return gvisor.New(ctx, g.runsc)
 }
 
+// emit writes one JSON line on stderr, for machines following progress.
+func (g *globals) emit(v any) { _ = json.NewEncoder(g.stderr).Encode(v) }
+
 // progress prints each engine step as it ends: to stderr as text, or as a
 // JSON line when --json is given, so machines can follow long operations.
 func (g *globals) progress(ev engine.Event) {
 	if g.json {
-		_ = json.NewEncoder(g.stderr).Encode(ev)
+		g.emit(ev)
 		return
 	}
 	switch {

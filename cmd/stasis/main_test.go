@@ -36,6 +36,7 @@ func TestDemoJSON(t *testing.T) {
 	}
 	var res struct {
 		StatePreserved bool   `json:"statePreserved"`
+		Before         string `json:"before"`
 		Snapshot       string `json:"snapshot"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
@@ -53,6 +54,35 @@ func TestDemoJSON(t *testing.T) {
 	out, err := exec.Command(bin, "snapshot", "verify", "--json", res.Snapshot).Output()
 	if err != nil || !strings.Contains(string(out), `"ok": true`) {
 		t.Errorf("snapshot verify: %v %s", err, out)
+	}
+
+	// The snapshot goes to the embedded store, comes back into a new folder,
+	// and the actor resumes from it: the same process, counting on from 3.
+	run := func(args ...string) string {
+		t.Helper()
+		args = append(args, "--data", data, "--runsc-root", filepath.Join(data, "runsc"))
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("stasis %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("store", "push", res.Snapshot, "demo-1")
+	if ls := run("store", "ls", "--json"); !strings.Contains(ls, `"name": "demo-1"`) {
+		t.Errorf("store ls: %s", ls)
+	}
+	if du := run("store", "du"); !strings.Contains(du, "1 snapshots") {
+		t.Errorf("store du: %s", du)
+	}
+	run("store", "verify")
+	fetched := filepath.Join(t.TempDir(), "fetched")
+	run("resume", "stasis-demo", "--bundle", filepath.Join(data, "demo", "bundle"), "--snapshot", fetched, "--pull", "demo-1")
+	defer run("store", "rm", "demo-1")
+	defer exec.Command("runsc", "--root", filepath.Join(data, "runsc"), "delete", "--force", "stasis-demo").Run()
+	counter, err := exec.Command("runsc", "--root", filepath.Join(data, "runsc"), "exec", "stasis-demo", "/.stasis/bin/stasis", "demo-actor", "incr").Output()
+	process, _, _ := strings.Cut(res.Before, " ")
+	if want := process + " 4"; err != nil || strings.TrimSpace(string(counter)) != want {
+		t.Errorf("counter after resume from the store: %q %v; want %q", counter, err, want)
 	}
 }
 

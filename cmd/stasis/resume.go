@@ -12,7 +12,7 @@ import (
 
 func newResume(g *globals) *cobra.Command {
 	var af actorFlags
-	var dir, newID, deviceMap, probeURL string
+	var dir, newID, deviceMap, probeURL, pull string
 	var probeCmd []string
 	var probeTimeout time.Duration
 	cmd := &cobra.Command{
@@ -28,6 +28,17 @@ func newResume(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if pull != "" {
+				// Fetched and hash-checked chunk by chunk before any sandbox
+				// exists; the engine verifies the folder again.
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if err := r.Restore(cmd.Context(), pull, dir, g.transferProgress("pull")); err != nil {
+					return err
+				}
+			}
 			eng := &engine.Engine{Runtime: rt, Events: g.progress}
 			opts := engine.ResumeOptions{ID: newID, DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}}
 			if err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
@@ -41,7 +52,8 @@ func newResume(g *globals) *cobra.Command {
 		},
 	}
 	af.register(cmd)
-	cmd.Flags().StringVar(&dir, "snapshot", "", "snapshot folder (required)")
+	cmd.Flags().StringVar(&dir, "snapshot", "", "snapshot folder (required; with --pull, an empty folder to fetch into)")
+	cmd.Flags().StringVar(&pull, "pull", "", "first fetch this stored snapshot from the repository (--repo) into --snapshot")
 	cmd.Flags().StringVar(&newID, "new-id", "", "container id for the resumed sandbox (default: CONTAINER)")
 	cmd.Flags().StringVar(&deviceMap, "device-map", "", "restore GPU state onto other GPUs: OLD_UUID=NEW_UUID,...")
 	cmd.Flags().StringSliceVar(&probeCmd, "probe-cmd", nil, "readiness command run inside the sandbox (comma-separated argv)")

@@ -31,7 +31,7 @@ func (a *actorFlags) actor(id string) engine.Actor {
 
 func newSuspend(g *globals) *cobra.Command {
 	var af actorFlags
-	var dir, scope string
+	var dir, scope, push string
 	cmd := &cobra.Command{
 		Use:   "suspend CONTAINER --bundle DIR --snapshot DIR",
 		Short: "Snapshot a running sandbox (GPU state included) and stop it",
@@ -49,12 +49,26 @@ manifest last, and stops the sandbox. On any failure the actor keeps running.`,
 			if err != nil {
 				return err
 			}
-			return g.print(m, fmt.Sprintf("suspended %s into %s (%s snapshot, %d files)\n", args[0], dir, m.Scope, len(m.Files)))
+			text := fmt.Sprintf("suspended %s into %s (%s snapshot, %d files)\n", args[0], dir, m.Scope, len(m.Files))
+			if push != "" {
+				// The actor is already suspended and its snapshot is whole
+				// on this node; a failed push leaves both as they are.
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("%ssnapshot kept at %s, not pushed: %w", text, dir, err)
+				}
+				if _, err := r.Save(cmd.Context(), push, dir, g.transferProgress("push")); err != nil {
+					return fmt.Errorf("%ssnapshot kept at %s, not pushed: %w", text, dir, err)
+				}
+				text += fmt.Sprintf("pushed as %s to %s\n", push, r.Backend().Location())
+			}
+			return g.print(m, text)
 		},
 	}
 	af.register(cmd)
 	cmd.Flags().StringVar(&dir, "snapshot", "", "new snapshot folder (required; must be empty or absent)")
 	cmd.Flags().StringVar(&scope, "scope", string(snapshot.ScopeFull), "Full (memory, GPU state, rootfs) or Data (durable folders only)")
+	cmd.Flags().StringVar(&push, "push", "", "also store the snapshot in the repository (--repo) under this name")
 	_ = cmd.MarkFlagRequired("snapshot")
 	return cmd
 }

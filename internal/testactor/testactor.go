@@ -21,6 +21,7 @@ var binaries struct {
 	once            sync.Once
 	dir             string
 	counter, helper string
+	memholder       string
 	err             error
 }
 
@@ -38,6 +39,7 @@ func Binaries(t testing.TB) (counter, helper string) {
 		}{
 			{"github.com/stasis-run/stasis/internal/testactor/counter", &binaries.counter},
 			{"github.com/stasis-run/stasis/internal/testactor/fakehelper", &binaries.helper},
+			{"github.com/stasis-run/stasis/internal/testactor/memholder", &binaries.memholder},
 		} {
 			*b.out = filepath.Join(binaries.dir, filepath.Base(b.pkg))
 			cmd := exec.Command("go", "build", "-o", *b.out, b.pkg)
@@ -63,6 +65,9 @@ func (e *buildError) Error() string { return e.pkg + ": " + e.err.Error() + "\n"
 
 // Options shape a test actor's bundle.
 type Options struct {
+	// Ballast, when set, runs memholder with these arguments (TEMPLATE_MIB
+	// OWN_MIB ZERO_MIB SEED) instead of the plain counter.
+	Ballast []string
 	// Durable maps folders inside the sandbox to host folders.
 	Durable map[string]string
 	// FakeHelper mounts the fake helper at bundle.HelperPath and the host
@@ -71,7 +76,8 @@ type Options struct {
 	Ctl        string
 }
 
-// Bundle writes an OCI bundle in dir whose process is "counter serve".
+// Bundle writes an OCI bundle in dir whose process is "counter serve", or
+// memholder with ballast; either answers "/counter await get" and friends.
 func Bundle(t testing.TB, dir string, opts Options) string {
 	t.Helper()
 	counter, helper := Binaries(t)
@@ -81,7 +87,11 @@ func Bundle(t testing.TB, dir string, opts Options) string {
 			t.Fatal(err)
 		}
 	}
-	data, err := os.ReadFile(counter)
+	program, args := counter, []string{"/counter", "serve"}
+	if opts.Ballast != nil {
+		program, args = binaries.memholder, append([]string{"/counter"}, opts.Ballast...)
+	}
+	data, err := os.ReadFile(program)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +100,7 @@ func Bundle(t testing.TB, dir string, opts Options) string {
 	}
 	spec := &specs.Spec{
 		Version: specs.Version,
-		Process: &specs.Process{Args: []string{"/counter", "serve"}, Cwd: "/", Env: []string{"PATH=/"}},
+		Process: &specs.Process{Args: args, Cwd: "/", Env: []string{"PATH=/"}},
 		Root:    &specs.Root{Path: "rootfs"},
 		// No tmpfs over /tmp: the test's host folders live under /tmp, and
 		// runsc shows a bind mount empty when its source lies under a path

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stasis-run/stasis/internal/units"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/location"
+)
+
+// repoLocation is the store unless --repo says otherwise: a local
+// repository in the data folder.
+func (g *globals) repoLocation() string {
+	if g.repo != "" {
+		return g.repo
+	}
+	return filepath.Join(g.dataDir, "store")
+}
+
+// openRepo opens the repository, creating the embedded local one on first
+// use; any other location must be created with `stasis store init`.
+func (g *globals) openRepo(ctx context.Context) (*store.Repository, error) {
+	be, err := location.FromEnv(ctx, g.repoLocation())
+	if err != nil {
+		return nil, err
+	}
+	r, err := store.Open(ctx, be)
+	if err != nil && g.repo == "" {
+		if r, initErr := store.Init(ctx, be); initErr == nil {
+			return r, nil
+		}
+	}
+	return r, err
+}
+
+// transferProgress prints a transfer's progress on stderr (a JSON line each
+// with --json).
+func (g *globals) transferProgress(verb string) store.Options {
+	return store.Options{ProgressEvery: time.Second, Progress: func(p store.Progress) {
+		if g.json {
+			g.emit(map[string]any{"progress": verb, "snapshot": p.Snapshot, "bytesDone": p.BytesDone, "bytes": p.Bytes, "stored": p.Stored, "filesDone": p.FilesDone, "files": p.Files})
+			return
+		}
+		pct := 100.0
+		if p.Bytes > 0 {
+			pct = 100 * float64(p.BytesDone) / float64(p.Bytes)
+		}
+		fmt.Fprintf(g.stderr, "  %s %s: %5.1f%% of %s, %d/%d files, %s moved\n", verb, p.Snapshot, pct, units.Bytes(p.Bytes), p.FilesDone, p.Files, units.Bytes(p.Stored))
+	}}
+}
+
+func newStore(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "store",
+		Short: "The snapshot repository: content-addressed, deduplicated, local or S3",
+		Long: `The repository is a local folder (default: DATA/store) or an S3 bucket given with
+--repo s3://BUCKET/PREFIX?endpoint=HOST:PORT[&insecure=true][&region=R], credentials from
+AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use: "init", Short: "Create a repository", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				be, err := location.FromEnv(cmd.Context(), g.repoLocation())
+				if err != nil {
+					return err
+				}
+				if _, err := store.Init(cmd.Context(), be); err != nil {
+					return err
+				}
+				return g.print(map[string]string{"repository": be.Location()}, fmt.Sprintf("created a repository at %s\n", be.Location()))
+			},
+		},
+		&cobra.Command{
+			Use: "push SNAPSHOT-FOLDER NAME", Short: "Store a snapshot folder under NAME", Args: cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				s, err := r.Save(cmd.Context(), args[1], args[0], g.transferProgress("push"))
+				if err != nil {
+					return err
+				}
+				return g.print(s, fmt.Sprintf("stored %s (%s, %d files)\n", s.Name, units.Bytes(s.Size()), len(s.Files)))
+			},
+		},
+		&cobra.Command{
+			Use: "pull NAME FOLDER", Short: "Fetch and verify a stored snapshot into an empty folder", Args: cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if err := r.Restore(cmd.Context(), args[0], args[1], g.transferProgress("pull")); err != nil {
+					return err
+				}
+				return g.print(map[string]string{"snapshot": args[0], "folder": args[1]}, fmt.Sprintf("pulled %s into %s\n", args[0], args[1]))
+			},
+		},
+		&cobra.Command{
+			Use: "ls", Short: "List stored snapshots", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				infos, err := r.List(cmd.Context())
+				if err != nil {
+					return err
+				}
+				var b strings.Builder
+				for _, i := range infos {
+					fmt.Fprintf(&b, "%-40s %s  %10s  %d files\n", i.Name, i.CreatedAt.Format(time.RFC3339), units.Bytes(i.Size), i.Files)
+				}
+				return g.print(infos, b.String())
+			},
+		},
+		&cobra.Command{
+			Use: "inspect NAME", Short: "Print a stored snapshot's manifest", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				s, err := r.Snapshot(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return g.print(s, fmt.Sprintf("%s: %s in %d files, created %s\n", s.Name, units.Bytes(s.Size()), len(s.Files), s.CreatedAt.Format(time.RFC3339)))
+			},
+		},
+		&cobra.Command{
+			Use: "verify [NAME...]", Short: "Read every chunk of the snapshots (all when none named) and check its hash",
+			RunE: func(cmd *cobra.Command, args []string) error {
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if err := r.Verify(cmd.Context(), args...); err != nil {
+					return err
+				}
+				return g.print(map[string]any{"ok": true}, "ok: every chunk matches its hash\n")
+			},
+		},
+		&cobra.Command{
+			Use: "du", Short: "Logical against stored bytes, and the dedup ratio", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				u, err := r.DU(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return g.print(u, fmt.Sprintf("%d snapshots: %s logical, %s unique, %s stored in %d packs, dedup %.2fx\n",
+					u.Snapshots, units.Bytes(u.Logical), units.Bytes(u.Unique), units.Bytes(u.Stored), u.Packs, u.Dedup))
+			},
+		},
+		&cobra.Command{
+			Use: "rm NAME", Short: "Delete a stored snapshot (gc frees its chunks)", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if err := r.Delete(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				return g.print(map[string]string{"deleted": args[0]}, fmt.Sprintf("deleted %s\n", args[0]))
+			},
+		},
+		&cobra.Command{
+			Use: "gc", Short: "Delete the packs no snapshot uses (takes the repository's exclusive lock)", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				r, err := g.openRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				res, err := r.GC(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return g.print(res, fmt.Sprintf("deleted %d packs (%s), kept %d, removed %d stale locks\n", res.PacksDeleted, units.Bytes(res.BytesFreed), res.PacksKept, res.StaleLocks))
+			},
+		},
+	)
+	return cmd
+}

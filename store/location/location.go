@@ -1,0 +1,70 @@
+// Package location opens a repository backend from its location string:
+// a folder path for the local backend, or
+//
+//	s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&insecure=true][&region=R][&create=true]
+//
+// with the credentials taken from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+// Every backend comes wrapped with retries for transient failures.
+package location
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/local"
+	"github.com/stasis-run/stasis/store/s3"
+)
+
+// Retries for transient failures: 4 attempts, 200 ms, 800 ms, 3.2 s apart.
+const (
+	attempts = 4
+	backoff  = 200 * time.Millisecond
+)
+
+// Open returns the backend at loc. getenv supplies the credentials.
+func Open(ctx context.Context, loc string, getenv func(string) string) (store.Backend, error) {
+	if !strings.Contains(loc, "://") {
+		be, err := local.New(loc)
+		if err != nil {
+			return nil, err
+		}
+		return store.WithRetry(be, attempts, backoff), nil
+	}
+	u, err := url.Parse(loc)
+	if err != nil {
+		return nil, fmt.Errorf("store location %q: %w", loc, err)
+	}
+	if u.Scheme != "s3" {
+		return nil, fmt.Errorf("store location %q: unknown scheme %q (want a folder path or s3://)", loc, u.Scheme)
+	}
+	q := u.Query()
+	cfg := s3.Config{
+		Endpoint:     q.Get("endpoint"),
+		Insecure:     q.Get("insecure") == "true",
+		Region:       q.Get("region"),
+		Bucket:       u.Host,
+		Prefix:       strings.TrimPrefix(u.Path, "/"),
+		AccessKey:    getenv("AWS_ACCESS_KEY_ID"),
+		SecretKey:    getenv("AWS_SECRET_ACCESS_KEY"),
+		CreateBucket: q.Get("create") == "true",
+	}
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = "s3.amazonaws.com"
+	}
+	if cfg.AccessKey == "" || cfg.SecretKey == "" {
+		return nil, fmt.Errorf("store location %q: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", loc)
+	}
+	be, err := s3.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return store.WithRetry(be, attempts, backoff), nil
+}
+
+// FromEnv is Open with the process's environment.
+func FromEnv(ctx context.Context, loc string) (store.Backend, error) { return Open(ctx, loc, os.Getenv) }

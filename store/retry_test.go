@@ -1,0 +1,58 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/local"
+)
+
+// flaky fails the first failures calls of Put with err.
+type flaky struct {
+	store.Backend
+	failures int
+	err      error
+	calls    int
+	got      []string
+}
+
+func (f *flaky) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	f.calls++
+	data, _ := io.ReadAll(r)
+	f.got = append(f.got, string(data))
+	if f.calls <= f.failures {
+		return f.err
+	}
+	return f.Backend.Put(ctx, key, bytes.NewReader(data), size)
+}
+
+func TestRetryRewindsAndGivesUpOnPermanentErrors(t *testing.T) {
+	ctx := context.Background()
+	be, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flaky{Backend: be, failures: 2, err: errors.New("connection reset")}
+	r := store.WithRetry(f, 4, time.Millisecond)
+	if err := r.Put(ctx, "k", strings.NewReader("payload"), 7); err != nil {
+		t.Fatalf("a transient failure was not retried: %v", err)
+	}
+	if f.calls != 3 || f.got[2] != "payload" {
+		t.Errorf("%d calls, bodies %q: the retry must resend the whole body", f.calls, f.got)
+	}
+
+	f = &flaky{Backend: be, failures: 5, err: store.Permanent(errors.New("credentials refused"))}
+	r = store.WithRetry(f, 4, time.Millisecond)
+	if err := r.Put(ctx, "k", strings.NewReader("x"), 1); err == nil || f.calls != 1 {
+		t.Errorf("a permanent error was retried: %d calls, %v", f.calls, err)
+	}
+	if _, err := r.Size(ctx, "missing"); !errors.Is(err, store.ErrNotExist) {
+		t.Errorf("size of a missing key: %v", err)
+	}
+}

@@ -1,0 +1,170 @@
+// Package s3 stores a repository's objects in an S3-compatible bucket
+// (AWS S3, MinIO, versitygw, Ceph RGW ...) under an optional key prefix.
+// An S3 PUT is atomic: an object is visible whole or not at all.
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/stasis-run/stasis/store"
+)
+
+// Config says where the bucket is and how to sign in.
+type Config struct {
+	// Endpoint is host[:port] of the S3 service, such as
+	// s3.us-east-1.amazonaws.com or 127.0.0.1:7070.
+	Endpoint string
+	// Insecure talks plain HTTP instead of HTTPS.
+	Insecure bool
+	Region   string
+	Bucket   string
+	// Prefix is prepended to every key ("team/stasis/").
+	Prefix    string
+	AccessKey string
+	SecretKey string
+	// CreateBucket makes the bucket when it does not exist.
+	CreateBucket bool
+}
+
+// Backend is a bucket.
+type Backend struct {
+	client *minio.Client
+	cfg    Config
+}
+
+var _ store.Backend = (*Backend)(nil)
+
+// New connects and checks that the bucket is there and the credentials are
+// accepted, so that a wrong key fails here with its reason.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.Bucket == "" || cfg.Endpoint == "" {
+		return nil, errors.New("s3 store: an endpoint and a bucket are needed")
+	}
+	if cfg.Prefix != "" && !strings.HasSuffix(cfg.Prefix, "/") {
+		cfg.Prefix += "/"
+	}
+	client, err := minio.New(cfg.Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure: !cfg.Insecure,
+		Region: cfg.Region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3 store %s: %w", cfg.Endpoint, err)
+	}
+	b := &Backend{client: client, cfg: cfg}
+	exists, err := client.BucketExists(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, b.wrap("open bucket", "", err)
+	}
+	if !exists {
+		if !cfg.CreateBucket {
+			return nil, fmt.Errorf("s3 store %s: bucket %q does not exist (create it, or ask for it to be created)", b.Location(), cfg.Bucket)
+		}
+		if err := client.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: cfg.Region}); err != nil {
+			return nil, b.wrap("create bucket", "", err)
+		}
+	}
+	return b, nil
+}
+
+func (b *Backend) Location() string {
+	scheme := "https"
+	if b.cfg.Insecure {
+		scheme = "http"
+	}
+	return fmt.Sprintf("s3 %s://%s/%s/%s", scheme, b.cfg.Endpoint, b.cfg.Bucket, b.cfg.Prefix)
+}
+
+// wrap names the operation and key, maps a missing object to
+// store.ErrNotExist and says what a refused credential means.
+func (b *Backend) wrap(op, key string, err error) error {
+	resp := minio.ToErrorResponse(err)
+	switch {
+	case resp.Code == "NoSuchKey":
+		return fmt.Errorf("%s: %s: %w", b.Location(), key, store.ErrNotExist)
+	case resp.StatusCode == http.StatusForbidden || resp.Code == "AccessDenied" || resp.Code == "SignatureDoesNotMatch" || resp.Code == "InvalidAccessKeyId":
+		return store.Permanent(fmt.Errorf("%s: %s %s: the credentials were refused (%s: %s); check the access key and secret", b.Location(), op, key, resp.Code, resp.Message))
+	}
+	return fmt.Errorf("%s: %s %s: %w", b.Location(), op, key, err)
+}
+
+func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	_, err := b.client.PutObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return b.wrap("put", key, err)
+	}
+	return nil
+}
+
+func (b *Backend) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	opts := minio.GetObjectOptions{}
+	if offset > 0 || length >= 0 {
+		end := int64(0)
+		if length >= 0 {
+			end = offset + length - 1
+		}
+		if length == 0 {
+			return io.NopCloser(strings.NewReader("")), nil
+		}
+		if err := opts.SetRange(offset, end); err != nil {
+			return nil, err
+		}
+	}
+	obj, err := b.client.GetObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, opts)
+	if err != nil {
+		return nil, b.wrap("get", key, err)
+	}
+	return &object{obj: obj, b: b, key: key}, nil
+}
+
+// object maps the errors a lazily fetched object reports on its first read.
+type object struct {
+	obj *minio.Object
+	b   *Backend
+	key string
+}
+
+func (o *object) Read(p []byte) (int, error) {
+	n, err := o.obj.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = o.b.wrap("get", o.key, err)
+	}
+	return n, err
+}
+
+func (o *object) Close() error { return o.obj.Close() }
+
+func (b *Backend) Size(ctx context.Context, key string) (int64, error) {
+	info, err := b.client.StatObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.StatObjectOptions{})
+	if err != nil {
+		return 0, b.wrap("stat", key, err)
+	}
+	return info.Size, nil
+}
+
+func (b *Backend) List(ctx context.Context, prefix string, fn func(string, int64) error) error {
+	for obj := range b.client.ListObjects(ctx, b.cfg.Bucket, minio.ListObjectsOptions{Prefix: b.cfg.Prefix + prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return b.wrap("list", prefix, obj.Err)
+		}
+		if err := fn(strings.TrimPrefix(obj.Key, b.cfg.Prefix), obj.Size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Backend) Delete(ctx context.Context, key string) error {
+	if err := b.client.RemoveObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.RemoveObjectOptions{}); err != nil {
+		return b.wrap("delete", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package s3_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stasis-run/stasis/internal/s3test"
+	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/location"
+)
+
+func TestBackendAgainstVersitygw(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	be, err := location.Open(ctx, srv.Location("objects"), srv.Env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("0123456789abcdef")
+	if err := be.Put(ctx, "data/ab/pack", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := be.Get(ctx, "data/ab/pack", 4, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(got) != "456789" {
+		t.Fatalf("range read %q %v", got, err)
+	}
+	if n, err := be.Size(ctx, "data/ab/pack"); n != 16 || err != nil {
+		t.Errorf("size %d %v", n, err)
+	}
+	var keys []string
+	if err := be.List(ctx, "data/", func(k string, _ int64) error { keys = append(keys, k); return nil }); err != nil || len(keys) != 1 || keys[0] != "data/ab/pack" {
+		t.Errorf("list %v %v", keys, err)
+	}
+	if _, err := be.Size(ctx, "nothing"); !errors.Is(err, store.ErrNotExist) {
+		t.Errorf("size of a missing key: %v", err)
+	}
+	rc, err = be.Get(ctx, "nothing", 0, -1)
+	if err == nil {
+		_, err = io.ReadAll(rc)
+	}
+	if !errors.Is(err, store.ErrNotExist) {
+		t.Errorf("get of a missing key: %v", err)
+	}
+	if err := be.Delete(ctx, "data/ab/pack"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWrongCredentialsAreNamed(t *testing.T) {
+	srv := s3test.Start(t)
+	env := func(k string) string {
+		if k == "AWS_SECRET_ACCESS_KEY" {
+			return "wrong"
+		}
+		return srv.Env(k)
+	}
+	_, err := location.Open(context.Background(), srv.Location("objects"), env)
+	if err == nil || !strings.Contains(err.Error(), "credentials were refused") || !store.IsPermanent(err) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestRepositoryOnS3(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	be, err := location.Open(ctx, srv.Location("repo"), srv.Env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.Init(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	payload := bytes.Repeat([]byte("stasis snapshot "), 1<<18)
+	if err := os.WriteFile(filepath.Join(src, "pages.img"), payload, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Commit(src, snapshot.Manifest{Scope: snapshot.ScopeFull}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Save(ctx, "s3-actor", src, store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := store.Open(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := r2.Restore(ctx, "s3-actor", dst, store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Verify(dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
