@@ -36,8 +36,12 @@ func (r *Repository) Restore(ctx context.Context, name, dir string, opts Options
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
-		return fmt.Errorf("restore into %s: the folder must be empty (%d entries) %v", dir, len(entries), err)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("restore into %s: %w", dir, err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("restore into %s: the folder holds %d entries; restore into an empty folder", dir, len(entries))
 	}
 	defer func() {
 		if err != nil {
