@@ -23,11 +23,11 @@ import (
 
 // Progress reports a transfer as it goes.
 type Progress struct {
-	Snapshot   string `json:"snapshot"`
-	Files      int    `json:"files"`
-	FilesDone  int    `json:"filesDone"`
-	Bytes      int64  `json:"bytes"`
-	BytesDone  int64  `json:"bytesDone"`
+	Snapshot  string `json:"snapshot"`
+	Files     int    `json:"files"`
+	FilesDone int    `json:"filesDone"`
+	Bytes     int64  `json:"bytes"`
+	BytesDone int64  `json:"bytesDone"`
 	// Stored counts new compressed bytes written (Save) or read (Restore).
 	Stored int64 `json:"stored"`
 }

@@ -67,4 +67,6 @@ func Open(ctx context.Context, loc string, getenv func(string) string) (store.Ba
 }
 
 // FromEnv is Open with the process's environment.
-func FromEnv(ctx context.Context, loc string) (store.Backend, error) { return Open(ctx, loc, os.Getenv) }
+func FromEnv(ctx context.Context, loc string) (store.Backend, error) {
+	return Open(ctx, loc, os.Getenv)
+}
