@@ -81,28 +81,43 @@ func (r *progressReporter) finish() Progress {
 	return r.p
 }
 
+// segmentSize is the span of a file that one cutter chunks on its own, so
+// that large files are cut on every core. Chunk boundaries restart at each
+// segment's start; for snapshots of one template the segments line up, and
+// elsewhere only the chunks at segment edges differ.
+const segmentSize = 256 << 20
+
+// segment is a span of a file for one cutter.
+type segment struct {
+	file   int // index in Snapshot.Files
+	index  int // index among the file's segments
+	offset int64
+	length int64
+}
+
 // chunk is a piece of a file on its way into a pack.
 type chunk struct {
-	file  int // index in Snapshot.Files
-	index int // index in File.Chunks
+	seg   segment
+	index int // index in the segment's chunk list
 	data  []byte
 	buf   *[]byte // returned to the pool once hashed (and compressed)
 }
 
-// chunkLists collects each file's chunk ids, which hashing workers fill in
-// out of order while the cutter is still adding slots.
+// chunkLists collects the chunk ids of every segment, which hashing workers
+// fill in out of order while cutters are still adding slots.
 type chunkLists struct {
-	mu    sync.Mutex
-	snap  *Snapshot
-	taken map[string]bool // chunks sent for storing in this run
+	mu       sync.Mutex
+	segments [][][]string    // file -> segment -> chunk ids
+	taken    map[string]bool // chunks sent for storing in this run
+	left     []int           // segments not yet cut, per file
 }
 
-func (l *chunkLists) slot(file int) int {
+func (l *chunkLists) slot(seg segment) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := &l.snap.Files[file]
-	f.Chunks = append(f.Chunks, "")
-	return len(f.Chunks) - 1
+	ids := &l.segments[seg.file][seg.index]
+	*ids = append(*ids, "")
+	return len(*ids) - 1
 }
 
 // record sets a chunk's id and tells whether this worker should store it:
@@ -110,12 +125,36 @@ func (l *chunkLists) slot(file int) int {
 func (l *chunkLists) record(c chunk, id string, stored bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.snap.Files[c.file].Chunks[c.index] = id
+	l.segments[c.seg.file][c.seg.index][c.index] = id
 	if stored || l.taken[id] {
 		return false
 	}
 	l.taken[id] = true
 	return true
+}
+
+// segmentDone tells whether seg was its file's last segment to be cut.
+func (l *chunkLists) segmentDone(seg segment) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.left[seg.file]--
+	return l.left[seg.file] == 0
+}
+
+// splitFiles cuts every file into segments.
+func splitFiles(files []File) ([]segment, *chunkLists) {
+	lists := &chunkLists{taken: map[string]bool{}, segments: make([][][]string, len(files)), left: make([]int, len(files))}
+	var segs []segment
+	for i, f := range files {
+		n := int(max(1, (f.Size+segmentSize-1)/segmentSize))
+		lists.segments[i] = make([][]string, n)
+		lists.left[i] = n
+		for j := range n {
+			off := int64(j) * segmentSize
+			segs = append(segs, segment{file: i, index: j, offset: off, length: min(segmentSize, f.Size-off)})
+		}
+	}
+	return segs, lists
 }
 
 type blob struct {
@@ -178,10 +217,10 @@ func (r *Repository) Save(ctx context.Context, name, dir string, opts Options) (
 	return snap, nil
 }
 
-// ingest runs the pipeline: one goroutine cuts the files into chunks and
-// hashes them, skipping known ones; compressors (one per core) compress; a
-// packer fills packs; uploaders write them. Channels between stages are
-// short, so memory stays bounded whatever the snapshot's size.
+// ingest runs the pipeline: cutters (one per core) cut file segments into
+// chunks; workers (one per core) hash them, skip known ones and compress the
+// rest; a packer fills packs; uploaders write them. Channels between stages
+// are short, so memory stays bounded whatever the snapshot's size.
 func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opts Options, rep *progressReporter) error {
 	workers := runtime.GOMAXPROCS(0)
 	uploads := opts.Uploads
@@ -209,10 +248,29 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 	blobs := make(chan blob, workers)
 	packs := make(chan *packWriter, 1)
 
-	lists := &chunkLists{snap: snap, taken: map[string]bool{}}
+	segs, lists := splitFiles(snap.Files)
+	todo := make(chan segment, len(segs))
+	for _, seg := range segs {
+		todo <- seg
+	}
+	close(todo)
+	var cutters sync.WaitGroup
+	for range workers {
+		cutters.Add(1)
+		g.Go(func() error {
+			defer cutters.Done()
+			for seg := range todo {
+				if err := r.cut(ctx, dir, snap.Files[seg.file], seg, lists, chunks, pool, rep); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
-		defer close(chunks)
-		return r.cut(ctx, dir, snap, lists, chunks, pool, rep)
+		cutters.Wait()
+		close(chunks)
+		return nil
 	})
 	var compressors sync.WaitGroup
 	for range workers {
@@ -282,46 +340,50 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 			return nil
 		})
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for i := range snap.Files {
+		for _, ids := range lists.segments[i] {
+			snap.Files[i].Chunks = append(snap.Files[i].Chunks, ids...)
+		}
+	}
+	return nil
 }
 
-// cut reads the files in order and cuts them into content-defined chunks,
-// giving each a slot in its file's chunk list. Hashing, the check for chunks
-// already stored and compression happen in the workers: on two cores the
-// chunker alone keeps one busy.
-func (r *Repository) cut(ctx context.Context, dir string, snap *Snapshot, lists *chunkLists, out chan<- chunk, pool *freeList[*[]byte], rep *progressReporter) error {
-	for i := range snap.Files {
-		f := &snap.Files[i]
-		fh, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
+// cut chunks one segment of a file, giving each chunk a slot in the
+// segment's list. Hashing, the check for chunks already stored and
+// compression happen in the workers.
+func (r *Repository) cut(ctx context.Context, dir string, f File, seg segment, lists *chunkLists, out chan<- chunk, pool *freeList[*[]byte], rep *progressReporter) error {
+	fh, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	ch := chunker.New(io.NewSectionReader(fh, seg.offset, seg.length), r.cfg.ChunkerPolynomial)
+	var read int64
+	for {
+		buf := pool.get()
+		c, err := ch.Next(*buf)
+		if errors.Is(err, io.EOF) {
+			pool.put(buf)
+			break
+		}
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", f.Path, err)
 		}
-		ch := chunker.New(fh, r.cfg.ChunkerPolynomial)
-		var read int64
-		for {
-			buf := pool.get()
-			c, err := ch.Next(*buf)
-			if errors.Is(err, io.EOF) {
-				pool.put(buf)
-				break
-			}
-			if err != nil {
-				fh.Close()
-				return fmt.Errorf("%s: %w", f.Path, err)
-			}
-			read += int64(c.Length)
-			select {
-			case out <- chunk{file: i, index: lists.slot(i), data: c.Data, buf: buf}:
-			case <-ctx.Done():
-				fh.Close()
-				return ctx.Err()
-			}
-			rep.add(int64(c.Length), 0, 0)
+		read += int64(c.Length)
+		select {
+		case out <- chunk{seg: seg, index: lists.slot(seg), data: c.Data, buf: buf}:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		fh.Close()
-		if read != f.Size {
-			return fmt.Errorf("%s changed while it was saved: read %d bytes, expected %d", f.Path, read, f.Size)
-		}
+		rep.add(int64(c.Length), 0, 0)
+	}
+	if read != seg.length {
+		return fmt.Errorf("%s changed while it was saved: read %d bytes at %d, expected %d", f.Path, read, seg.offset, seg.length)
+	}
+	if lists.segmentDone(seg) {
 		rep.add(0, 0, 1)
 	}
 	return nil
