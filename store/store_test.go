@@ -340,3 +340,19 @@ func TestGCFreesUnusedPacksAndRespectsLocks(t *testing.T) {
 }
 
 func nowRFC3339() string { return time.Now().UTC().Format(time.RFC3339) }
+
+// A file larger than a segment is cut by several cutters at once; its chunk
+// list must still come out in order.
+func TestFileAcrossSegments(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRepo(t)
+	src := makeFolderZeros(t, 0, 300, 11, 0) // two segments of 256 MiB
+	if _, err := r.Save(ctx, "big", src, store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := r.Restore(ctx, "big", dst, store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, src, dst)
+}
