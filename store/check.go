@@ -14,23 +14,27 @@ import (
 // Verify reads every chunk of the named snapshots (all when none are named)
 // and checks it against its hash.
 func (r *Repository) Verify(ctx context.Context, names ...string) error {
+	var snaps []*Snapshot
 	if len(names) == 0 {
-		infos, err := r.List(ctx)
+		var err error
+		if snaps, err = r.snapshots(ctx); err != nil {
+			return err
+		}
+	}
+	for _, name := range names {
+		s, err := r.Snapshot(ctx, name)
 		if err != nil {
 			return err
 		}
-		for _, i := range infos {
-			names = append(names, i.Name)
-		}
+		snaps = append(snaps, s)
 	}
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(8), zstd.WithDecoderMaxMemory(64<<20))
 	if err != nil {
 		return err
 	}
 	defer dec.Close()
-	for _, name := range names {
-		s, err := r.Snapshot(ctx, name)
-		if err != nil {
+	for _, s := range snaps {
+		if err := r.unindexed(s); err != nil {
 			return err
 		}
 		g, gctx := errgroup.WithContext(ctx)
@@ -42,13 +46,10 @@ func (r *Repository) Verify(ctx context.Context, names ...string) error {
 					continue
 				}
 				checked[id] = true
-				loc, ok := r.lookup(id)
-				if !ok {
-					return fmt.Errorf("store %s: snapshot %s: file %s: chunk %d (%s) is in no pack's index", r.be.Location(), name, f.Path, i, id)
-				}
+				loc, _ := r.lookup(id)
 				g.Go(func() error {
 					if _, err := r.readChunk(gctx, id, loc, dec); err != nil {
-						return fmt.Errorf("store %s: snapshot %s: file %s: chunk %d: %w", r.be.Location(), name, f.Path, i, err)
+						return fmt.Errorf("store %s: snapshot %s: file %s: chunk %d: %w", r.be.Location(), s.Name, f.Path, i, err)
 					}
 					return nil
 				})
@@ -78,16 +79,12 @@ type Usage struct {
 // DU compares what the snapshots hold with what the backend stores.
 func (r *Repository) DU(ctx context.Context) (Usage, error) {
 	var u Usage
-	infos, err := r.List(ctx)
+	snaps, err := r.snapshots(ctx)
 	if err != nil {
 		return u, err
 	}
 	seen := map[string]bool{}
-	for _, i := range infos {
-		s, err := r.Snapshot(ctx, i.Name)
-		if err != nil {
-			return u, err
-		}
+	for _, s := range snaps {
 		u.Snapshots++
 		u.Logical += s.Size()
 		for _, f := range s.Files {
@@ -134,15 +131,11 @@ func (r *Repository) GC(ctx context.Context) (GCResult, error) {
 		return res, err
 	}
 	used := map[string]bool{} // packs
-	infos, err := r.List(ctx)
+	snaps, err := r.snapshots(ctx)
 	if err != nil {
 		return res, err
 	}
-	for _, i := range infos {
-		s, err := r.Snapshot(ctx, i.Name)
-		if err != nil {
-			return res, err
-		}
+	for _, s := range snaps {
 		for _, f := range s.Files {
 			for _, id := range f.Chunks {
 				if loc, ok := r.lookup(id); ok {

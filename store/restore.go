@@ -26,12 +26,8 @@ func (r *Repository) Restore(ctx context.Context, name, dir string, opts Options
 		return err
 	}
 	// Every chunk must be known before anything is written.
-	for _, f := range s.Files {
-		for i, id := range f.Chunks {
-			if _, ok := r.lookup(id); !ok {
-				return fmt.Errorf("store %s: snapshot %s: file %s: chunk %d (%s) is in no pack's index: the repository is damaged", r.be.Location(), name, f.Path, i, id)
-			}
-		}
+	if err := r.unindexed(s); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

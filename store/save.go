@@ -182,8 +182,8 @@ func (r *Repository) Save(ctx context.Context, name, dir string, opts Options) (
 	if err != nil {
 		return nil, fmt.Errorf("snapshot folder %s: %w", dir, err)
 	}
-	if _, err := snapshot.Load(dir); err != nil {
-		return nil, err
+	if _, err := snapshot.Parse(meta); err != nil {
+		return nil, fmt.Errorf("snapshot folder %s: %w", dir, err)
 	}
 	paths, err := snapshot.ListFiles(dir)
 	if err != nil {

@@ -112,17 +112,40 @@ type Info struct {
 
 // List reads every stored snapshot's manifest.
 func (r *Repository) List(ctx context.Context) ([]Info, error) {
-	var infos []Info
+	snaps, err := r.snapshots(ctx)
+	infos := make([]Info, len(snaps))
+	for i, s := range snaps {
+		infos[i] = Info{Name: s.Name, CreatedAt: s.CreatedAt, Files: len(s.Files), Size: s.Size()}
+	}
+	return infos, err
+}
+
+// snapshots reads every stored snapshot's manifest once, oldest first.
+func (r *Repository) snapshots(ctx context.Context) ([]*Snapshot, error) {
+	var snaps []*Snapshot
 	err := r.be.List(ctx, snapshotsPrefix, func(key string, _ int64) error {
 		s, err := r.Snapshot(ctx, key[len(snapshotsPrefix):])
 		if err != nil {
 			return err
 		}
-		infos = append(infos, Info{Name: s.Name, CreatedAt: s.CreatedAt, Files: len(s.Files), Size: s.Size()})
+		snaps = append(snaps, s)
 		return nil
 	})
-	slices.SortFunc(infos, func(a, b Info) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	return infos, err
+	slices.SortFunc(snaps, func(a, b *Snapshot) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return snaps, err
+}
+
+// unindexed names the first chunk of s that no pack's index holds, so that
+// a read can refuse the snapshot before it starts.
+func (r *Repository) unindexed(s *Snapshot) error {
+	for _, f := range s.Files {
+		for i, id := range f.Chunks {
+			if _, ok := r.lookup(id); !ok {
+				return fmt.Errorf("store %s: snapshot %s: file %s: chunk %d (%s) is in no pack's index: the repository is damaged", r.be.Location(), s.Name, f.Path, i, id)
+			}
+		}
+	}
+	return nil
 }
 
 // Delete removes a snapshot's manifest; the chunks only it used are freed
