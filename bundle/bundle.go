@@ -5,6 +5,7 @@
 package bundle
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/stasis-run/stasis/internal/fsutil"
 )
 
 // HelperPath is where the stasis-cuda helper sits inside every GPU sandbox.
@@ -36,19 +39,10 @@ func Save(dir string, spec *specs.Spec) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".config-*.json")
-	if err != nil {
+	if err := fsutil.WriteAtomic(filepath.Join(dir, "config.json"), bytes.NewReader(data), int64(len(data))); err != nil {
 		return fmt.Errorf("OCI bundle %s: %w", dir, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, "config.json"))
+	return nil
 }
 
 // IsGPU tells whether the spec gives the sandbox NVIDIA devices, which is

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/snapshot"
 )
@@ -54,7 +55,7 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 		// A committed snapshot (m set) is whole and is kept even when a
 		// later step fails.
 		if err != nil && m == nil {
-			_ = removeContents(dir)
+			_ = fsutil.RemoveContents(dir)
 		}
 	}()
 	if err := o.step("pause", func() (string, error) { return "", e.Runtime.Pause(ctx, a.ID) }); err != nil {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
@@ -42,7 +43,7 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 		// A committed snapshot (m set) is whole and is kept even when a
 		// later step fails.
 		if err != nil && m == nil {
-			_ = removeContents(dir)
+			_ = fsutil.RemoveContents(dir)
 		}
 	}()
 
@@ -189,19 +190,6 @@ func prepareDir(dir string) error {
 	}
 	if len(entries) > 0 {
 		return fmt.Errorf("%w: snapshot folder %s is not empty (a snapshot folder is written once; pick a new one)", ErrRefused, dir)
-	}
-	return nil
-}
-
-func removeContents(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stasis-run/stasis/internal/fsutil"
 )
 
 // ErrNoManifest means a folder is not a complete snapshot.
@@ -44,7 +47,7 @@ func Commit(dir string, m Manifest) (*Manifest, error) {
 		}
 	}
 	for d := range subdirs {
-		if err := syncDir(filepath.Join(dir, filepath.FromSlash(d))); err != nil {
+		if err := fsutil.SyncDir(filepath.Join(dir, filepath.FromSlash(d))); err != nil {
 			return nil, fmt.Errorf("snapshot %s: sync %s: %w", dir, d, err)
 		}
 	}
@@ -57,7 +60,8 @@ func Commit(dir string, m Manifest) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(dir, ManifestName, append(data, '\n')); err != nil {
+	data = append(data, '\n')
+	if err := fsutil.WriteAtomic(filepath.Join(dir, ManifestName), bytes.NewReader(data), int64(len(data))); err != nil {
 		return nil, fmt.Errorf("snapshot %s: write manifest: %w", dir, err)
 	}
 	return &m, nil
@@ -192,7 +196,7 @@ func ListFiles(dir string) ([]string, error) {
 			return nil
 		case !d.Type().IsRegular():
 			return fmt.Errorf("%s is a %s, not a regular file: snapshots hold only files and folders", rel, d.Type())
-		case rel == ManifestName || strings.HasPrefix(path.Base(rel), ".manifest-"):
+		case rel == ManifestName || !strings.Contains(rel, "/") && strings.HasPrefix(rel, fsutil.TempPrefix):
 			return nil
 		}
 		paths = append(paths, rel)
@@ -280,38 +284,4 @@ func hashFiles(dir string, paths []string, durable bool) ([]File, error) {
 		}
 	}
 	return files, nil
-}
-
-// writeAtomic writes name in dir through a synced temporary file and a
-// rename, then syncs dir so the rename itself is durable.
-func writeAtomic(dir, name string, data []byte) error {
-	tmp, err := os.CreateTemp(dir, ".manifest-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

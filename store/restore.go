@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -41,7 +42,7 @@ func (r *Repository) Restore(ctx context.Context, name, dir string, opts Options
 	}
 	defer func() {
 		if err != nil {
-			removeAll(dir)
+			_ = fsutil.RemoveContents(dir)
 		}
 	}()
 	downloads := opts.Downloads
@@ -139,11 +140,4 @@ func (r *Repository) readChunk(ctx context.Context, id string, loc blobLocation,
 		return nil, fmt.Errorf("chunk %s in pack %s does not match its hash (corrupt)", id, loc.Pack)
 	}
 	return data, nil
-}
-
-func removeAll(dir string) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
-	}
 }

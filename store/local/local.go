@@ -1,6 +1,6 @@
 // Package local stores a repository's objects as files under one folder,
-// the embedded default backend. Objects are written to a temporary file,
-// synced and renamed into place, so a crash never leaves half an object.
+// the embedded default backend. Objects are written with
+// fsutil.WriteAtomic, so a crash never leaves half an object.
 package local
 
 import (
@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/store"
 )
 
@@ -48,37 +49,10 @@ func (b *Backend) Put(_ context.Context, key string, r io.Reader, size int64) er
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, r)
-	if err == nil && n != size {
-		err = fmt.Errorf("wrote %d bytes, expected %d", n, size)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := fsutil.WriteAtomic(p, r, size); err != nil {
 		return fmt.Errorf("local store: put %s: %w", key, err)
 	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return fmt.Errorf("local store: put %s: %w", key, err)
-	}
-	return syncDir(filepath.Dir(p))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 func (b *Backend) Get(_ context.Context, key string, offset, length int64) (io.ReadCloser, error) {
@@ -132,7 +106,7 @@ func (b *Backend) List(_ context.Context, prefix string, fn func(string, int64) 
 		if err != nil {
 			return err
 		}
-		if d.IsDir() || strings.HasPrefix(d.Name(), ".tmp-") {
+		if d.IsDir() || strings.HasPrefix(d.Name(), fsutil.TempPrefix) {
 			return nil
 		}
 		info, err := d.Info()
