@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/cuda/group"
 	"github.com/stasis-run/stasis/runtime"
@@ -17,9 +18,12 @@ import (
 // loading the driver.
 func (e *Engine) helperPresent(ctx context.Context, id string) error {
 	res, err := e.Runtime.Exec(ctx, id, runtime.Process{Args: []string{e.helper(), "--help"}})
-	if err != nil || res.ExitCode != 0 {
-		return fmt.Errorf("%w: the stasis-cuda helper does not run at %s inside the sandbox (mount it with bundle.AddHelper or the CDI device %s): %v%s",
-			ErrRefused, e.helper(), "stasis.dev/cuda=helper", err, strings.TrimSpace(string(res.Stderr)))
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: the stasis-cuda helper does not run at %s inside the sandbox (mount it with bundle.AddHelper or the CDI device %s): %w",
+			ErrRefused, e.helper(), bundle.CDIDevice, err)
 	}
 	return nil
 }

@@ -163,14 +163,15 @@ func (r *Runsc) runDetached(ctx context.Context, inv invocation, consoleLog stri
 		return err
 	}
 	defer console.Close()
-	inv.args = append([]string{"--log", logPath}, inv.args...)
+	subcommand := inv.args
+	inv.args = append([]string{"--log", logPath}, subcommand...)
 	cmd, err := r.command(ctx, inv)
 	if err != nil {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = console, console
 	if err := cmd.Run(); err != nil {
-		return r.commandError(ctx, inv.args[2:], err, runscLogErrors(logPath))
+		return r.commandError(ctx, subcommand, err, runscLogErrors(logPath))
 	}
 	return nil
 }
