@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 )
@@ -56,16 +58,16 @@ type Engine struct {
 	LockTimeout time.Duration
 	// Events hears of every step; nil discards them.
 	Events func(Event)
-	// GPUMemoryInUse sizes the GPU state a suspend moves into host memory
-	// (and so into the image). Nil asks nvidia-smi for the memory in use on
-	// every GPU, an upper bound for one actor.
-	GPUMemoryInUse func(ctx context.Context, a Actor) (uint64, error)
+	// GPU reads this node's GPUs and the device memory each process holds:
+	// a suspend records them and sizes the GPU state by them, a resume
+	// checks them. Nil (or a node without NVML) leaves GPU facts out, and
+	// the GPU steps to the helper alone.
+	GPU gpu.Source
+	// Policy is the compatibility policy resumes are checked with.
+	Policy compat.Policy
 	// FreeDisk reports the free bytes of the filesystem holding a folder;
 	// nil uses statfs.
 	FreeDisk func(path string) (uint64, error)
-	// DriverVersion is this node's NVIDIA driver, recorded in GPU snapshots
-	// and required of GPU snapshots restored here.
-	DriverVersion string
 	// EagerRestore loads all memory before a restored sandbox runs, instead
 	// of letting it load in the background.
 	EagerRestore bool
@@ -93,7 +95,8 @@ type Probe struct {
 type ResumeOptions struct {
 	// ID is the new sandbox's container id; the actor's own when empty.
 	ID string
-	// DeviceMap restores GPU state onto other GPUs.
+	// DeviceMap restores GPU state onto other GPUs; when empty, the map the
+	// compatibility check chose is used.
 	DeviceMap cuda.DeviceMap
 	Probe     Probe
 }

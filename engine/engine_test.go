@@ -46,8 +46,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, rt: rt}
-	noGPU := func(context.Context, engine.Actor) (uint64, error) { return 0, nil }
-	f.eng = &engine.Engine{Runtime: rt, GPUMemoryInUse: noGPU, Events: func(ev engine.Event) {
+	f.eng = &engine.Engine{Runtime: rt, Events: func(ev engine.Event) {
 		f.mu.Lock()
 		f.events = append(f.events, ev)
 		f.mu.Unlock()
@@ -128,7 +127,7 @@ func TestFullSuspendResumeCycles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("cycle %d: %v", cycle, err)
 		}
-		if m.Runtime.Version != f.rt.Version() || len(m.Files) == 0 || m.Scope != snapshot.ScopeFull {
+		if m.Runtime.Version != f.rt.Info().Version || m.Node == nil || m.Node.Class() == "" || len(m.Files) == 0 || m.Scope != snapshot.ScopeFull {
 			t.Fatalf("manifest %+v", m)
 		}
 		f.requireGone(a.ID)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
-	"strconv"
 	"strings"
 
 	"github.com/stasis-run/stasis/bundle"
@@ -59,23 +57,6 @@ func (e *Engine) runHelper(ctx context.Context, id, verb string, args ...string)
 		return rep, fmt.Errorf("stasis-cuda %s: %s", verb, rep.Error)
 	}
 	return rep, nil
-}
-
-// nvidiaSMIMemoryUsed sums the memory in use on every GPU of the node.
-func nvidiaSMIMemoryUsed(ctx context.Context, _ Actor) (uint64, error) {
-	out, err := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits").Output()
-	if err != nil {
-		return 0, fmt.Errorf("nvidia-smi (set Engine.GPUMemoryInUse where it is not installed): %w", err)
-	}
-	var total uint64
-	for _, field := range strings.Fields(string(out)) {
-		mib, err := strconv.ParseUint(field, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("nvidia-smi memory.used %q: %w", field, err)
-		}
-		total += mib << 20
-	}
-	return total, nil
 }
 
 func summary(rep group.Report) string {

@@ -31,7 +31,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/gpu/nvml"
+	"github.com/stasis-run/stasis/internal/procfs"
+	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 )
@@ -80,7 +85,7 @@ func newGPUEnv(t *testing.T) *gpuEnv {
 	}
 	t.Cleanup(func() { out.Close() })
 	g := &gpuEnv{t: t, rt: rt, helper: helper, scripts: scripts, python: python, work: work, out: out}
-	g.eng = &engine.Engine{Runtime: rt, DriverVersion: gvisor.HostDriverVersion(), Events: func(ev engine.Event) {
+	g.eng = &engine.Engine{Runtime: rt, GPU: nvml.New(), Events: func(ev engine.Event) {
 		g.mu.Lock()
 		g.events = append(g.events, ev)
 		g.mu.Unlock()
@@ -211,10 +216,7 @@ func TestGPUActor(t *testing.T) {
 		if apps != "" {
 			t.Errorf("cycle %d: GPU not released, nvidia-smi lists %q", cycle, apps)
 		}
-		var size int64
-		for _, f := range m.Files {
-			size += f.Size
-		}
+		size := m.Size()
 		suspendEvents := g.takeEvents()
 		start = time.Now()
 		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}); err != nil {
@@ -396,4 +398,152 @@ func TestGPUBench(t *testing.T) {
 		os.RemoveAll(dir)
 		_ = g.rt.Delete(ctx, a.ID)
 	}
+}
+
+// TestGPUCompatAndPlan checks #6 on the real GPU: the node's fingerprint
+// through NVML, the plan's attribution of device memory to the actor's
+// sandbox and its predicted host memory against the sandbox's memory after
+// a real GPU suspend, and a real snapshot checked against this node and
+// against edited copies of its fingerprint.
+func TestGPUCompatAndPlan(t *testing.T) {
+	g := newGPUEnv(t)
+	gib, _ := strconv.ParseFloat(getenv("STASIS_GPU_GIB", "8"), 64)
+	ctx := context.Background()
+	src := nvml.New()
+	n, err := node.Collector{GPU: src, Runtime: g.rt.Info()}.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.writeJSON("h200-node.json", n)
+	if !n.GPU.Available || len(n.GPU.Devices) == 0 || !n.CheckpointAPI.Available {
+		t.Fatalf("fingerprint of a GPU node: %+v", n)
+	}
+
+	a := g.startActor("plan", gib)
+	g.mustAsk(a.ID, "info")
+	st, err := g.rt.State(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs, err := src.Processes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := g.eng.Plan(ctx, a, g.work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Refused(); err != nil {
+		t.Errorf("plan refused: %v", err)
+	}
+	for _, w := range plan.Warnings {
+		if strings.Contains(w, "no GPU process belongs") {
+			t.Errorf("device memory not attributed to the sandbox: %s", w)
+		}
+	}
+	if plan.GPUMemory < uint64(gib*float64(1<<30)) {
+		t.Errorf("plan's GPU memory %d < the %g GiB the actor holds", plan.GPUMemory, gib)
+	}
+
+	// The prediction against the sandbox's memory once its GPU state is in
+	// host memory, measured between a real GPU suspend and its resume.
+	suspend, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, "suspend", "--all", "--json"}})
+	if err != nil || suspend.ExitCode != 0 {
+		t.Fatalf("GPU suspend: %v exit %d: %s", err, suspend.ExitCode, suspend.Stderr)
+	}
+	measured, merr := g.rt.MemoryUsage(ctx, a.ID)
+	hostRSS := treeRSS(t, st.PID)
+	resume, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, "resume", "--all", "--json"}})
+	if err != nil || resume.ExitCode != 0 {
+		t.Fatalf("GPU resume: %v exit %d: %s", err, resume.ExitCode, resume.Stderr)
+	}
+	if merr != nil {
+		t.Fatal(merr)
+	}
+	g.mustAsk(a.ID, "verify")
+	ratio := float64(plan.HostMemory) / float64(measured)
+	g.record("plan", map[string]any{"gib": gib, "sandboxPID": st.PID, "nvmlProcesses": procs, "gpus": plan.GPUs, "sandboxMemoryBefore": plan.SandboxMemory,
+		"gpuMemory": plan.GPUMemory, "predictedHostMemory": plan.HostMemory, "measuredSandboxMemory": measured, "measuredHostRSS": hostRSS,
+		"predictedOverMeasured": ratio, "checks": plan.Checks, "warnings": plan.Warnings})
+	if ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("predicted host memory %d is %.3f of the measured %d; want within 10%%", plan.HostMemory, ratio, measured)
+	}
+
+	// A real snapshot, checked against this node and edited copies of it.
+	dir := filepath.Join(g.work, "snap-compat")
+	m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.writeJSON("h200-snapshot-manifest.json", m)
+	if m.Node == nil || len(m.GPU.Devices) == 0 {
+		t.Fatalf("the manifest lacks the node or the GPUs used: %+v", m.GPU)
+	}
+	here, err := node.Collector{GPU: src, Runtime: g.rt.Info()}.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		edit func(*node.Fingerprint)
+		want string
+	}{
+		{"this node", func(*node.Fingerprint) {}, ""},
+		{"older driver", func(f *node.Fingerprint) { f.GPU.DriverVersion = "570.124.06" }, "NVIDIA driver " + here.GPU.DriverVersion + " needed, node has 570.124.06"},
+		{"no GPU", func(f *node.Fingerprint) { f.GPU = gpu.Info{Reason: "edited"} }, "node has no usable GPU"},
+		{"GPU full", func(f *node.Fingerprint) { f.GPU.Devices[0].MemoryUsed = f.GPU.Devices[0].MemoryTotal }, "free GPU memory on one"},
+		{"other runsc", func(f *node.Fingerprint) { f.Runtime.Version = "release-20260608.0" }, "restores only into the build that took it"},
+		{"other ABI", func(f *node.Fingerprint) { f.Runtime.GPUABI = "590.48.01" }, "nvproxy driver ABI"},
+	}
+	for _, c := range cases {
+		f := here
+		f.GPU.Devices = append([]gpu.Device(nil), here.GPU.Devices...)
+		c.edit(&f)
+		res := compat.Check(m, f, compat.Policy{})
+		g.record("compat", map[string]any{"case": c.name, "compatible": res.Compatible, "reasons": res.Reasons, "warnings": res.Warnings, "deviceMap": res.DeviceMap.String()})
+		switch {
+		case c.want == "" && !res.Compatible:
+			t.Errorf("%s: refused: %q", c.name, res.Reasons)
+		case c.want != "" && (res.Compatible || !strings.Contains(strings.Join(res.Reasons, "; "), c.want)):
+			t.Errorf("%s: %+v; want a refusal containing %q", c.name, res, c.want)
+		}
+	}
+	if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.ask(a.ID, "verify"); err != nil {
+		t.Fatalf("data after the resume: %v", err)
+	}
+}
+
+func (g *gpuEnv) writeJSON(name string, v any) {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(getenv("STASIS_GPU_OUT", "."), name), append(data, '\n'), 0o644); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// treeRSS sums VmRSS over the host processes of a sandbox.
+func treeRSS(t *testing.T, pid int) uint64 {
+	procs, err := procfs.List("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	for p := range procfs.Tree(procs, pid) {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if kib, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				v, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(kib), " kB"), 10, 64)
+				total += v << 10
+			}
+		}
+	}
+	return total
 }

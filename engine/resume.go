@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 )
@@ -30,10 +31,27 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 		if m, err = snapshot.Verify(dir); err != nil {
 			return "", fmt.Errorf("%w: %w", ErrRefused, err)
 		}
-		if err := e.compatible(a, m); err != nil {
+		return fmt.Sprintf("%s snapshot, %d files", m.Scope, len(m.Files)), nil
+	})
+	if err != nil {
+		return err
+	}
+	err = o.step("compatibility", func() (string, error) {
+		res, err := e.compatible(ctx, a, m)
+		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s snapshot, %d files", m.Scope, len(m.Files)), e.idFree(ctx, id)
+		if len(opts.DeviceMap) == 0 {
+			opts.DeviceMap = res.DeviceMap
+		}
+		msg := "this node can restore it"
+		if len(res.DeviceMap) > 0 {
+			msg += "; GPU state moves by device map " + res.DeviceMap.String()
+		}
+		for _, w := range res.Warnings {
+			msg += "; " + w
+		}
+		return msg, e.idFree(ctx, id)
 	})
 	if err != nil {
 		return err
@@ -87,30 +105,21 @@ func (e *Engine) resumeData(ctx context.Context, o op, a Actor, id, dir string, 
 	})
 }
 
-// compatible refuses a snapshot this node cannot restore, with the reason.
-func (e *Engine) compatible(a Actor, m *snapshot.Manifest) error {
-	if m.Runtime.Name != e.Runtime.Name() {
-		return fmt.Errorf("%w: the snapshot was taken with runtime %q, this engine runs %q", ErrRefused, m.Runtime.Name, e.Runtime.Name())
+// compatible refuses a snapshot this node cannot restore, with every
+// reason.
+func (e *Engine) compatible(ctx context.Context, a Actor, m *snapshot.Manifest) (compat.Result, error) {
+	if m.Scope == snapshot.ScopeFull && m.GPU != nil && !a.GPU {
+		return compat.Result{}, fmt.Errorf("%w: the snapshot holds GPU state, and the actor is not a GPU actor here", ErrRefused)
 	}
-	if m.Scope == snapshot.ScopeFull && m.Runtime.Version != e.Runtime.Version() {
-		return fmt.Errorf("%w: the snapshot was taken with %s %s and restores only into that build; this node has %s", ErrRefused, m.Runtime.Name, m.Runtime.Version, e.Runtime.Version())
+	n, err := e.fingerprint(ctx)
+	if err != nil {
+		return compat.Result{}, err
 	}
-	if m.Scope == snapshot.ScopeFull && m.GPU != nil {
-		if !a.GPU {
-			return fmt.Errorf("%w: the snapshot holds GPU state, and the actor is not a GPU actor here", ErrRefused)
-		}
-		if m.GPU.DriverVersion != "" && m.GPU.DriverVersion != e.DriverVersion {
-			return fmt.Errorf("%w: NVIDIA driver %s needed, node has %s", ErrRefused, m.GPU.DriverVersion, orNone(e.DriverVersion))
-		}
+	res := compat.Check(m, n, e.Policy)
+	if !res.Compatible {
+		return res, fmt.Errorf("%w: this node cannot restore the snapshot: %s", ErrRefused, strings.Join(res.Reasons, "; "))
 	}
-	return nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
+	return res, nil
 }
 
 // idFree refuses to restore over a live container; a stopped leftover of an

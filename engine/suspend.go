@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
@@ -34,7 +32,12 @@ func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*sn
 
 func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snapshot.Manifest, err error) {
 	o := op{e: e, actor: a.ID, name: "suspend"}
-	if err := o.step("preflight", func() (string, error) { return e.preflightFull(ctx, a, dir) }); err != nil {
+	var plan *Plan
+	err = o.step("preflight", func() (msg string, err error) {
+		plan, msg, err = e.preflightFull(ctx, a, dir)
+		return msg, err
+	})
+	if err != nil {
 		return nil, err
 	}
 	// From here on the snapshot folder is ours: a failure empties it again
@@ -47,11 +50,11 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 		}
 	}()
 
-	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo([]string{"--leave-running"})}
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo([]string{"--leave-running"}), Node: &plan.Node}
 	if a.GPU {
 		err := o.step("gpu-suspend", func() (string, error) {
 			rep, err := e.gpuSuspend(ctx, a.ID)
-			manifest.GPU = &snapshot.GPU{DriverVersion: e.DriverVersion, CUDADriverAPI: rep.DriverVersion, Processes: len(rep.Outcomes)}
+			manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: rep.DriverVersion, Processes: len(rep.Outcomes), Devices: plan.GPUs}
 			return summary(rep), err
 		})
 		if err != nil {
@@ -115,61 +118,35 @@ func (e *Engine) undoGPUSuspend(ctx context.Context, o op, a Actor, cause error)
 }
 
 // preflightFull refuses, before anything is touched, a suspend that cannot
-// work: the sandbox not running, the folder in use, too little disk for the
-// image, or no helper inside a GPU sandbox.
-func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (string, error) {
+// work (see Plan), and a snapshot folder that is in use.
+func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (*Plan, string, error) {
 	st, err := e.Runtime.State(ctx, a.ID)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	if st.Status != runtime.StatusRunning {
-		return "", fmt.Errorf("%w: the sandbox is %s, not running", ErrRefused, st.Status)
+		return nil, "", fmt.Errorf("%w: the sandbox is %s, not running", ErrRefused, st.Status)
 	}
 	if err := prepareDir(dir); err != nil {
-		return "", err
+		return nil, "", err
 	}
-	memory, err := e.Runtime.MemoryUsage(ctx, a.ID)
+	p, err := e.Plan(ctx, a, dir)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	var gpuMemory uint64
-	if a.GPU {
-		if err := e.helperPresent(ctx, a.ID); err != nil {
-			return "", err
-		}
-		sizer := e.GPUMemoryInUse
-		if sizer == nil {
-			sizer = nvidiaSMIMemoryUsed
-		}
-		if gpuMemory, err = sizer(ctx, a); err != nil {
-			return "", fmt.Errorf("size the GPU memory in use: %w", err)
-		}
+	if err := p.Refused(); err != nil {
+		return nil, "", err
 	}
-	need := memory + gpuMemory
-	free, err := e.freeDisk(dir)
-	if err != nil {
-		return "", err
+	msg := fmt.Sprintf("sandbox memory %s, GPU memory %s, disk free %s", units.Bytes(p.SandboxMemory), units.Bytes(p.GPUMemory), units.Bytes(p.DiskFree))
+	for _, w := range p.Warnings {
+		msg += "; " + w
 	}
-	if free < need {
-		return "", fmt.Errorf("%w: the image folder %s has %s free, the image needs up to %s (sandbox memory %s + GPU memory in use %s): %s short",
-			ErrRefused, dir, units.Bytes(free), units.Bytes(need), units.Bytes(memory), units.Bytes(gpuMemory), units.Bytes(need-free))
-	}
-	return fmt.Sprintf("sandbox memory %s, GPU memory %s, disk free %s", units.Bytes(memory), units.Bytes(gpuMemory), units.Bytes(free)), nil
-}
-
-func (e *Engine) freeDisk(dir string) (uint64, error) {
-	if e.FreeDisk != nil {
-		return e.FreeDisk(dir)
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, fmt.Errorf("free space of %s: %w", dir, err)
-	}
-	return st.Bavail * uint64(st.Bsize), nil
+	return p, msg, nil
 }
 
 func (e *Engine) runtimeInfo(checkpointFlags []string) snapshot.Runtime {
-	info := snapshot.Runtime{Name: e.Runtime.Name(), Version: e.Runtime.Version(), CheckpointFlags: checkpointFlags, ImageDir: imageDir}
+	rt := e.Runtime.Info()
+	info := snapshot.Runtime{Name: rt.Name, Version: rt.Version, CheckpointFlags: checkpointFlags, ImageDir: imageDir}
 	if f, ok := e.Runtime.(interface{ GlobalFlags() []string }); ok {
 		info.Flags = f.GlobalFlags()
 	}

@@ -73,13 +73,26 @@ type RestoreOptions struct {
 	Notify     func(message string)
 }
 
+// Info is what a snapshot records of the runtime it was taken with.
+type Info struct {
+	// Name identifies the runtime ("gvisor").
+	Name string `json:"name"`
+	// Version is the runtime's build; a Full snapshot restores only into
+	// the same one.
+	Version string `json:"version"`
+	// Platform is how the runtime runs sandboxes (runsc's --platform).
+	Platform string `json:"platform,omitempty"`
+	// GPUABI is the NVIDIA driver ABI GPU sandboxes run with when it is not
+	// the host driver's own (runsc's --nvproxy-driver-version).
+	GPUABI string `json:"gpuABI,omitempty"`
+}
+
 // Runtime drives sandboxes. Every method takes a context that bounds it;
 // container ids are the runtime's own.
 type Runtime interface {
-	// Name identifies the runtime in snapshots ("gvisor").
-	Name() string
-	// Version is the runtime's build, which a restore must match.
-	Version() string
+	// Info names the runtime and the settings a Full snapshot's restore
+	// must match.
+	Info() Info
 	Create(ctx context.Context, id, bundle string, opts CreateOptions) error
 	Start(ctx context.Context, id string) error
 	// Exec runs p in the container and waits for it. A non-zero exit is

@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, STASIS_BENCH_GIB,
 # ENGINE_RUN, ENGINE_TIMEOUT (engine);
@@ -28,12 +28,27 @@ run_cuda() {
 	python3 scripts/gpu/cuda_e2e.py --helper "$bundle/stasis-cuda" --out "$out" ${SIZES:+--sizes "$SIZES"} ${REPS:+--reps "$REPS"} ${CUDA_SKIP_E2E:+--skip-e2e} 2>&1 | tee "$out/cuda-e2e.log"
 }
 
-run_engine() {
-	local bin="$PWD/.gpu-work/bin"
+bin="$PWD/.gpu-work/bin"
+unpack() {
 	mkdir -p "$bin"
-	gunzip -c "$bundle/runsc.gz" >"$bin/runsc" && chmod +x "$bin/runsc"
-	gunzip -c "$bundle/engine-gpu.test.gz" >"$bin/engine-gpu.test" && chmod +x "$bin/engine-gpu.test"
+	for name in "$@"; do
+		gunzip -c "$bundle/$name.gz" >"$bin/$name" && chmod +x "$bin/$name"
+	done
 	export PATH="$bin:$PATH"
+}
+
+# The stasis CLI's view of this node: fingerprint, labels, memory advice.
+run_node() {
+	unpack runsc stasis
+	local flags=(--runsc-root "$PWD/.gpu-work/runsc-root" --nvproxy-driver-version "${STASIS_NVPROXY_ABI:-580.126.20}")
+	stasis node info "${flags[@]}" | tee "$out/node-info.txt"
+	stasis node info --json "${flags[@]}" >"$out/node-info.json"
+	stasis node labels "${flags[@]}" | tee "$out/node-labels.txt"
+	stasis plan template --gpus 1 --actor-memory 8GiB "${flags[@]}" | tee "$out/plan-template.txt"
+}
+
+run_engine() {
+	unpack runsc engine-gpu.test
 	export STASIS_HELPER="$bundle/stasis-cuda" STASIS_SCRIPTS="$PWD/scripts/gpu" STASIS_GPU_OUT="$out" STASIS_WORK="$PWD/.gpu-work"
 	export STASIS_NVPROXY_ABI="${STASIS_NVPROXY_ABI:-580.126.20}"
 	"$bin/engine-gpu.test" -test.v -test.timeout "${ENGINE_TIMEOUT:-9m}" -test.run "${ENGINE_RUN:-TestGPUActor|TestGPUBench}" 2>&1 | tee "$out/engine-gpu.log"
@@ -43,6 +58,7 @@ case "$what" in
 cuda) run_cuda ;;
 cuda-overhead) python3 scripts/gpu/cuda_e2e.py --helper "$bundle/stasis-cuda" --out "$out" --overhead 2>&1 | tee "$out/cuda-overhead.log" ;;
 engine) run_engine ;;
-all) run_engine; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine or all" >&2; exit 2 ;;
+node) run_node ;;
+all) run_node; run_engine; run_cuda ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node or all" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The quick start's main job: installs runsc (pinned), builds stasis, and runs
 # a demo actor through suspend and resume on embedded defaults (snapshots in
-# /var/lib/stasis/demo). Needs root and Go 1.26+.
+# /var/lib/stasis/demo). Needs root and Go 1.26+; installs gcc when missing
+# (stasis reads GPUs through NVML with cgo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $(id -u) -ne 0 ]]; then
@@ -9,7 +10,8 @@ if [[ $(id -u) -ne 0 ]]; then
 	exit 1
 fi
 scripts/install-runsc.sh
+source scripts/lib/cgo-env.sh
 mkdir -p bin
 go build -o bin/stasis ./cmd/stasis
-go build -o bin/stasis-cuda ./cmd/stasis-cuda
+CGO_ENABLED=0 go build -o bin/stasis-cuda ./cmd/stasis-cuda
 exec bin/stasis demo "$@"

@@ -12,10 +12,8 @@ if [[ $(id -u) -ne 0 ]]; then
 	exit 1
 fi
 command -v go >/dev/null || { echo "scripts/test.sh: Go 1.26 or newer is needed" >&2; exit 1; }
-if ! command -v cc >/dev/null; then
-	# The CUDA binding's tests build a stand-in libcuda with the C compiler.
-	apt-get update -qq && apt-get install -y -qq gcc >/dev/null
-fi
+# The C compiler also builds the stand-in libcuda of the CUDA binding's tests.
+source scripts/lib/cgo-env.sh
 scripts/install-runsc.sh
 scripts/install-versitygw.sh
 

@@ -10,6 +10,9 @@ package snapshot
 
 import (
 	"time"
+
+	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/node"
 )
 
 // FormatVersion is the manifest format this package writes and reads.
@@ -44,6 +47,9 @@ type Manifest struct {
 	Runtime       Runtime   `json:"runtime"`
 	// GPU is set for snapshots of GPU actors.
 	GPU *GPU `json:"gpu,omitempty"`
+	// Node is the fingerprint of the node the snapshot was taken on, which
+	// a restore is checked against (package compat).
+	Node *node.Fingerprint `json:"node,omitempty"`
 	// DurableDirs maps each durable folder inside the sandbox to the
 	// snapshot subfolder holding its copy (Data scope).
 	DurableDirs map[string]string `json:"durableDirs,omitempty"`
@@ -73,6 +79,19 @@ type GPU struct {
 	NvproxyABI string `json:"nvproxyABI,omitempty"`
 	// Processes is how many CUDA processes were checkpointed.
 	Processes int `json:"processes"`
+	// Devices are the GPUs the actor's processes used, with the device
+	// memory they held: a restore needs a GPU of the same model with that
+	// much free for each.
+	Devices []gpu.Usage `json:"devices,omitempty"`
+}
+
+// Size is the bytes of every file of the snapshot.
+func (m *Manifest) Size() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.Size
+	}
+	return n
 }
 
 // File is one file of a snapshot.

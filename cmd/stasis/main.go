@@ -14,8 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/gpu/nvml"
 	"github.com/stasis-run/stasis/internal/buildinfo"
+	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 )
 
@@ -28,8 +31,10 @@ type globals struct {
 	repo    string
 	json    bool
 	runsc   gvisor.Config
-	stdout  io.Writer
-	stderr  io.Writer
+	// kernelPolicy is the compatibility rule for the host kernel release.
+	kernelPolicy string
+	stdout       io.Writer
+	stderr       io.Writer
 }
 
 func main() {
@@ -62,12 +67,44 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&g.runsc.Platform, "platform", "systrap", "runsc platform")
 	f.StringVar(&g.runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
 	f.StringVar(&g.runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
-	root.AddCommand(newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g), newStore(g))
+	f.StringVar(&g.kernelPolicy, "kernel-policy", string(compat.KernelAny), "how much of the host kernel release a Full snapshot's restore requires: any, minor (same major.minor) or exact")
+	root.AddCommand(newNode(g), newPlan(g), newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g), newStore(g))
 	return root
 }
 
 func (g *globals) runtime(ctx context.Context) (*gvisor.Runsc, error) {
 	return gvisor.New(ctx, g.runsc)
+}
+
+func (g *globals) policy() (compat.Policy, error) {
+	rule, err := compat.ParseKernelRule(g.kernelPolicy)
+	if err != nil {
+		return compat.Policy{}, fmt.Errorf("--kernel-policy: %w", err)
+	}
+	return compat.Policy{Kernel: rule}, nil
+}
+
+// engine is an engine on runsc that reads this node's GPUs through NVML
+// and reports progress.
+func (g *globals) engine(ctx context.Context) (*engine.Engine, error) {
+	policy, err := g.policy()
+	if err != nil {
+		return nil, err
+	}
+	rt, err := g.runtime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &engine.Engine{Runtime: rt, GPU: nvml.New(), Policy: policy, Events: g.progress}, nil
+}
+
+// fingerprint reads this node's facts with the runtime as configured.
+func (g *globals) fingerprint(ctx context.Context) (node.Fingerprint, error) {
+	rt, err := g.runtime(ctx)
+	if err != nil {
+		return node.Fingerprint{}, err
+	}
+	return node.Collector{GPU: nvml.New(), Runtime: rt.Info()}.Collect(ctx)
 }
 
 // emit writes one JSON line on stderr, for machines following progress.

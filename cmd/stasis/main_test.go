@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stasis-run/stasis/node"
 )
 
 // buildStasis builds the stasis binary: the demo mounts it into the sandbox
@@ -56,6 +58,23 @@ func TestDemoJSON(t *testing.T) {
 		t.Errorf("snapshot verify: %v %s", err, out)
 	}
 
+	// This node can restore it; a node on another platform cannot, and says so.
+	if out, err := exec.Command(bin, "snapshot", "check", "--json", res.Snapshot, "--runsc-root", filepath.Join(data, "runsc")).Output(); err != nil || !strings.Contains(string(out), `"compatible": true`) {
+		t.Errorf("snapshot check on this node: %v %s", err, out)
+	}
+	info, err := exec.Command(bin, "node", "info", "--json", "--runsc-root", filepath.Join(data, "runsc")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvm := filepath.Join(t.TempDir(), "kvm-node.json")
+	if err := os.WriteFile(kvm, bytes.Replace(info, []byte(`"platform": "systrap"`), []byte(`"platform": "kvm"`), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(bin, "snapshot", "check", res.Snapshot, "--node", kvm).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "runtime platform systrap needed, node runs kvm") || !strings.Contains(string(out), "no node given can restore") {
+		t.Errorf("snapshot check against a KVM node: %v\n%s", err, out)
+	}
+
 	// The snapshot goes to the embedded store, comes back into a new folder,
 	// and the actor resumes from it: the same process, counting on from 3.
 	run := func(args ...string) string {
@@ -93,5 +112,57 @@ func TestUnknownSnapshotIsAClearError(t *testing.T) {
 	err := root.Execute()
 	if err == nil || !strings.Contains(err.Error(), "no manifest") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func runStasis(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	root := newRoot(&stdout, &stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	return stdout.String(), err
+}
+
+func TestNodeInfoAndLabels(t *testing.T) {
+	runscRoot := filepath.Join(t.TempDir(), "runsc")
+	out, err := runStasis(t, "node", "info", "--json", "--runsc-root", runscRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := node.Parse([]byte(out))
+	if err != nil {
+		t.Fatalf("node info --json is not a valid fingerprint: %v\n%s", err, out)
+	}
+	file := filepath.Join(t.TempDir(), "features.d", "stasis")
+	if _, err := runStasis(t, "node", "labels", "--write", file, "--ttl", "1h", "--runsc-root", runscRoot); err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(written), "stasis.dev/class="+f.Class()+"\n") || !strings.Contains(string(written), "# +expiry-time=") {
+		t.Fatalf("feature file:\n%s", written)
+	}
+}
+
+func TestPlanTemplateShowsArithmetic(t *testing.T) {
+	out, err := runStasis(t, "plan", "template", "--gpus", "2", "--gpu-memory", "80GiB", "--actor-memory", "6GiB", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Limit      uint64   `json:"memoryLimitBytes"`
+		Arithmetic []string `json:"arithmetic"`
+	}
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Limit != (6+2*4+2*80)<<30 || len(rec.Arithmetic) != 4 {
+		t.Fatalf("%+v", rec)
+	}
+	if _, err := runStasis(t, "plan", "template", "--gpu-memory", "lots"); err == nil || !strings.Contains(err.Error(), "--gpu-memory") {
+		t.Fatalf("bad size: %v", err)
 	}
 }

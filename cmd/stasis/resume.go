@@ -24,7 +24,7 @@ func newResume(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--device-map: %w", err)
 			}
-			rt, err := g.runtime(cmd.Context())
+			eng, err := g.engine(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -39,7 +39,6 @@ func newResume(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			eng := &engine.Engine{Runtime: rt, Events: g.progress}
 			opts := engine.ResumeOptions{ID: newID, DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}}
 			if err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
 				return err

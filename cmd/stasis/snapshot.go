@@ -6,6 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/internal/units"
+	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -34,18 +37,91 @@ func newSnapshot(g *globals) *cobra.Command {
 			return g.print(map[string]any{"snapshot": args[0], "ok": true, "files": len(m.Files)}, fmt.Sprintf("%s: ok, %d files verified\n", args[0], len(m.Files)))
 		},
 	})
+	cmd.AddCommand(newSnapshotCheck(g))
 	return cmd
+}
+
+func newSnapshotCheck(g *globals) *cobra.Command {
+	var nodeFiles []string
+	cmd := &cobra.Command{
+		Use:   "check DIR [--node FILE]...",
+		Short: "Say whether this node, or each node given, can restore a snapshot, best first",
+		Long: `Check compares a snapshot's manifest with a node's fingerprint: this node's, or,
+with --node, each fingerprint file given (written by "stasis node info --json" on
+those nodes). Nodes that can restore it come first, the one left with the most free
+GPU and host memory ahead, each with the device map its GPUs need; every other node
+is listed with every reason, in numbers. It exits 1 when no node can restore it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := snapshot.Load(args[0])
+			if err != nil {
+				return err
+			}
+			policy, err := g.policy()
+			if err != nil {
+				return err
+			}
+			var nodes []node.Fingerprint
+			for _, path := range nodeFiles {
+				n, err := node.Load(path)
+				if err != nil {
+					return err
+				}
+				nodes = append(nodes, n)
+			}
+			if len(nodes) == 0 {
+				n, err := g.fingerprint(cmd.Context())
+				if err != nil {
+					return err
+				}
+				nodes = append(nodes, n)
+			}
+			results := compat.Place(m, nodes, policy)
+			if err := g.print(results, describePlacement(results)); err != nil {
+				return err
+			}
+			if !results[0].Compatible {
+				return fmt.Errorf("no node given can restore %s", args[0])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&nodeFiles, "node", nil, "a node's fingerprint file (repeatable; default: this node)")
+	return cmd
+}
+
+func describePlacement(results []compat.Result) string {
+	var b strings.Builder
+	for i, r := range results {
+		if !r.Compatible {
+			fmt.Fprintf(&b, "    %s (class %s) cannot restore it:\n", r.Node, r.Class)
+			for _, reason := range r.Reasons {
+				fmt.Fprintf(&b, "      - %s\n", reason)
+			}
+			continue
+		}
+		fmt.Fprintf(&b, "%2d. %s (class %s) can restore it; left free after: GPU %s, host %s\n", i+1, r.Node, r.Class, units.Bytes(r.GPUFreeAfter), units.Bytes(r.HostFreeAfter))
+		if len(r.DeviceMap) > 0 {
+			fmt.Fprintf(&b, "      device map %s\n", r.DeviceMap)
+		}
+		for _, w := range r.Warnings {
+			fmt.Fprintf(&b, "      note: %s\n", w)
+		}
+	}
+	return b.String()
 }
 
 func describe(m *snapshot.Manifest) string {
 	var b strings.Builder
-	var total int64
-	for _, f := range m.Files {
-		total += f.Size
-	}
-	fmt.Fprintf(&b, "actor:    %s\nscope:    %s\ncreated:  %s\nruntime:  %s %s\nfiles:    %d (%d bytes)\n", m.Actor, m.Scope, m.CreatedAt.Format("2006-01-02 15:04:05Z07:00"), m.Runtime.Name, m.Runtime.Version, len(m.Files), total)
+	fmt.Fprintf(&b, "actor:    %s\nscope:    %s\ncreated:  %s\nruntime:  %s %s\nfiles:    %d (%d bytes)\n", m.Actor, m.Scope, m.CreatedAt.Format("2006-01-02 15:04:05Z07:00"), m.Runtime.Name, m.Runtime.Version, len(m.Files), m.Size())
 	if m.GPU != nil {
 		fmt.Fprintf(&b, "gpu:      driver %s, %d CUDA process(es)\n", m.GPU.DriverVersion, m.GPU.Processes)
+		for _, u := range m.GPU.Devices {
+			fmt.Fprintf(&b, "          %s %s: %s of device memory\n", u.Device.Name, u.Device.UUID, units.Bytes(u.MemoryUsed))
+		}
+	}
+	if m.Node != nil {
+		fmt.Fprintf(&b, "taken on: %s (class %s, kernel %s, %s %s)\n", m.Node.Hostname, m.Node.Class(), m.Node.Kernel, m.Node.Runtime.Platform, m.Node.Runtime.GPUABI)
 	}
 	return b.String()
 }

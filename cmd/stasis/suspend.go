@@ -40,11 +40,10 @@ checkpoints the sandbox into a new snapshot folder, syncs and hashes it, writes 
 manifest last, and stops the sandbox. On any failure the actor keeps running.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rt, err := g.runtime(cmd.Context())
+			eng, err := g.engine(cmd.Context())
 			if err != nil {
 				return err
 			}
-			eng := &engine.Engine{Runtime: rt, Events: g.progress}
 			m, err := eng.Suspend(cmd.Context(), af.actor(args[0]), engine.SuspendOptions{Dir: dir, Scope: snapshot.Scope(scope)})
 			if err != nil {
 				return err

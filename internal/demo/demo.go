@@ -112,9 +112,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.Suspend = time.Since(start)
-	for _, f := range m.Files {
-		res.SnapshotBytes += f.Size
-	}
+	res.SnapshotBytes = m.Size()
 	if _, err := rt.State(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 		return res, fmt.Errorf("the sandbox still exists after suspend: %v", err)
 	}

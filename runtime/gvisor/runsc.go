@@ -86,11 +86,12 @@ func New(ctx context.Context, cfg Config) (*Runsc, error) {
 	return &Runsc{cfg: cfg, path: resolved, features: features}, nil
 }
 
-// Name is "gvisor".
-func (r *Runsc) Name() string { return "gvisor" }
-
-// Version is the runsc build; a checkpoint restores only into the same one.
-func (r *Runsc) Version() string { return r.features.Version }
+// Info names gVisor, the runsc build (a checkpoint restores only into the
+// same one), its platform and the nvproxy ABI GPU sandboxes get.
+func (r *Runsc) Info() runtime.Info {
+	abi, _ := r.nvproxyABI()
+	return runtime.Info{Name: "gvisor", Version: r.features.Version, Platform: r.cfg.Platform, GPUABI: abi}
+}
 
 // Features is what the runsc in hand supports.
 func (r *Runsc) Features() Features { return r.features }

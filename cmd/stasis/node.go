@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stasis-run/stasis/internal/fsutil"
+	"github.com/stasis-run/stasis/internal/units"
+	"github.com/stasis-run/stasis/node"
+)
+
+func newNode(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "This node's fingerprint and its scheduling labels"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "info",
+		Short: "Print the facts a snapshot's restore depends on: GPUs, driver, kernel, CPU, runtime",
+		Long: `Info prints this node's fingerprint. Save it with --json to a file: other nodes'
+fingerprints are what "stasis snapshot check --node FILE" places snapshots on.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := g.fingerprint(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return g.print(f, describeNode(f))
+		},
+	}, newNodeLabels(g))
+	return cmd
+}
+
+func newNodeLabels(g *globals) *cobra.Command {
+	var write string
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "labels",
+		Short: "Print the node labels (compatibility class and facts) in NFD's feature file format",
+		Long: `Labels prints the Kubernetes node labels that let a scheduler place restores with
+plain node affinity: stasis.dev/class is a hash of the facts a Full GPU snapshot's
+restore must match (runtime build and platform, nvproxy ABI, driver, GPU model, CPU
+architecture). --write puts them, atomically, in a node-feature-discovery local
+feature file (for example /etc/kubernetes/node-feature-discovery/features.d/stasis),
+which NFD turns into labels; with --ttl they expire unless rewritten.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := g.fingerprint(cmd.Context())
+			if err != nil {
+				return err
+			}
+			labels := f.Labels()
+			var expiry time.Time
+			if ttl > 0 {
+				expiry = time.Now().Add(ttl)
+			}
+			var text strings.Builder
+			if err := node.WriteFeatureFile(&text, labels, expiry); err != nil {
+				return err
+			}
+			if write != "" {
+				if err := os.MkdirAll(filepath.Dir(write), 0o755); err != nil {
+					return fmt.Errorf("feature file folder: %w", err)
+				}
+				// NFD skips files whose names start with a dot, such as
+				// WriteAtomic's temporary file, so it never reads half of one.
+				if err := fsutil.WriteAtomic(write, strings.NewReader(text.String()), int64(text.Len())); err != nil {
+					return fmt.Errorf("write feature file: %w", err)
+				}
+			}
+			return g.print(labels, text.String())
+		},
+	}
+	cmd.Flags().StringVar(&write, "write", "", "also write the labels to this NFD feature file")
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "let NFD drop the labels after this long unless rewritten (0: never)")
+	return cmd
+}
+
+func describeNode(f node.Fingerprint) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "host:       %s (%s, kernel %s)\n", f.Hostname, f.Arch, f.Kernel)
+	fmt.Fprintf(&b, "cpu:        %s, %d feature flags\n", f.CPU.Model, len(f.CPU.Flags))
+	fmt.Fprintf(&b, "memory:     %s total, %s available\n", units.Bytes(f.Memory.Total), units.Bytes(f.Memory.Available))
+	fmt.Fprintf(&b, "runtime:    %s %s, platform %s", f.Runtime.Name, f.Runtime.Version, f.Runtime.Platform)
+	if f.Runtime.GPUABI != "" {
+		fmt.Fprintf(&b, ", nvproxy ABI %s", f.Runtime.GPUABI)
+	}
+	b.WriteString("\n")
+	if !f.GPU.Available {
+		fmt.Fprintf(&b, "gpus:       none (%s)\n", f.GPU.Reason)
+	} else {
+		fmt.Fprintf(&b, "driver:     %s (CUDA driver API %d)\n", f.GPU.DriverVersion, f.GPU.CUDADriverAPI)
+		for _, d := range f.GPU.Devices {
+			fmt.Fprintf(&b, "gpu %d:      %s %s (%s), %s of %s used, compute %s, MIG %s, persistence %s\n", d.Index, d.Name, d.UUID, d.PCIDeviceID,
+				units.Bytes(d.MemoryUsed), units.Bytes(d.MemoryTotal), d.ComputeCapability, onOff(d.MIGEnabled), onOff(d.PersistenceMode))
+		}
+	}
+	if f.CheckpointAPI.Available {
+		b.WriteString("checkpoint: the CUDA driver exports the checkpoint API\n")
+	} else {
+		fmt.Fprintf(&b, "checkpoint: unavailable (%s)\n", f.CheckpointAPI.Reason)
+	}
+	fmt.Fprintf(&b, "class:      %s\n", f.Class())
+	return b.String()
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}

@@ -1,0 +1,93 @@
+// Package procfs reads the process tree from /proc: which host processes
+// belong to a sandbox, and whether a named daemon runs.
+package procfs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Proc is one process.
+type Proc struct {
+	PID  int
+	PPID int
+	Comm string
+}
+
+// List reads every process under dir (normally /proc). Processes that exit
+// while it reads are skipped.
+func List(dir string) ([]Proc, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	var procs []Proc
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		p, err := parseStat(pid, string(data))
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	return procs, nil
+}
+
+// parseStat reads "pid (comm) state ppid ...". The command name may hold
+// spaces and parentheses, so it runs to the last ')'.
+func parseStat(pid int, stat string) (Proc, error) {
+	open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return Proc{}, fmt.Errorf("process %d: malformed stat %q", pid, stat)
+	}
+	fields := strings.Fields(stat[end+1:])
+	if len(fields) < 2 {
+		return Proc{}, fmt.Errorf("process %d: malformed stat %q", pid, stat)
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		return Proc{}, fmt.Errorf("process %d: parent pid %q: %w", pid, fields[1], err)
+	}
+	return Proc{PID: pid, PPID: ppid, Comm: stat[open+1 : end]}, nil
+}
+
+// Tree is root and every process descended from it.
+func Tree(procs []Proc, root int) map[int]bool {
+	children := map[int][]int{}
+	for _, p := range procs {
+		children[p.PPID] = append(children[p.PPID], p.PID)
+	}
+	tree := map[int]bool{}
+	queue := []int{root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		if tree[pid] {
+			continue
+		}
+		tree[pid] = true
+		queue = append(queue, children[pid]...)
+	}
+	return tree
+}
+
+// WithCommPrefix lists the processes whose command name starts with prefix.
+func WithCommPrefix(procs []Proc, prefix string) []Proc {
+	var found []Proc
+	for _, p := range procs {
+		if strings.HasPrefix(p.Comm, prefix) {
+			found = append(found, p)
+		}
+	}
+	return found
+}

@@ -1,0 +1,46 @@
+package procfs
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+func TestParseStat(t *testing.T) {
+	p, err := parseStat(42, "42 (a (b) c) S 7 42 42 0 -1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PPID != 7 || p.Comm != "a (b) c" {
+		t.Fatalf("got %+v, want ppid 7 and comm %q", p, "a (b) c")
+	}
+	for _, bad := range []string{"", "42 comm S 7", "42 (x) S notanumber"} {
+		if _, err := parseStat(42, bad); err == nil {
+			t.Errorf("stat %q: no error", bad)
+		}
+	}
+}
+
+// TestTreeFindsAChild starts a real child process and finds it under this
+// test's own pid.
+func TestTreeFindsAChild(t *testing.T) {
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	procs, err := List("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := Tree(procs, os.Getpid())
+	if !tree[os.Getpid()] || !tree[child.Process.Pid] {
+		t.Fatalf("tree of %d lacks itself or its child %d: %v", os.Getpid(), child.Process.Pid, tree)
+	}
+	if tree[1] {
+		t.Fatal("tree of the test process holds pid 1")
+	}
+	if len(WithCommPrefix(procs, "sleep")) == 0 {
+		t.Fatal("no process named sleep found")
+	}
+}

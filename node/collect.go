@@ -1,0 +1,139 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/runtime"
+)
+
+// Collector reads this node's fingerprint.
+type Collector struct {
+	GPU     gpu.Source
+	Runtime runtime.Info
+	// CUDALibrary is the driver library checked for the checkpoint API;
+	// cuda.DefaultLibrary when empty.
+	CUDALibrary string
+	// ProcDir is where /proc is mounted; "/proc" when empty.
+	ProcDir string
+}
+
+// Collect reads every fact afresh. A node without GPUs is a valid node.
+func (c Collector) Collect(ctx context.Context) (Fingerprint, error) {
+	f := Fingerprint{FormatVersion: FormatVersion, CollectedAt: time.Now().UTC(), Arch: goruntime.GOARCH, Runtime: c.Runtime}
+	var err error
+	if f.Hostname, err = os.Hostname(); err != nil {
+		return f, fmt.Errorf("hostname: %w", err)
+	}
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return f, fmt.Errorf("uname: %w", err)
+	}
+	f.Kernel = unix.ByteSliceToString(uts.Release[:])
+	if f.CPU, err = c.cpu(); err != nil {
+		return f, err
+	}
+	if f.Memory, err = c.memory(); err != nil {
+		return f, err
+	}
+	if c.GPU != nil {
+		if f.GPU, err = c.GPU.Info(ctx); err != nil {
+			return f, fmt.Errorf("GPU facts: %w", err)
+		}
+	} else {
+		f.GPU.Reason = "no GPU source configured"
+	}
+	f.CheckpointAPI = c.checkpointAPI()
+	return f, f.Validate()
+}
+
+func (c Collector) proc(name string) string {
+	dir := c.ProcDir
+	if dir == "" {
+		dir = "/proc"
+	}
+	return dir + "/" + name
+}
+
+// cpu reads the first processor of /proc/cpuinfo: every core of a node
+// reports the same model and flags.
+func (c Collector) cpu() (CPU, error) {
+	data, err := os.ReadFile(c.proc("cpuinfo"))
+	if err != nil {
+		return CPU{}, fmt.Errorf("CPU facts: %w", err)
+	}
+	var cpu CPU
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			if cpu.Model != "" || cpu.Flags != nil {
+				break // end of the first processor
+			}
+			continue
+		}
+		value = strings.TrimSpace(value)
+		switch strings.TrimSpace(key) {
+		case "vendor_id", "CPU implementer":
+			cpu.Vendor = value
+		case "model name", "CPU part":
+			if cpu.Model == "" {
+				cpu.Model = value
+			}
+		case "flags", "Features":
+			cpu.Flags = strings.Fields(value)
+		}
+	}
+	return cpu, sc.Err()
+}
+
+func (c Collector) memory() (Memory, error) {
+	data, err := os.ReadFile(c.proc("meminfo"))
+	if err != nil {
+		return Memory{}, fmt.Errorf("memory facts: %w", err)
+	}
+	var m Memory
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		kib, err := strconv.ParseUint(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "MemTotal:":
+			m.Total = kib << 10
+		case "MemAvailable:":
+			m.Available = kib << 10
+		}
+	}
+	if m.Total == 0 {
+		return m, fmt.Errorf("memory facts: no MemTotal in %s", c.proc("meminfo"))
+	}
+	return m, nil
+}
+
+// checkpointAPI loads the driver library the way stasis-cuda does. Loading
+// does not initialise the driver, so it is cheap and touches no GPU.
+func (c Collector) checkpointAPI() Support {
+	d, err := cuda.Open(c.CUDALibrary)
+	if err != nil {
+		return Support{Reason: err.Error()}
+	}
+	_ = d.Close()
+	return Support{Available: true}
+}
