@@ -56,8 +56,11 @@ type Engine struct {
 	// LockTimeout bounds how long the GPU suspend waits for running GPU
 	// work; 30 s when zero.
 	LockTimeout time.Duration
-	// Events hears of every step; nil discards them.
+	// Events hears of every step as it ends; nil discards them.
 	Events func(Event)
+	// BeforeStep hears of every step before it starts, so that a journal
+	// can record where an operation stands before it gets there.
+	BeforeStep func(Event)
 	// GPU reads this node's GPUs and the device memory each process holds:
 	// a suspend records them and sizes the GPU state by them, a resume
 	// checks them. Nil (or a node without NVML) leaves GPU facts out, and
@@ -133,6 +136,9 @@ type op struct {
 }
 
 func (o op) step(name string, fn func() (string, error)) error {
+	if o.e.BeforeStep != nil {
+		o.e.BeforeStep(Event{Actor: o.actor, Op: o.name, Step: name})
+	}
 	start := time.Now()
 	msg, err := fn()
 	ev := Event{Actor: o.actor, Op: o.name, Step: name, Duration: time.Since(start), Message: msg}

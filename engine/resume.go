@@ -71,10 +71,32 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	if err != nil {
 		return err
 	}
-	if opts.Probe.Command != nil || opts.Probe.URL != "" {
-		return o.step("probe", func() (string, error) { return e.probe(ctx, id, opts.Probe) })
+	return e.waitReady(ctx, o, id, opts.Probe)
+}
+
+// WaitReady runs the readiness probe, if any, against a sandbox that was
+// just booted, as Resume does after a restore.
+func (e *Engine) WaitReady(ctx context.Context, a Actor, id string, p Probe) error {
+	return e.waitReady(ctx, op{e: e, actor: a.ID, name: "boot"}, id, p)
+}
+
+func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error {
+	if p.Command == nil && p.URL == "" {
+		return nil
 	}
-	return nil
+	return o.step("probe", func() (string, error) { return e.probe(ctx, id, p) })
+}
+
+// ThawGPU resumes every CUDA process of a running sandbox that is locked
+// or checkpointed, and does nothing when none is: a journal that finds an
+// operation cut short between the GPU steps calls it to make sure no
+// workload stays frozen.
+func (e *Engine) ThawGPU(ctx context.Context, a Actor, id string) error {
+	o := op{e: e, actor: a.ID, name: "thaw"}
+	return o.step("gpu-resume", func() (string, error) {
+		rep, err := e.gpuResume(ctx, id, nil)
+		return summary(rep), err
+	})
 }
 
 func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, opts ResumeOptions) error {

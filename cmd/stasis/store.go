@@ -26,17 +26,7 @@ func (g *globals) repoLocation() string {
 // openRepo opens the repository, creating the embedded local one on first
 // use; any other location must be created with `stasis store init`.
 func (g *globals) openRepo(ctx context.Context) (*store.Repository, error) {
-	be, err := location.FromEnv(ctx, g.repoLocation())
-	if err != nil {
-		return nil, err
-	}
-	r, err := store.Open(ctx, be)
-	if err != nil && g.repo == "" {
-		if r, initErr := store.Init(ctx, be); initErr == nil {
-			return r, nil
-		}
-	}
-	return r, err
+	return location.Repository(ctx, g.repoLocation(), g.repo == "")
 }
 
 // transferProgress prints a transfer's progress on stderr (a JSON line each

@@ -70,3 +70,21 @@ func Open(ctx context.Context, loc string, getenv func(string) string) (store.Ba
 func FromEnv(ctx context.Context, loc string) (store.Backend, error) {
 	return Open(ctx, loc, os.Getenv)
 }
+
+// Repository opens the repository at loc (credentials from the
+// environment). With create, a location that holds no repository yet gets
+// a new one: the embedded local store is made on first use that way, while
+// any other location must be made on purpose with `stasis store init`.
+func Repository(ctx context.Context, loc string, create bool) (*store.Repository, error) {
+	be, err := FromEnv(ctx, loc)
+	if err != nil {
+		return nil, err
+	}
+	r, err := store.Open(ctx, be)
+	if err != nil && create {
+		if r, initErr := store.Init(ctx, be); initErr == nil {
+			return r, nil
+		}
+	}
+	return r, err
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/internal/testactor"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/runtime/gvisor"
+	"github.com/stasis-run/stasis/service"
+)
+
+// These tests start the real stasisd binary on a fresh data folder and drive
+// real runsc sandboxes through its API: they need root and runsc.
+
+var built struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+func stasisdBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "stasisd-test-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.bin = filepath.Join(dir, "stasisd")
+		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = errors.New(string(out))
+		}
+	})
+	if built.err != nil {
+		t.Fatalf("build stasisd: %v", built.err)
+	}
+	return built.bin
+}
+
+type daemon struct {
+	t      *testing.T
+	data   string
+	socket string
+	cmd    *exec.Cmd
+	exited chan error
+	log    *strings.Builder
+	logMu  sync.Mutex
+	api    *api.Client
+	rt     *gvisor.Runsc
+	extra  []string
+}
+
+func newDaemon(t *testing.T, extra ...string) *daemon {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the stasisd tests run real runsc sandboxes and need root")
+	}
+	data := t.TempDir()
+	d := &daemon{t: t, data: data, socket: filepath.Join(data, "stasisd.sock"), log: &strings.Builder{}, extra: extra}
+	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: filepath.Join(data, "runsc"), Network: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.rt = rt
+	d.api = api.Dial(d.socket)
+	t.Cleanup(func() {
+		d.stop()
+		// Whatever a test left behind: no sandbox may outlive it.
+		entries, _ := os.ReadDir(filepath.Join(data, "runsc"))
+		for _, e := range entries {
+			if id, ok := strings.CutSuffix(e.Name(), ".state"); ok {
+				_ = rt.Delete(context.Background(), id)
+			}
+		}
+		if t.Failed() {
+			t.Logf("stasisd log:\n%s", d.logText())
+		}
+	})
+	return d
+}
+
+func (d *daemon) logText() string {
+	d.logMu.Lock()
+	defer d.logMu.Unlock()
+	return d.log.String()
+}
+
+// start runs stasisd and returns once it serves, as its log says.
+func (d *daemon) start(failpoint string) {
+	d.t.Helper()
+	args := append([]string{"--data", d.data, "--socket", d.socket, "--network", "none", "--log-format", "text"}, d.extra...)
+	cmd := exec.Command(stasisdBinary(d.t), args...)
+	cmd.Env = append(os.Environ(), "STASIS_FAILPOINT="+failpoint)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	serving := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		said := false
+		for sc.Scan() {
+			d.logMu.Lock()
+			d.log.WriteString(sc.Text() + "\n")
+			d.logMu.Unlock()
+			if !said && strings.Contains(sc.Text(), "stasisd serving") {
+				said = true
+				serving <- true
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		if !said {
+			serving <- false
+		}
+	}()
+	d.cmd, d.exited = cmd, make(chan error, 1)
+	if !<-serving {
+		d.t.Fatalf("stasisd did not start:\n%s", d.logText())
+	}
+	go func() { d.exited <- cmd.Wait() }()
+}
+
+// stop ends stasisd with SIGTERM, as a service manager would.
+func (d *daemon) stop() {
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	<-d.exited
+	d.cmd = nil
+}
+
+// crashed waits for stasisd to die by its failpoint's SIGKILL.
+func (d *daemon) crashed() {
+	d.t.Helper()
+	err := <-d.exited
+	d.cmd = nil
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		d.t.Fatalf("stasisd ended with %v, not by its failpoint's SIGKILL\n%s", err, d.logText())
+	}
+}
+
+// template records the counter actor's template.
+func (d *daemon) template(name string, tweak func(*service.Template)) service.Template {
+	d.t.Helper()
+	dir := testactor.Bundle(d.t, d.t.TempDir(), testactor.Options{})
+	t := service.Template{Name: name, Bundle: dir, Durable: []string{"/state"}, Probe: service.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}
+	if tweak != nil {
+		tweak(&t)
+	}
+	got, err := d.api.CreateTemplate(context.Background(), t)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return got
+}
+
+func (d *daemon) run(template, id string) service.Actor {
+	d.t.Helper()
+	a, err := d.api.Run(context.Background(), service.RunRequest{Template: template, ID: id})
+	if err != nil {
+		d.t.Fatalf("run %s: %v", id, err)
+	}
+	if a.State != service.Running {
+		d.t.Fatalf("run %s: %+v", id, a)
+	}
+	return a
+}
+
+func (d *daemon) op(verb, id string) service.Actor {
+	d.t.Helper()
+	a, err := d.api.Op(context.Background(), verb, service.OpRequest{ID: id})
+	if err != nil {
+		d.t.Fatalf("%s %s: %v", verb, id, err)
+	}
+	return a
+}
+
+func (d *daemon) inspect(id string) service.Actor {
+	d.t.Helper()
+	a, err := d.api.InspectActor(context.Background(), id)
+	if err != nil {
+		d.t.Fatalf("inspect %s: %v", id, err)
+	}
+	return a
+}
+
+// counter runs "/counter await CMD" in the actor's sandbox.
+func (d *daemon) counter(id, cmd string) string {
+	d.t.Helper()
+	res, err := d.rt.Exec(context.Background(), id, runtime.Process{Args: []string{"/counter", "await", cmd}})
+	if err != nil || res.ExitCode != 0 {
+		d.t.Fatalf("counter %s in %s: %v exit %d: %s", cmd, id, err, res.ExitCode, res.Stderr)
+	}
+	return strings.TrimSpace(string(res.Stdout))
+}
+
+func (d *daemon) requireNoSandbox(id string) {
+	d.t.Helper()
+	if _, err := d.rt.State(context.Background(), id); !errors.Is(err, runtime.ErrNotFound) {
+		d.t.Fatalf("sandbox %s still exists: %v", id, err)
+	}
+}

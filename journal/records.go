@@ -1,0 +1,397 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Template is a recipe for actors; Spec is the service's own JSON.
+type Template struct {
+	Name string
+	Spec []byte
+	// Golden is the id of the template's golden snapshot, when warmed.
+	Golden    string
+	CreatedAt time.Time
+}
+
+// Actor is one actor and where it stands.
+type Actor struct {
+	ID       string
+	Template string
+	State    string
+	// Reason says why the actor is in its state (CRASHED, a cold boot).
+	Reason string
+	// Sandbox is the runtime's container id.
+	Sandbox string
+	// Snapshot is the id of the actor's latest good snapshot.
+	Snapshot  string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Snapshot is one snapshot the service made.
+type Snapshot struct {
+	ID       string
+	Actor    string
+	Template string
+	// Kind is pause (kept on this node), commit (in the store) or golden.
+	Kind  string
+	Scope string
+	// Dir is the local folder ("" once removed); Stored the name in the
+	// store ("" when not stored).
+	Dir       string
+	Stored    string
+	Size      int64
+	CreatedAt time.Time
+}
+
+// Operation is one operation on an actor.
+type Operation struct {
+	ID        string
+	Actor     string
+	Kind      string
+	RequestID string
+	// State is running, done or failed.
+	State     string
+	Step      string
+	Args      []byte
+	Error     string
+	StartedAt time.Time
+	EndedAt   time.Time
+}
+
+// Event is one line of an actor's history.
+type Event struct {
+	Seq       int64
+	Actor     string
+	Operation string
+	Step      string
+	Message   string
+	Error     string
+	Duration  time.Duration
+	At        time.Time
+}
+
+// Operation states.
+const (
+	OpRunning = "running"
+	OpDone    = "done"
+	OpFailed  = "failed"
+)
+
+func isUnique(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// PutTemplate records a new template.
+func (j *Journal) PutTemplate(ctx context.Context, t Template) error {
+	_, err := j.db.ExecContext(ctx, `INSERT INTO templates(name, spec, golden, created_at) VALUES (?, ?, ?, ?)`, t.Name, string(t.Spec), t.Golden, now())
+	if isUnique(err) {
+		return fmt.Errorf("template %q: %w", t.Name, ErrExists)
+	}
+	return err
+}
+
+// SetGolden records the template's golden snapshot.
+func (j *Journal) SetGolden(ctx context.Context, name, snapshot string) error {
+	return j.update(ctx, "template", name, `UPDATE templates SET golden = ? WHERE name = ?`, snapshot, name)
+}
+
+func (j *Journal) update(ctx context.Context, what, id, query string, args ...any) error {
+	res, err := j.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s %q: %w", what, id, ErrNotFound)
+	}
+	return nil
+}
+
+const templateCols = `name, spec, golden, created_at`
+
+func scanTemplate(row interface{ Scan(...any) error }) (Template, error) {
+	var t Template
+	var spec, created string
+	err := row.Scan(&t.Name, &spec, &t.Golden, &created)
+	t.Spec, t.CreatedAt = []byte(spec), parseTime(created)
+	return t, err
+}
+
+// Template reads one template.
+func (j *Journal) Template(ctx context.Context, name string) (Template, error) {
+	t, err := scanTemplate(j.db.QueryRowContext(ctx, `SELECT `+templateCols+` FROM templates WHERE name = ?`, name))
+	return t, notFound(err, "template", name)
+}
+
+// Templates lists every template by name.
+func (j *Journal) Templates(ctx context.Context) ([]Template, error) {
+	return list(ctx, j.db, scanTemplate, `SELECT `+templateCols+` FROM templates ORDER BY name`)
+}
+
+func list[T any](ctx context.Context, db *sql.DB, scan func(interface{ Scan(...any) error }) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+const actorCols = `id, template, state, reason, sandbox, snapshot, created_at, updated_at`
+
+func scanActor(row interface{ Scan(...any) error }) (Actor, error) {
+	var a Actor
+	var created, updated string
+	err := row.Scan(&a.ID, &a.Template, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated)
+	a.CreatedAt, a.UpdatedAt = parseTime(created), parseTime(updated)
+	return a, err
+}
+
+// Actor reads one actor.
+func (j *Journal) Actor(ctx context.Context, id string) (Actor, error) {
+	a, err := scanActor(j.db.QueryRowContext(ctx, `SELECT `+actorCols+` FROM actors WHERE id = ?`, id))
+	return a, notFound(err, "actor", id)
+}
+
+// Actors lists every actor by id.
+func (j *Journal) Actors(ctx context.Context) ([]Actor, error) {
+	return list(ctx, j.db, scanActor, `SELECT `+actorCols+` FROM actors ORDER BY id`)
+}
+
+// SetActor records where an actor stands, outside any operation (the
+// reconciler's corrections).
+func (j *Journal) SetActor(ctx context.Context, id, state, reason string) error {
+	return j.update(ctx, "actor", id, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, state, reason, now(), id)
+}
+
+// SetActorSnapshot records the actor's latest good snapshot.
+func (j *Journal) SetActorSnapshot(ctx context.Context, id, snapshot string) error {
+	return j.update(ctx, "actor", id, `UPDATE actors SET snapshot = ?, updated_at = ? WHERE id = ?`, snapshot, now(), id)
+}
+
+// DeleteActor forgets an actor and its operations and events; its
+// snapshots' records stay until deleted themselves.
+func (j *Journal) DeleteActor(ctx context.Context, id string) error {
+	return j.tx(ctx, func(tx *sql.Tx) error {
+		for _, q := range []string{`DELETE FROM events WHERE actor = ?`, `DELETE FROM operations WHERE actor = ?`, `DELETE FROM actors WHERE id = ?`} {
+			if _, err := tx.ExecContext(ctx, q, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Start describes an operation that begins: the actor moves from one of
+// From (or is created, when Create is set) to To in the same transaction
+// that records the operation.
+type Start struct {
+	Op     Operation
+	From   []string
+	To     string
+	Create *Actor
+}
+
+// BusyError says which operation holds the actor.
+type BusyError struct {
+	Actor string
+	Op    Operation
+}
+
+func (e *BusyError) Error() string {
+	step := e.Op.Step
+	if step == "" {
+		step = "starting"
+	}
+	return fmt.Sprintf("actor %s is busy with %s (operation %s, step %s); retry when it has ended", e.Actor, e.Op.Kind, e.Op.ID, step)
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
+// StateError says an actor is not in a state the operation starts from.
+type StateError struct {
+	Actor, State, Kind string
+	From               []string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("actor %s is %s; %s needs it %s", e.Actor, e.State, e.Kind, strings.Join(e.From, " or "))
+}
+
+// Begin starts an operation. When one with the same actor, kind and request
+// id exists, it is returned instead with replay true (a retried request).
+// An actor with another running operation gives a *BusyError, one in a
+// state not in From a *StateError.
+func (j *Journal) Begin(ctx context.Context, s Start) (op Operation, replay bool, err error) {
+	err = j.tx(ctx, func(tx *sql.Tx) error {
+		if s.Op.RequestID != "" {
+			prev, err := scanOp(tx.QueryRowContext(ctx, `SELECT `+opCols+` FROM operations WHERE actor = ? AND kind = ? AND request_id = ?`, s.Op.Actor, s.Op.Kind, s.Op.RequestID))
+			if err == nil {
+				op, replay = prev, true
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		if running, err := scanOp(tx.QueryRowContext(ctx, `SELECT `+opCols+` FROM operations WHERE actor = ? AND state = 'running'`, s.Op.Actor)); err == nil {
+			return &BusyError{Actor: s.Op.Actor, Op: running}
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		ts := now()
+		if s.Create != nil {
+			a := s.Create
+			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, s.To, a.Reason, a.Sandbox, a.Snapshot, ts, ts)
+			if isUnique(err) {
+				return fmt.Errorf("actor %q: %w", a.ID, ErrExists)
+			}
+			if err != nil {
+				return err
+			}
+		} else {
+			a, err := scanActor(tx.QueryRowContext(ctx, `SELECT `+actorCols+` FROM actors WHERE id = ?`, s.Op.Actor))
+			if err != nil {
+				return notFound(err, "actor", s.Op.Actor)
+			}
+			if len(s.From) > 0 && !contains(s.From, a.State) {
+				return &StateError{Actor: a.ID, State: a.State, Kind: s.Op.Kind, From: s.From}
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, updated_at = ? WHERE id = ?`, s.To, ts, a.ID); err != nil {
+				return err
+			}
+		}
+		op = s.Op
+		op.State, op.StartedAt = OpRunning, parseTime(ts)
+		if op.Args == nil {
+			op.Args = []byte("{}")
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO operations(id, actor, kind, request_id, state, step, args, started_at) VALUES (?, ?, ?, ?, ?, '', ?, ?)`,
+			op.ID, op.Actor, op.Kind, op.RequestID, op.State, string(op.Args), ts)
+		return err
+	})
+	return op, replay, err
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Step records that an operation is about to run step; it is durable when
+// Step returns.
+func (j *Journal) Step(ctx context.Context, opID, step string) error {
+	return j.update(ctx, "operation", opID, `UPDATE operations SET step = ? WHERE id = ?`, step, opID)
+}
+
+// End closes an operation and sets its actor's state, in one transaction.
+// An empty actorState leaves the actor alone (it was deleted).
+func (j *Journal) End(ctx context.Context, opID, opState, opErr, actorID, actorState, reason string) error {
+	return j.tx(ctx, func(tx *sql.Tx) error {
+		ts := now()
+		if _, err := tx.ExecContext(ctx, `UPDATE operations SET state = ?, error = ?, ended_at = ? WHERE id = ?`, opState, opErr, ts, opID); err != nil {
+			return err
+		}
+		if actorState == "" {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, actorState, reason, ts, actorID)
+		return err
+	})
+}
+
+const opCols = `id, actor, kind, request_id, state, step, args, error, started_at, ended_at`
+
+func scanOp(row interface{ Scan(...any) error }) (Operation, error) {
+	var o Operation
+	var args, started, ended string
+	err := row.Scan(&o.ID, &o.Actor, &o.Kind, &o.RequestID, &o.State, &o.Step, &args, &o.Error, &started, &ended)
+	o.Args, o.StartedAt, o.EndedAt = []byte(args), parseTime(started), parseTime(ended)
+	return o, err
+}
+
+// Operation reads one operation.
+func (j *Journal) Operation(ctx context.Context, id string) (Operation, error) {
+	o, err := scanOp(j.db.QueryRowContext(ctx, `SELECT `+opCols+` FROM operations WHERE id = ?`, id))
+	return o, notFound(err, "operation", id)
+}
+
+// Running lists the operations that have not ended: after a restart, the
+// ones a crash interrupted.
+func (j *Journal) Running(ctx context.Context) ([]Operation, error) {
+	return list(ctx, j.db, scanOp, `SELECT `+opCols+` FROM operations WHERE state = 'running' ORDER BY started_at`)
+}
+
+// AddEvent appends to an actor's history.
+func (j *Journal) AddEvent(ctx context.Context, e Event) (int64, error) {
+	res, err := j.db.ExecContext(ctx, `INSERT INTO events(actor, operation, step, message, error, duration_ns, at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		e.Actor, e.Operation, e.Step, e.Message, e.Error, int64(e.Duration), now())
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
+}
+
+// Events lists an actor's history after seq, oldest first.
+func (j *Journal) Events(ctx context.Context, actor string, after int64) ([]Event, error) {
+	return list(ctx, j.db, func(row interface{ Scan(...any) error }) (Event, error) {
+		var e Event
+		var d int64
+		var at string
+		err := row.Scan(&e.Seq, &e.Actor, &e.Operation, &e.Step, &e.Message, &e.Error, &d, &at)
+		e.Duration, e.At = time.Duration(d), parseTime(at)
+		return e, err
+	}, `SELECT seq, actor, operation, step, message, error, duration_ns, at FROM events WHERE actor = ? AND seq > ? ORDER BY seq`, actor, after)
+}
+
+const snapCols = `id, actor, template, kind, scope, dir, stored, size, created_at`
+
+func scanSnapshot(row interface{ Scan(...any) error }) (Snapshot, error) {
+	var s Snapshot
+	var created string
+	err := row.Scan(&s.ID, &s.Actor, &s.Template, &s.Kind, &s.Scope, &s.Dir, &s.Stored, &s.Size, &created)
+	s.CreatedAt = parseTime(created)
+	return s, err
+}
+
+// PutSnapshot records a snapshot, or updates the record with that id.
+func (j *Journal) PutSnapshot(ctx context.Context, s Snapshot) error {
+	_, err := j.db.ExecContext(ctx, `INSERT INTO snapshots(`+snapCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET dir = excluded.dir, stored = excluded.stored, size = excluded.size`,
+		s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Size, now())
+	return err
+}
+
+// Snapshot reads one snapshot.
+func (j *Journal) Snapshot(ctx context.Context, id string) (Snapshot, error) {
+	s, err := scanSnapshot(j.db.QueryRowContext(ctx, `SELECT `+snapCols+` FROM snapshots WHERE id = ?`, id))
+	return s, notFound(err, "snapshot", id)
+}
+
+// Snapshots lists snapshots, newest first; of one actor when actor is set.
+func (j *Journal) Snapshots(ctx context.Context, actor string) ([]Snapshot, error) {
+	return list(ctx, j.db, scanSnapshot, `SELECT `+snapCols+` FROM snapshots WHERE ? = '' OR actor = ? ORDER BY created_at DESC, id`, actor, actor)
+}
+
+// DeleteSnapshot forgets a snapshot.
+func (j *Journal) DeleteSnapshot(ctx context.Context, id string) error {
+	_, err := j.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	return err
+}

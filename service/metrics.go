@@ -1,0 +1,62 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are stasisd's Prometheus collectors, on their own registry.
+type Metrics struct {
+	Registry   *prometheus.Registry
+	operations *prometheus.CounterVec
+	durations  *prometheus.HistogramVec
+}
+
+func newMetrics(s *Service) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stasis_operations_total", Help: "Operations on actors that ended, by kind and result (done or failed).",
+		}, []string{"kind", "result"}),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stasis_operation_duration_seconds", Help: "How long operations on actors took, by kind.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
+		}, []string{"kind"}),
+	}
+	m.Registry.MustRegister(m.operations, m.durations, &actorStates{s: s},
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) observe(kind, result string, d time.Duration) {
+	m.operations.WithLabelValues(kind, result).Inc()
+	m.durations.WithLabelValues(kind).Observe(d.Seconds())
+}
+
+// actorStates counts actors by state from the journal at each scrape, so
+// the gauge can never drift from the truth.
+type actorStates struct{ s *Service }
+
+var actorsDesc = prometheus.NewDesc("stasis_actors", "Actors by state.", []string{"state"}, nil)
+
+func (c *actorStates) Describe(ch chan<- *prometheus.Desc) { ch <- actorsDesc }
+
+func (c *actorStates) Collect(ch chan<- prometheus.Metric) {
+	actors, err := c.s.journal.Actors(context.Background())
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(actorsDesc, err)
+		return
+	}
+	counts := map[State]int{}
+	for _, st := range []State{Creating, Running, Pausing, Paused, Suspending, Suspended, Resuming, Deleting, Crashed} {
+		counts[st] = 0
+	}
+	for _, a := range actors {
+		counts[State(a.State)]++
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(actorsDesc, prometheus.GaugeValue, float64(n), string(st))
+	}
+}
