@@ -141,14 +141,23 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, a journal.A
 		return outcome{}, err
 	}
 	target := map[string]State{"pause": Paused, "suspend": Suspended, "golden": Suspended}[o.kind]
+	// A push that got as far as recording the stored name is done.
+	stored := ""
+	if rec, err := s.journal.Snapshot(ctx, o.args.Snapshot); err == nil {
+		stored = rec.Stored
+	}
+	onlyHere := ""
+	if o.kind == "suspend" && stored == "" {
+		onlyHere = "; the snapshot is on this node only: suspend again to store it"
+	}
 	if previous != Running {
 		// Storing the snapshot of a paused or suspended actor: nothing
 		// ran in the sandbox, the snapshot is as it was.
-		return outcome{state: Suspended, reason: at + "; the snapshot is kept on this node only: suspend again to store it"}, nil
+		return outcome{state: Suspended, reason: at + onlyHere}, nil
 	}
 	if m := manifestOf(o.args.Dir); m != nil {
 		kind := map[string]string{"pause": KindPause, "suspend": KindCommit, "golden": KindGolden}[o.kind]
-		snap := journal.Snapshot{ID: o.args.Snapshot, Actor: a.ID, Template: a.Template, Kind: kind, Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
+		snap := journal.Snapshot{ID: o.args.Snapshot, Actor: a.ID, Template: a.Template, Kind: kind, Scope: string(m.Scope), Dir: o.args.Dir, Stored: stored, Size: m.Size()}
 		if o.kind == "golden" {
 			err = s.setGolden(ctx, t, snap)
 		} else {
@@ -165,11 +174,7 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, a journal.A
 			return outcome{state: Crashed, reason: fmt.Sprintf("%s; the snapshot %s is whole, the sandbox could not be stopped: %v", at, snap.ID, err)}, nil
 		}
 		_ = s.rt.Delete(ctx, a.Sandbox)
-		reason := at + "; the snapshot was committed, the operation was finished"
-		if target == Suspended && o.kind == "suspend" {
-			reason += "; it is on this node only: suspend again to store it"
-		}
-		return outcome{state: target, reason: reason}, nil
+		return outcome{state: target, reason: at + "; the snapshot was committed, the operation was finished" + onlyHere}, nil
 	}
 	_ = removeDir(o.args.Dir)
 	if st == runtime.StatusRunning || st == runtime.StatusPaused {

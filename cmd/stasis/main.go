@@ -33,8 +33,10 @@ type globals struct {
 	runsc   gvisor.Config
 	// kernelPolicy is the compatibility rule for the host kernel release.
 	kernelPolicy string
-	stdout       io.Writer
-	stderr       io.Writer
+	// socket is stasisd's API socket.
+	socket string
+	stdout io.Writer
+	stderr io.Writer
 }
 
 func main() {
@@ -68,7 +70,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&g.runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
 	f.StringVar(&g.runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
 	f.StringVar(&g.kernelPolicy, "kernel-policy", string(compat.KernelAny), "how much of the host kernel release a Full snapshot's restore requires: any, minor (same major.minor) or exact")
-	root.AddCommand(newNode(g), newPlan(g), newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g), newStore(g))
+	f.StringVar(&g.socket, "socket", DefaultSocket, "stasisd's API socket (actor, template, snapshot ls)")
+	root.AddCommand(newActor(g), newTemplate(g), newNode(g), newPlan(g), newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g), newStore(g))
 	return root
 }
 

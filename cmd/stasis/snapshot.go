@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -9,21 +10,54 @@ import (
 	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/node"
+	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
 func newSnapshot(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "snapshot", Short: "Inspect and verify snapshot folders"}
-	cmd.AddCommand(&cobra.Command{
-		Use:   "inspect DIR",
-		Short: "Print a snapshot's manifest",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := snapshot.Load(args[0])
+	cmd := &cobra.Command{Use: "snapshot", Short: "List stasisd's snapshots; inspect, verify and check snapshot folders"}
+	var actor string
+	ls := &cobra.Command{
+		Use:   "ls [--actor ID]",
+		Short: "List the snapshots stasisd made (pause, commit, golden), newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := g.client().ListSnapshots(cmd.Context(), actor)
 			if err != nil {
 				return err
 			}
-			return g.print(m, describe(m))
+			var b strings.Builder
+			for _, s := range list {
+				fmt.Fprintf(&b, "%s  %s  %s\n", s.CreatedAt.Format("2006-01-02 15:04:05"), s.Actor, describeSnapshotLine(s))
+			}
+			if list == nil {
+				list = []service.Snapshot{}
+			}
+			return g.print(list, b.String())
+		},
+	}
+	ls.Flags().StringVar(&actor, "actor", "", "only this actor's snapshots")
+	cmd.AddCommand(ls, &cobra.Command{
+		Use:   "inspect DIR|ID",
+		Short: "Print a snapshot's manifest (a folder), or stasisd's record of a snapshot (an id)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if st, err := os.Stat(args[0]); err == nil && st.IsDir() {
+				m, err := snapshot.Load(args[0])
+				if err != nil {
+					return err
+				}
+				return g.print(m, describe(m))
+			}
+			s, err := g.client().InspectSnapshot(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("%s is not a snapshot folder, and stasisd says: %w", args[0], err)
+			}
+			text := describeSnapshotLine(s) + "\n"
+			if m, err := snapshot.Load(s.Dir); err == nil {
+				text += describe(m)
+			}
+			return g.print(s, text)
 		},
 	}, &cobra.Command{
 		Use:   "verify DIR",

@@ -39,8 +39,8 @@ const (
 
 type options struct {
 	data, socket, socketMode, repo, helper, kernelPolicy, logFormat string
-	noStore, version                                              bool
-	runsc                                                         gvisor.Config
+	noStore, version                                                bool
+	runsc                                                           gvisor.Config
 }
 
 func main() {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 
@@ -164,7 +165,22 @@ func (r *Runsc) State(ctx context.Context, id string) (runtime.State, error) {
 	if err := json.Unmarshal(out, &st); err != nil {
 		return st, fmt.Errorf("runsc state %s: %w", id, err)
 	}
+	// runsc says running until the dead sandbox has been reaped, which
+	// init may do late when its parent is gone: a dead process is stopped.
+	if st.Status != runtime.StatusStopped && st.PID > 0 && !alive(st.PID) {
+		st.Status = runtime.StatusStopped
+	}
 	return st, nil
+}
+
+// alive tells whether pid runs (exists and is not a zombie).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	end := bytes.LastIndexByte(stat, ')')
+	return end < 0 || end+2 >= len(stat) || stat[end+2] != 'Z'
 }
 
 // MemoryUsage reads the sandbox's memory use from runsc events --stats.

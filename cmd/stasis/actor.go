@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/internal/units"
+	"github.com/stasis-run/stasis/service"
+)
+
+// DefaultSocket is where stasisd listens unless --socket says otherwise.
+const DefaultSocket = "/run/stasis/stasisd.sock"
+
+func (g *globals) client() *api.Client { return api.Dial(g.socket) }
+
+func newActor(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "actor", Short: "Run and drive actors through stasisd (run, ps, inspect, pause, suspend, resume, rm, events)"}
+	var requestID string
+	var cold bool
+	var id string
+	run := &cobra.Command{
+		Use:   "run TEMPLATE [--id ID]",
+		Short: "Start an actor of a template: from its golden snapshot when this node can, by booting otherwise",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := service.RunRequest{Template: args[0], ID: id, RequestID: requestID, Cold: cold}
+			if req.ID == "" {
+				// Name it here, so that its progress can be followed.
+				req.ID = fmt.Sprintf("%s-%d", args[0], time.Now().UnixNano()%1e9)
+			}
+			a, err := g.follow(cmd.Context(), req.ID, func(ctx context.Context) (service.Actor, error) { return g.client().Run(ctx, req) })
+			if err != nil {
+				return err
+			}
+			return g.print(a, describeActor(a))
+		},
+	}
+	run.Flags().StringVar(&id, "id", "", "the actor's id (default: TEMPLATE-NUMBER)")
+	run.Flags().BoolVar(&cold, "cold", false, "boot even when the template has a golden snapshot")
+	run.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
+	cmd.AddCommand(run, newActorPS(g), newActorInspect(g), newActorEvents(g))
+	for _, v := range []struct{ use, verb, short string }{
+		{"pause", "Pause", "Snapshot an actor into a snapshot kept on this node and stop its sandbox (PAUSED)"},
+		{"suspend", "Suspend", "Commit an actor: its snapshot goes to the store and its sandbox stops (SUSPENDED)"},
+		{"resume", "Resume", "Bring a PAUSED, SUSPENDED or CRASHED actor back from its latest snapshot"},
+		{"rm", "Delete", "Delete an actor from any state: sandbox, GPUs and local files freed; stored snapshots kept unless --purge"},
+	} {
+		cmd.AddCommand(newActorOp(g, v.use, v.verb, v.short))
+	}
+	return cmd
+}
+
+func newActorOp(g *globals, use, verb, short string) *cobra.Command {
+	var requestID string
+	var purge bool
+	cmd := &cobra.Command{
+		Use:   use + " ACTOR",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := service.OpRequest{ID: args[0], RequestID: requestID, Purge: purge}
+			a, err := g.follow(cmd.Context(), args[0], func(ctx context.Context) (service.Actor, error) { return g.client().Op(ctx, verb, req) })
+			if err != nil {
+				return err
+			}
+			if verb == "Delete" {
+				return g.print(map[string]any{"id": args[0], "deleted": true}, fmt.Sprintf("deleted %s\n", args[0]))
+			}
+			return g.print(a, describeActor(a))
+		},
+	}
+	cmd.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
+	if verb == "Delete" {
+		cmd.Flags().BoolVar(&purge, "purge", false, "also delete the actor's snapshots from the store")
+	}
+	return cmd
+}
+
+// follow runs an operation and prints the actor's new events while it runs
+// (as JSON lines on stderr with --json), so long steps show progress.
+func (g *globals) follow(ctx context.Context, id string, op func(context.Context) (service.Actor, error)) (service.Actor, error) {
+	c := g.client()
+	var after int64
+	if past, err := c.Events(ctx, id, 0); err == nil && len(past) > 0 {
+		after = past[len(past)-1].Seq
+	}
+	type result struct {
+		a   service.Actor
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := op(ctx)
+		done <- result{a, err}
+	}()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-done:
+			g.printEvents(ctx, c, id, &after)
+			return r.a, r.err
+		case <-tick.C:
+			g.printEvents(ctx, c, id, &after)
+		}
+	}
+}
+
+func (g *globals) printEvents(ctx context.Context, c *api.Client, id string, after *int64) {
+	events, err := c.Events(ctx, id, *after)
+	if err != nil {
+		return
+	}
+	for _, e := range events {
+		*after = e.Seq
+		if g.json {
+			g.emit(e)
+			continue
+		}
+		if e.Error != "" {
+			fmt.Fprintf(g.stderr, "  %-14s failed after %.3fs: %s\n", e.Step, e.Duration, e.Error)
+		} else {
+			fmt.Fprintf(g.stderr, "  %-14s %7.3fs  %s\n", e.Step, e.Duration, e.Message)
+		}
+	}
+}
+
+func describeActor(a service.Actor) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s (template %s, sandbox %s)\n", a.ID, a.State, a.Template, a.Sandbox)
+	if a.Reason != "" {
+		fmt.Fprintf(&b, "  reason:    %s\n", a.Reason)
+	}
+	if a.Snapshot != nil {
+		fmt.Fprintf(&b, "  snapshot:  %s\n", describeSnapshotLine(*a.Snapshot))
+	}
+	if a.Operation != nil {
+		fmt.Fprintf(&b, "  operation: %s %s, step %s, since %s\n", a.Operation.Kind, a.Operation.ID, a.Operation.Step, a.Operation.StartedAt.Format(time.RFC3339))
+	}
+	return b.String()
+}
+
+func describeSnapshotLine(s service.Snapshot) string {
+	where := []string{}
+	if s.Dir != "" {
+		where = append(where, "on this node at "+s.Dir)
+	}
+	if s.Stored != "" {
+		where = append(where, "stored as "+s.Stored)
+	}
+	return fmt.Sprintf("%s (%s, %s, %s; %s)", s.ID, s.Kind, s.Scope, units.Bytes(s.SizeBytes), strings.Join(where, ", "))
+}
+
+func newActorPS(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ps",
+		Short: "List actors",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			actors, err := g.client().ListActors(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "ACTOR\tSTATE\tTEMPLATE\tSNAPSHOT\tREASON")
+			for _, a := range actors {
+				snap := "-"
+				if a.Snapshot != nil {
+					snap = a.Snapshot.ID
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Template, snap, a.Reason)
+			}
+			w.Flush()
+			if actors == nil {
+				actors = []service.Actor{}
+			}
+			return g.print(actors, b.String())
+		},
+	}
+}
+
+func newActorInspect(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect ACTOR",
+		Short: "Show an actor: state, reason, latest snapshot, running operation",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := g.client().InspectActor(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return g.print(a, describeActor(a))
+		},
+	}
+}
+
+func newActorEvents(g *globals) *cobra.Command {
+	var after int64
+	return &cobra.Command{
+		Use:   "events ACTOR",
+		Short: "Show an actor's history: every step of every operation, with its duration and outcome",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			events, err := g.client().Events(cmd.Context(), args[0], after)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				enc := json.NewEncoder(g.stdout)
+				for _, e := range events {
+					if err := enc.Encode(e); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			for _, e := range events {
+				line := e.Message
+				if e.Error != "" {
+					line = "FAILED: " + e.Error
+				}
+				fmt.Fprintf(g.stdout, "%s  %-10s %-14s %7.3fs  %s\n", e.At.Format("15:04:05.000"), e.Operation, e.Step, e.Duration, line)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/service"
+)
+
+// TestCrashAtEveryStep kills stasisd with SIGKILL before and after each
+// step of each operation (a failpoint armed by STASIS_FAILPOINT), restarts
+// it, and checks what reconciliation left: no actor in a transitional
+// state, no workload frozen (a running actor answers with its counter
+// intact), a paused or suspended one resumes with it, a crashed one says
+// why.
+func TestCrashAtEveryStep(t *testing.T) {
+	cells := []struct{ failpoint, verb string }{
+		{"run/bundle:after", "Run"},
+		{"run/boot:after", "Run"},
+		{"run/probe", "Run"},
+		{"pause/preflight", "Pause"},
+		{"pause/checkpoint", "Pause"},
+		{"pause/commit:after", "Pause"},
+		{"suspend/checkpoint", "Suspend"},
+		{"suspend/checkpoint:after", "Suspend"},
+		{"suspend/commit", "Suspend"},
+		{"suspend/commit:after", "Suspend"},
+		{"suspend/stop", "Suspend"},
+		{"suspend/stop:after", "Suspend"},
+		{"suspend/delete:after", "Suspend"},
+		{"suspend/push", "Suspend"},
+		{"suspend/push:after", "Suspend"},
+		{"resume/verify", "Resume"},
+		{"resume/compatibility:after", "Resume"},
+		{"resume/restore", "Resume"},
+		{"resume/restore:after", "Resume"},
+		{"resume/probe", "Resume"},
+		{"resume/probe:after", "Resume"},
+		{"delete/stop", "Delete"},
+		{"delete/stop:after", "Delete"},
+		{"delete/remove-files:after", "Delete"},
+	}
+	for _, c := range cells {
+		t.Run(strings.ReplaceAll(c.failpoint, "/", "_"), func(t *testing.T) {
+			d := newDaemon(t)
+			d.start("")
+			d.template("counter", nil)
+			var inst string
+			value := 0
+			if c.verb != "Run" {
+				d.run("counter", "a1")
+				inst, _, _ = strings.Cut(d.counter("a1", "incr"), " ")
+				value = 1
+				if c.verb == "Resume" {
+					d.op("Pause", "a1")
+				}
+			}
+			d.stop()
+
+			d.start(c.failpoint)
+			ctx := context.Background()
+			var err error
+			if c.verb == "Run" {
+				_, err = d.api.Run(ctx, service.RunRequest{Template: "counter", ID: "a1"})
+			} else {
+				_, err = d.api.Op(ctx, c.verb, service.OpRequest{ID: "a1"})
+			}
+			if err == nil {
+				t.Fatalf("%s answered although stasisd should have died at %s", c.verb, c.failpoint)
+			}
+			d.crashed()
+
+			d.start("")
+			a, err := d.api.InspectActor(ctx, "a1")
+			if c.verb == "Delete" && err != nil {
+				var apiErr *api.Error
+				if !errors.As(err, &apiErr) || apiErr.Code != "not_found" {
+					t.Fatalf("after a crash in delete: %v", err)
+				}
+				d.requireNoSandbox("a1")
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("after a crash at %s: %s (%s)", c.failpoint, a.State, a.Reason)
+			if a.State.Transitional() || a.Operation != nil {
+				t.Fatalf("actor left %s with operation %+v", a.State, a.Operation)
+			}
+			if a.Reason == "" && c.verb != "Run" {
+				t.Errorf("no reason given for %s after the crash", a.State)
+			}
+			if c.failpoint == "suspend/push:after" && (a.Snapshot == nil || a.Snapshot.Stored == "") {
+				t.Errorf("the push finished before the crash, and the snapshot is not recorded as stored: %+v", a.Snapshot)
+			}
+			switch a.State {
+			case service.Running:
+			case service.Paused, service.Suspended:
+				d.op("Resume", "a1")
+			case service.Crashed:
+				if a.Snapshot == nil {
+					if c.verb != "Run" {
+						t.Fatalf("CRASHED without a snapshot after a crash in %s: %s", c.verb, a.Reason)
+					}
+					d.requireNoSandbox("a1")
+					d.op("Delete", "a1")
+					return
+				}
+				d.op("Resume", "a1")
+			default:
+				t.Fatalf("unexpected state %s", a.State)
+			}
+			got := d.counter("a1", "incr")
+			if c.verb == "Run" {
+				if !strings.HasSuffix(got, " 1") {
+					t.Fatalf("a fresh actor counts %q", got)
+				}
+			} else if want := inst + " " + string(rune('0'+value+1)); got != want {
+				t.Fatalf("counter %q, want %q: the workload's state was not kept", got, want)
+			}
+			d.op("Delete", "a1")
+			d.requireNoSandbox("a1")
+		})
+	}
+}
+
+// TestSandboxVanishedWhileDown: a sandbox removed behind stasisd's back
+// makes its actor CRASHED with the reason at the next start; it resumes from
+// its last snapshot.
+func TestSandboxVanishedWhileDown(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1")
+	inst, _, _ := strings.Cut(d.counter("a1", "incr"), " ")
+	d.op("Pause", "a1")
+	d.op("Resume", "a1")
+	d.counter("a1", "incr")
+	d.stop()
+	if err := d.rt.Stop(context.Background(), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.rt.Delete(context.Background(), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	d.start("")
+	a := d.inspect("a1")
+	if a.State != service.Crashed || !strings.Contains(a.Reason, "vanished") || a.Snapshot == nil {
+		t.Fatalf("after its sandbox vanished: %+v", a)
+	}
+	d.op("Resume", "a1")
+	// The pause snapshot held the counter at 1.
+	if got := d.counter("a1", "incr"); got != inst+" 2" {
+		t.Fatalf("resumed from the last snapshot, the counter says %q", got)
+	}
+}
+
+// TestRacingOperations: while a suspend runs, a pause of the same actor is
+// refused with the operation it is busy with; the suspend is unharmed.
+func TestRacingOperations(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1")
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var suspendErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, suspendErr = d.api.Op(ctx, "Suspend", service.OpRequest{ID: "a1"})
+	}()
+	// Wait for the journal to show the suspend in flight.
+	for {
+		a, err := d.api.InspectActor(ctx, "a1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Operation != nil || a.State == service.Suspended {
+			break
+		}
+	}
+	_, err := d.api.Op(ctx, "Pause", service.OpRequest{ID: "a1"})
+	wg.Wait()
+	if suspendErr != nil {
+		t.Fatal(suspendErr)
+	}
+	var apiErr *api.Error
+	switch {
+	case errors.As(err, &apiErr) && apiErr.Code == "aborted" && strings.Contains(apiErr.Message, "busy with suspend"):
+	case errors.As(err, &apiErr) && apiErr.Code == "failed_precondition" && strings.Contains(apiErr.Message, "SUSPENDED"):
+		t.Log("the suspend ended before the pause arrived; the pause was refused for the state")
+	default:
+		t.Fatalf("a pause racing a suspend: %v", err)
+	}
+	if a := d.inspect("a1"); a.State != service.Suspended {
+		t.Fatalf("after the race: %+v", a)
+	}
+}
+
+// TestRetriedRequestIsIdempotent: the same request id answers with the
+// first request's result, and does the work once.
+func TestRetriedRequestIsIdempotent(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	ctx := context.Background()
+	req := service.RunRequest{Template: "counter", ID: "a1", RequestID: "req-1"}
+	first, err := d.api.Run(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := d.api.Run(ctx, req)
+	if err != nil || again.ID != first.ID || again.State != service.Running {
+		t.Fatalf("retried run: %+v %v", again, err)
+	}
+	pause := service.OpRequest{ID: "a1", RequestID: "req-2"}
+	if _, err := d.api.Op(ctx, "Pause", pause); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := d.api.Op(ctx, "Pause", pause); err != nil || a.State != service.Paused {
+		t.Fatalf("retried pause: %+v %v", a, err)
+	}
+	events, err := d.api.Events(ctx, "a1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]bool{}
+	for _, e := range events {
+		ops[e.Operation] = true
+	}
+	if len(ops) != 2 {
+		t.Fatalf("%d operations ran for two requests sent twice each", len(ops))
+	}
+	// A new request id is a new pause, refused for the state.
+	if _, err := d.api.Op(ctx, "Pause", service.OpRequest{ID: "a1", RequestID: "req-3"}); err == nil || !strings.Contains(err.Error(), "actor a1 is PAUSED; pause needs it RUNNING") {
+		t.Fatalf("a new pause of a paused actor: %v", err)
+	}
+}
+
+// TestDeleteFromEveryState deletes actors that are running, paused,
+// suspended and crashed: each sandbox and folder goes.
+func TestDeleteFromEveryState(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	for _, id := range []string{"running", "paused", "suspended", "crashed"} {
+		d.run("counter", id)
+	}
+	d.op("Pause", "paused")
+	d.op("Suspend", "suspended")
+	d.stop()
+	if err := d.rt.Stop(context.Background(), "crashed"); err != nil {
+		t.Fatal(err)
+	}
+	d.start("")
+	want := map[string]service.State{"running": service.Running, "paused": service.Paused, "suspended": service.Suspended, "crashed": service.Crashed}
+	for id, state := range want {
+		if a := d.inspect(id); a.State != state {
+			t.Fatalf("%s is %s", id, a.State)
+		}
+		if _, err := d.api.Op(context.Background(), "Delete", service.OpRequest{ID: id, Purge: id == "suspended"}); err != nil {
+			t.Fatalf("delete %s: %v", id, err)
+		}
+		d.requireNoSandbox(id)
+	}
+	if actors, err := d.api.ListActors(context.Background()); err != nil || len(actors) != 0 {
+		t.Fatalf("actors left: %+v %v", actors, err)
+	}
+	if snaps, err := d.api.ListSnapshots(context.Background(), ""); err != nil || len(snaps) != 0 {
+		t.Fatalf("snapshots left after deleting (the stored one purged): %+v %v", snaps, err)
+	}
+}
