@@ -107,3 +107,7 @@ func (c *Client) InspectSnapshot(ctx context.Context, id string) (service.Snapsh
 func (c *Client) NodeInfo(ctx context.Context) (NodeInfo, error) {
 	return call[Empty, NodeInfo](ctx, c, "NodeInfo", Empty{})
 }
+
+func (c *Client) Exec(ctx context.Context, r service.ExecRequest) (service.ExecResult, error) {
+	return call[service.ExecRequest, service.ExecResult](ctx, c, "Exec", r)
+}

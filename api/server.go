@@ -32,6 +32,7 @@ func Handler(s *service.Service) http.Handler {
 	unary(mux, "Suspend", s.Suspend)
 	unary(mux, "Resume", s.Resume)
 	unary(mux, "Delete", s.Delete)
+	unary(mux, "Exec", s.Exec)
 	unary(mux, "Events", func(ctx context.Context, r EventsRequest) (Events, error) {
 		e, err := s.Events(ctx, r.ID, r.After)
 		return Events{Events: e}, err

@@ -293,3 +293,32 @@ func removeDir(dir string) error {
 	}
 	return os.RemoveAll(dir)
 }
+
+// ExecRequest runs a command in a running actor.
+type ExecRequest struct {
+	ID   string   `json:"id"`
+	Args []string `json:"args"`
+}
+
+// ExecResult is how the command ended.
+type ExecResult struct {
+	ExitCode int    `json:"exitCode"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+}
+
+// Exec runs a command inside a RUNNING actor's sandbox and waits for it.
+func (s *Service) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	if len(req.Args) == 0 {
+		return ExecResult{}, fmt.Errorf("%w: exec needs a command", ErrInvalid)
+	}
+	a, err := s.journal.Actor(ctx, req.ID)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	if State(a.State) != Running {
+		return ExecResult{}, &journal.StateError{Actor: a.ID, State: a.State, Kind: "exec", From: []string{string(Running)}}
+	}
+	res, err := s.rt.Exec(ctx, a.Sandbox, runtime.Process{Args: req.Args})
+	return ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, err
+}

@@ -45,7 +45,7 @@ func newActor(g *globals) *cobra.Command {
 	run.Flags().StringVar(&id, "id", "", "the actor's id (default: TEMPLATE-NUMBER)")
 	run.Flags().BoolVar(&cold, "cold", false, "boot even when the template has a golden snapshot")
 	run.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
-	cmd.AddCommand(run, newActorPS(g), newActorInspect(g), newActorEvents(g))
+	cmd.AddCommand(run, newActorPS(g), newActorInspect(g), newActorEvents(g), newActorExec(g))
 	for _, v := range []struct{ use, verb, short string }{
 		{"pause", "Pause", "Snapshot an actor into a snapshot kept on this node and stop its sandbox (PAUSED)"},
 		{"suspend", "Suspend", "Commit an actor: its snapshot goes to the store and its sandbox stops (SUSPENDED)"},
@@ -228,6 +228,28 @@ func newActorEvents(g *globals) *cobra.Command {
 					line = "FAILED: " + e.Error
 				}
 				fmt.Fprintf(g.stdout, "%s  %-10s %-14s %7.3fs  %s\n", e.At.Format("15:04:05.000"), e.Operation, e.Step, e.Duration, line)
+			}
+			return nil
+		},
+	}
+}
+
+func newActorExec(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec ACTOR -- COMMAND [ARGS...]",
+		Short: "Run a command inside a running actor and print its output; exits with its exit code",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().Exec(cmd.Context(), service.ExecRequest{ID: args[0], Args: args[1:]})
+			if err != nil {
+				return err
+			}
+			if err := g.print(res, res.Stdout); err != nil {
+				return err
+			}
+			fmt.Fprint(g.stderr, res.Stderr)
+			if res.ExitCode != 0 {
+				return &exitError{code: res.ExitCode, msg: fmt.Sprintf("%s exited %d in %s", args[1], res.ExitCode, args[0])}
 			}
 			return nil
 		},

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -45,9 +46,22 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stasis:", err)
-		os.Exit(1)
+		code := 1
+		var exit *exitError
+		if errors.As(err, &exit) {
+			code = exit.code
+		}
+		os.Exit(code)
 	}
 }
+
+// exitError ends stasis with the exit code of a command it ran for the user.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	g := &globals{stdout: stdout, stderr: stderr}

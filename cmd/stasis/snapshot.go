@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/node"
@@ -97,7 +99,7 @@ is listed with every reason, in numbers. It exits 1 when no node can restore it.
 			}
 			var nodes []node.Fingerprint
 			for _, path := range nodeFiles {
-				n, err := node.Load(path)
+				n, err := loadNode(cmd.Context(), path)
 				if err != nil {
 					return err
 				}
@@ -120,8 +122,21 @@ is listed with every reason, in numbers. It exits 1 when no node can restore it.
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&nodeFiles, "node", nil, "a node's fingerprint file (repeatable; default: this node)")
+	cmd.Flags().StringSliceVar(&nodeFiles, "node", nil, "a node's fingerprint file, or unix:///SOCKET to ask that stasisd (repeatable; default: this node)")
 	return cmd
+}
+
+// loadNode reads a fingerprint file, or asks a stasisd for its node's.
+func loadNode(ctx context.Context, where string) (node.Fingerprint, error) {
+	socket, ok := strings.CutPrefix(where, "unix://")
+	if !ok {
+		return node.Load(where)
+	}
+	f, err := api.Dial(socket).NodeInfo(ctx)
+	if err != nil {
+		return f, fmt.Errorf("fingerprint from stasisd at %s: %w", socket, err)
+	}
+	return f, f.Validate()
 }
 
 func describePlacement(results []compat.Result) string {
