@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds what scripts/gpu-e2e.sh runs on a GPU machine into .gpu-bundle/
-# (ignored by git; carry it there): stasis-cuda, the stasis CLI (with cgo, for
-# NVML), the engine's GPU test binary and the pinned runsc, gzipped.
+# (ignored by git; carry it there): stasis-cuda, the stasis CLI and stasisd
+# (with cgo, for NVML), the engine's GPU test binary and the pinned runsc,
+# gzipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.gpu-bundle
@@ -10,8 +11,10 @@ git rev-parse HEAD >"$bundle/COMMIT" 2>/dev/null || echo uncommitted >"$bundle/C
 git diff --quiet 2>/dev/null || echo "+ uncommitted changes" >>"$bundle/COMMIT"
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bundle/stasis-cuda" ./cmd/stasis-cuda
 source scripts/lib/cgo-env.sh
-go build -trimpath -ldflags="-s -w" -o "$bundle/stasis" ./cmd/stasis
-gzip -f "$bundle/stasis"
+for cmd in stasis stasisd; do
+	go build -trimpath -ldflags="-s -w" -o "$bundle/$cmd" "./cmd/$cmd"
+	gzip -f "$bundle/$cmd"
+done
 go test -c -tags gpu -trimpath -ldflags="-s -w" -o "$bundle/engine-gpu.test" ./engine
 gzip -f "$bundle/engine-gpu.test"
 scripts/install-runsc.sh >/dev/null

@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, STASIS_BENCH_GIB,
 # ENGINE_RUN, ENGINE_TIMEOUT (engine);
@@ -47,6 +47,61 @@ run_node() {
 	stasis plan template --gpus 1 --actor-memory 8GiB "${flags[@]}" | tee "$out/plan-template.txt"
 }
 
+# stasisd driven by the stasis CLI: the GPU quick-start demo (whose template,
+# a PyTorch actor holding STASIS_GPU_GIB (8) of device memory, the rest
+# reuses), then an actor of it through run, pause, resume, suspend, resume
+# and rm with its device data verified after each resume, then the template
+# warmed and two actors started from its golden snapshot.
+run_service() {
+	unpack runsc stasis stasisd
+	cp "$bundle/stasis-cuda" "$bin/stasis-cuda"
+	local data="$PWD/.gpu-work/service" gib="${STASIS_GPU_GIB:-8}"
+	local socket="$data/stasisd.sock"
+	rm -rf "$data" && mkdir -p "$data"
+	stasisd --data "$data" --socket "$socket" --network none --log-format text \
+		--nvproxy-driver-version "${STASIS_NVPROXY_ABI:-580.126.20}" >"$out/stasisd.log" 2>&1 &
+	local daemon=$!
+	trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null' RETURN
+	for _ in $(seq 200); do stasis actor ps --socket "$socket" >/dev/null 2>&1 && break; sleep 0.1; done
+	local s=(--socket "$socket" --data "$data")
+	step() { # NAME COMMAND...: runs and times one CLI command, output kept; a failure is recorded, not fatal
+		local name=$1 start rc=0
+		shift
+		start=$EPOCHREALTIME
+		"$@" >"$out/service-$name.out" 2>"$out/service-$name.err" || rc=$?
+		printf '%-22s rc=%d %7.2fs  %s\n' "$name" "$rc" "$(awk "BEGIN{print $EPOCHREALTIME - $start}")" "$(head -c 160 "$out/service-$name.out" | tr '\n' ' ')" | tee -a "$out/service-steps.txt"
+	}
+	verify() { step "$1" stasis actor exec "$2" "${s[@]}" -- "$(command -v python3)" /stasis-scripts/holder_client.py verify; }
+	apps() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' '; }
+	step demo-gpu stasis demo --gpu --gpu-gib "$gib" --gpu-scripts scripts/gpu --json "${s[@]}"
+	step run stasis actor run stasis-demo-gpu --id gpu1 --cold --json "${s[@]}"
+	step info stasis actor exec gpu1 "${s[@]}" -- "$(command -v python3)" /stasis-scripts/holder_client.py info
+	verify verify-run gpu1
+	step pause stasis actor pause gpu1 --json "${s[@]}"
+	echo "compute apps while paused: [$(apps)]" | tee -a "$out/service-steps.txt"
+	step resume-1 stasis actor resume gpu1 --json "${s[@]}"
+	verify verify-resume-1 gpu1
+	step suspend stasis actor suspend gpu1 --json "${s[@]}"
+	echo "compute apps while suspended: [$(apps)]" | tee -a "$out/service-steps.txt"
+	step resume-2 stasis actor resume gpu1 --json "${s[@]}"
+	verify verify-resume-2 gpu1
+	step info-after stasis actor exec gpu1 "${s[@]}" -- "$(command -v python3)" /stasis-scripts/holder_client.py info
+	step events stasis actor events gpu1 --json "${s[@]}"
+	step rm stasis actor rm gpu1 --purge "${s[@]}"
+	step warm stasis template warm stasis-demo-gpu --json "${s[@]}"
+	step golden-1 stasis actor run stasis-demo-gpu --id g1 --json "${s[@]}"
+	step golden-2 stasis actor run stasis-demo-gpu --id g2 --json "${s[@]}"
+	step info-g1 stasis actor exec g1 "${s[@]}" -- "$(command -v python3)" /stasis-scripts/holder_client.py info
+	step info-g2 stasis actor exec g2 "${s[@]}" -- "$(command -v python3)" /stasis-scripts/holder_client.py info
+	verify verify-g1 g1
+	verify verify-g2 g2
+	echo "compute apps with g1 and g2: [$(apps)]" | tee -a "$out/service-steps.txt"
+	step ps stasis actor ps "${s[@]}"
+	step rm-g1 stasis actor rm g1 "${s[@]}"
+	step rm-g2 stasis actor rm g2 "${s[@]}"
+	curl -s --unix-socket "$socket" http://stasisd/metrics | grep '^stasis_' >"$out/service-metrics.txt" || true
+}
+
 run_engine() {
 	unpack runsc engine-gpu.test
 	export STASIS_HELPER="$bundle/stasis-cuda" STASIS_SCRIPTS="$PWD/scripts/gpu" STASIS_GPU_OUT="$out" STASIS_WORK="$PWD/.gpu-work"
@@ -59,6 +114,7 @@ cuda) run_cuda ;;
 cuda-overhead) python3 scripts/gpu/cuda_e2e.py --helper "$bundle/stasis-cuda" --out "$out" --overhead 2>&1 | tee "$out/cuda-overhead.log" ;;
 engine) run_engine ;;
 node) run_node ;;
-all) run_node; run_engine; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node or all" >&2; exit 2 ;;
+service) run_service ;;
+all) run_node; run_service; run_engine; run_cuda ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service or all" >&2; exit 2 ;;
 esac

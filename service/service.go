@@ -152,15 +152,16 @@ func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.Dat
 // event appends a line to an actor's history and logs it.
 func (s *Service) event(ctx context.Context, actor, opID, step, msg string, d time.Duration, err error) {
 	e := journal.Event{Actor: actor, Operation: opID, Step: step, Message: msg, Duration: d}
-	attrs := []any{"actor", actor, "operation", opID, "step", step, "duration", d}
+	attrs := []any{"actor", actor, "operation", opID, "duration", d.String(), "message", msg}
+	level := slog.LevelInfo
 	if err != nil {
 		e.Error = err.Error()
-		attrs = append(attrs, "error", e.Error)
+		attrs, level = append(attrs, "error", e.Error), slog.LevelWarn
 	}
 	if _, jerr := s.journal.AddEvent(context.WithoutCancel(ctx), e); jerr != nil {
 		s.cfg.Log.Error("journal event", "actor", actor, "error", jerr)
 	}
-	s.cfg.Log.Info(msg, attrs...)
+	s.cfg.Log.Log(ctx, level, step, attrs...)
 }
 
 // step journals that an operation is about to run a step, then runs it.
