@@ -112,6 +112,12 @@ func (g *gpuEnv) takeEvents() []engine.Event {
 
 // startActor runs holder_server.py holding gib GiB in a GPU sandbox.
 func (g *gpuEnv) startActor(id string, gib float64) engine.Actor {
+	return g.startActorArgs(id, []string{g.python, "/stasis-scripts/holder_server.py", strconv.FormatFloat(gib, 'f', -1, 64)})
+}
+
+// startActorArgs runs args in a GPU sandbox with the host's /usr, /etc and
+// /opt, the GPU scripts at /stasis-scripts and the given extra mounts.
+func (g *gpuEnv) startActorArgs(id string, args []string, mounts ...specs.Mount) engine.Actor {
 	t := g.t
 	dir := filepath.Join(g.work, "bundle-"+id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -121,11 +127,12 @@ func (g *gpuEnv) startActor(id string, gib float64) engine.Actor {
 	if _, err := os.Stat("/usr/local/nvidia"); err == nil {
 		hostDirs = append(hostDirs, "/usr/local/nvidia")
 	}
-	spec, err := bundle.HostSpec(dir, hostDirs, []string{g.python, "/stasis-scripts/holder_server.py", strconv.FormatFloat(gib, 'f', -1, 64)})
+	spec, err := bundle.HostSpec(dir, hostDirs, args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.Process.Env = append(spec.Process.Env, "HOME=/tmp", "PYTHONUNBUFFERED=1", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
+	spec.Mounts = append(spec.Mounts, mounts...)
+	spec.Process.Env = append(spec.Process.Env, "HOME=/tmp", "PYTHONUNBUFFERED=1", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64", "HF_HUB_OFFLINE=1",
 		"NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1")
 	spec.Mounts = append(spec.Mounts, specMount("/stasis-scripts", g.scripts))
 	if err := bundle.PrepareGPU(spec, g.helper); err != nil {

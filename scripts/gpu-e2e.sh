@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|server|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, STASIS_BENCH_GIB,
 # ENGINE_RUN, ENGINE_TIMEOUT (engine);
@@ -102,6 +102,15 @@ run_service() {
 	curl -s --unix-socket "$socket" http://stasisd/metrics | grep '^stasis_' >"$out/service-metrics.txt" || true
 }
 
+# The cold start against resume benchmark of a 6.7B-parameter server
+# (engine/gpu_server_test.go); the weights are made once into
+# STASIS_LLM_DIR (default .gpu-work/llm-7b, 13 GB). Writes the table's
+# figures to engine-gpu.jsonl and the plot to cold-vs-resume.png.
+run_server() {
+	ENGINE_RUN=TestGPUServerBench ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
+	"$bundle/benchplot" -o "$out/cold-vs-resume.png" "$out/engine-gpu.jsonl"
+}
+
 run_engine() {
 	unpack runsc engine-gpu.test
 	export STASIS_HELPER="$bundle/stasis-cuda" STASIS_SCRIPTS="$PWD/scripts/gpu" STASIS_GPU_OUT="$out" STASIS_WORK="$PWD/.gpu-work"
@@ -115,6 +124,7 @@ cuda-overhead) python3 scripts/gpu/cuda_e2e.py --helper "$bundle/stasis-cuda" --
 engine) run_engine ;;
 node) run_node ;;
 service) run_service ;;
-all) run_node; run_service; run_engine; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service or all" >&2; exit 2 ;;
+server) run_server ;;
+all) run_node; run_service; run_engine; run_server; run_cuda ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, server or all" >&2; exit 2 ;;
 esac

@@ -1,0 +1,249 @@
+//go:build gpu
+
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/local"
+)
+
+// llmAnswer is llm_client.py's reply.
+type llmAnswer struct {
+	Token   int                `json:"token"`
+	Seconds float64            `json:"seconds"`
+	PID     int                `json:"pid"`
+	Timings map[string]float64 `json:"timings"`
+}
+
+func (g *gpuEnv) llm(id, path string) (llmAnswer, error) {
+	var a llmAnswer
+	res, err := g.rt.Exec(context.Background(), id, runtime.Process{Args: []string{g.python, "/stasis-scripts/llm_client.py", path}})
+	if err != nil {
+		return a, err
+	}
+	if res.ExitCode != 0 {
+		return a, fmt.Errorf("llm_client %s: exit %d: %s %s", path, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return a, json.Unmarshal(res.Stdout, &a)
+}
+
+// hostLLM asks a server running as a plain host process.
+func (g *gpuEnv) hostLLM(port, path string) (llmAnswer, error) {
+	var a llmAnswer
+	cmd := exec.Command(g.python, filepath.Join(g.scripts, "llm_client.py"), path)
+	cmd.Env = append(os.Environ(), "LLM_PORT="+port)
+	out, err := cmd.Output()
+	if err != nil {
+		return a, fmt.Errorf("llm_client %s: %v: %s", path, err, out)
+	}
+	return a, json.Unmarshal(out, &a)
+}
+
+// TestGPUServerBench is the cold start against resume benchmark: a 6.7B
+// parameter LLaMA-shaped model (random bf16 weights, made once into
+// STASIS_LLM_DIR) served over HTTP by transformers inside a gVisor actor.
+// It times, in one run: the cold start to the first token (page cache
+// dropped); the engine's suspend and its resume to the first token; the
+// same raw steps by hand (helper, runsc checkpoint, restore); the same
+// server as a plain host process, cold and through the driver's own
+// checkpoint and restore; the snapshot's size in the store; and the
+// machine's copy and disk speeds (floors.py).
+func TestGPUServerBench(t *testing.T) {
+	g := newGPUEnv(t)
+	ctx := context.Background()
+	weights := getenv("STASIS_LLM_DIR", filepath.Join(filepath.Dir(g.work), "llm-7b"))
+	result := map[string]any{"workload": "llm-6.7b"}
+	if _, err := os.Stat(filepath.Join(weights, "config.json")); err != nil {
+		start := time.Now()
+		out, err := exec.Command(g.python, filepath.Join(g.scripts, "llm_server.py"), "make", weights).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make the model: %v\n%s", err, out)
+		}
+		result["makeWeightsS"] = time.Since(start).Seconds()
+	}
+	dropCaches := func() {
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200); err != nil {
+			t.Fatalf("drop the page cache: %v", err)
+		}
+	}
+	mustLLM := func(id, path string) llmAnswer {
+		a, err := g.llm(id, path)
+		if err != nil {
+			t.Fatalf("%s %s: %v", id, path, err)
+		}
+		return a
+	}
+
+	// Cold start in a sandbox.
+	dropCaches()
+	start := time.Now()
+	a := g.startActorArgs("llm", []string{g.python, "/stasis-scripts/llm_server.py", "serve", "/weights"}, specMount("/weights", weights))
+	first := mustLLM(a.ID, "/token")
+	result["coldStartToFirstTokenS"] = time.Since(start).Seconds()
+	result["coldStartSteps"] = mustLLM(a.ID, "/info").Timings
+	token := first.Token
+
+	// The engine's suspend, then its resume to the first token.
+	dir := filepath.Join(g.work, "snap-llm")
+	g.takeEvents()
+	var m *snapshot.Manifest
+	suspendS, err := g.timed(func() (err error) {
+		m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result["engineSuspendS"] = suspendS
+	result["engineSuspendSteps"] = steps(g.takeEvents())
+	result["imageBytes"] = m.Size()
+	dropCaches()
+	start = time.Now()
+	if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resumed := mustLLM(a.ID, "/token")
+	result["engineResumeToFirstTokenS"] = time.Since(start).Seconds()
+	result["engineResumeSteps"] = steps(g.takeEvents())
+	if resumed.Token != token {
+		t.Errorf("the first token after the resume is %d, before the suspend %d", resumed.Token, token)
+	}
+
+	// The snapshot in the store: stored bytes against logical.
+	repoDir := filepath.Join(g.work, "store")
+	be, err := local.New(repoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := store.Init(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saveS, err := g.timed(func() error { _, err := repo.Save(ctx, "llm", dir, store.Options{}); return err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	du, err := repo.DU(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result["store"] = map[string]any{"saveS": saveS, "logicalBytes": du.Logical, "storedBytes": du.Stored, "ratio": du.Dedup}
+	os.RemoveAll(repoDir)
+	os.RemoveAll(dir)
+
+	// The raw steps by hand, on the same actor.
+	helper := func(verb string) error {
+		res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, verb, "--all"}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("helper %s: %s", verb, res.Stderr)
+		}
+		return err
+	}
+	image := filepath.Join(g.work, "llm-raw")
+	raw := map[string]float64{}
+	for _, s := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"gpuSuspend", func() error { return helper("suspend") }},
+		{"checkpoint", func() error {
+			_, err := g.runscRaw("checkpoint", "--leave-running", "--image-path", image, a.ID)
+			return err
+		}},
+		{"stop", func() error { return g.rt.Stop(ctx, a.ID) }},
+		{"delete", func() error { return g.rt.Delete(ctx, a.ID) }},
+		{"dropCaches", func() error { dropCaches(); return nil }},
+		{"restore", func() error {
+			_, err := g.runscRaw("restore", "--detach", "--background", "--image-path", image, "--bundle", a.Bundle, a.ID)
+			return err
+		}},
+		{"gpuResume", func() error { return helper("resume") }},
+		{"firstToken", func() error {
+			got, err := g.llm(a.ID, "/token")
+			if err == nil && got.Token != token {
+				err = fmt.Errorf("token %d after the raw restore, want %d", got.Token, token)
+			}
+			return err
+		}},
+	} {
+		if raw[s.name], err = g.timed(s.fn); err != nil {
+			t.Fatalf("raw %s: %v", s.name, err)
+		}
+	}
+	result["raw"] = raw
+	result["rawSuspendS"] = raw["gpuSuspend"] + raw["checkpoint"] + raw["stop"] + raw["delete"]
+	result["rawResumeToFirstTokenS"] = raw["restore"] + raw["gpuResume"] + raw["firstToken"]
+	os.RemoveAll(image)
+	_ = g.rt.Delete(ctx, a.ID)
+
+	// The same server as a plain process: cold, then the driver's own
+	// checkpoint and restore (stasis-cuda --toggle, as cuda-checkpoint).
+	dropCaches()
+	start = time.Now()
+	server := exec.Command(g.python, filepath.Join(g.scripts, "llm_server.py"), "serve", weights)
+	server.Env = append(os.Environ(), "LLM_PORT=8001", "HF_HUB_OFFLINE=1")
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = server.Process.Kill(); _ = server.Wait() }()
+	if _, err := g.hostLLM("8001", "/token"); err != nil {
+		t.Fatal(err)
+	}
+	host := map[string]float64{"coldStartToFirstTokenS": time.Since(start).Seconds()}
+	toggle := func() error {
+		out, err := exec.Command(g.helper, "--toggle", "--pid", fmt.Sprint(server.Process.Pid)).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("toggle: %v: %s", err, out)
+		}
+		return nil
+	}
+	if host["driverCheckpointS"], err = g.timed(toggle); err != nil {
+		t.Fatal(err)
+	}
+	if host["driverRestoreS"], err = g.timed(toggle); err != nil {
+		t.Fatal(err)
+	}
+	host["firstTokenS"], err = g.timed(func() error {
+		got, err := g.hostLLM("8001", "/token")
+		if err == nil && got.Token != token {
+			err = fmt.Errorf("token %d after the driver's restore, want %d", got.Token, token)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result["hostProcess"] = host
+
+	out, err := exec.Command(g.python, filepath.Join(g.scripts, "floors.py"), g.work).Output()
+	if err != nil {
+		t.Fatalf("floors.py: %v", err)
+	}
+	var floors map[string]any
+	if err := json.Unmarshal(out, &floors); err != nil {
+		t.Fatal(err)
+	}
+	result["floors"] = floors
+	result["speedup"] = result["coldStartToFirstTokenS"].(float64) / result["engineResumeToFirstTokenS"].(float64)
+	g.record("server-bench", result)
+	t.Logf("cold start %.1f s, resume to first token %.1f s (%.1fx); raw %.1f s; driver alone %.1f s",
+		result["coldStartToFirstTokenS"], result["engineResumeToFirstTokenS"], result["speedup"], result["rawResumeToFirstTokenS"],
+		host["driverRestoreS"]+host["firstTokenS"])
+	if !strings.Contains(fmt.Sprint(result["engineResumeSteps"]), "gpu-resume") {
+		t.Errorf("resume steps lack the GPU step: %v", result["engineResumeSteps"])
+	}
+}

@@ -1,0 +1,89 @@
+"""The 7B inference server of the cold-start benchmark (docs/benchmarks.md).
+
+  llm_server.py make DIR      writes a LLaMA-shaped 6.7B-parameter model with random
+                              bf16 weights to DIR as safetensors (once; no download)
+  llm_server.py serve DIR     loads DIR onto the GPU, warms up, and serves HTTP on
+                              127.0.0.1:8000 (LLM_PORT):
+                                GET /token  -> {"token": id, "seconds": s} one greedy
+                                               token for a fixed prompt
+                                GET /info   -> {"pid", "timings"}: seconds from process
+                                               start to imports done, weights on the
+                                               GPU, warm-up done
+The first token after a cold start or a resume is what the benchmark times; the
+token is deterministic, so it also shows the model came back intact.
+"""
+import json
+import os
+import sys
+import time
+
+T0 = time.monotonic()
+PROMPT = [1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203]
+
+
+def config():
+    from transformers import LlamaConfig
+    return LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                       max_position_embeddings=2048, torch_dtype="bfloat16")
+
+
+def make(out):
+    import torch
+    from transformers import LlamaForCausalLM
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(config()).to(torch.bfloat16)
+    params = sum(p.numel() for p in model.parameters())
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="2GB")
+    print(json.dumps({"params": params, "dir": out, "seconds": time.monotonic() - T0}))
+
+
+def serve(src):
+    import torch
+    from transformers import LlamaForCausalLM
+    timings = {"imports": time.monotonic() - T0}
+    model = LlamaForCausalLM.from_pretrained(src, torch_dtype=torch.bfloat16, device_map="cuda")
+    model.eval()
+    torch.cuda.synchronize()
+    timings["weightsOnGPU"] = time.monotonic() - T0
+    prompt = torch.tensor([PROMPT], device="cuda")
+
+    def token():
+        with torch.no_grad():
+            logits = model(prompt).logits
+        return int(logits[0, -1].argmax())
+
+    token()  # warm-up: kernels chosen and loaded
+    torch.cuda.synchronize()
+    timings["warmedUp"] = time.monotonic() - T0
+
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            t = time.monotonic()
+            if self.path == "/token":
+                body = {"token": token(), "seconds": time.monotonic() - t}
+            elif self.path == "/info":
+                body = {"pid": os.getpid(), "timings": timings}
+            else:
+                self.send_error(404)
+                return
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", int(os.environ.get("LLM_PORT", "8000"))), Handler)
+    print(f"READY {json.dumps(timings)}", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    {"make": make, "serve": serve}[sys.argv[1]](sys.argv[2])
