@@ -41,11 +41,11 @@ func (g *gpuEnv) llm(id, path string) (llmAnswer, error) {
 	return a, json.Unmarshal(res.Stdout, &a)
 }
 
-// hostLLM asks a server running as a plain host process.
-func (g *gpuEnv) hostLLM(port, path string) (llmAnswer, error) {
+// hostLLM asks a server running as a plain host process on socket.
+func (g *gpuEnv) hostLLM(socket, path string) (llmAnswer, error) {
 	var a llmAnswer
 	cmd := exec.Command(g.python, filepath.Join(g.scripts, "llm_client.py"), path)
-	cmd.Env = append(os.Environ(), "LLM_PORT="+port)
+	cmd.Env = append(os.Environ(), "LLM_SOCKET="+socket)
 	out, err := cmd.Output()
 	if err != nil {
 		return a, fmt.Errorf("llm_client %s: %v: %s", path, err, out)
@@ -96,6 +96,9 @@ func TestGPUServerBench(t *testing.T) {
 	result["coldStartToFirstTokenS"] = time.Since(start).Seconds()
 	result["coldStartSteps"] = mustLLM(a.ID, "/info").Timings
 	token := first.Token
+	// Each part is recorded as it ends, so a run cut short keeps what it had;
+	// benchplot merges the parts.
+	g.record("server-bench", result)
 
 	// The engine's suspend, then its resume to the first token.
 	dir := filepath.Join(g.work, "snap-llm")
@@ -122,6 +125,8 @@ func TestGPUServerBench(t *testing.T) {
 	if resumed.Token != token {
 		t.Errorf("the first token after the resume is %d, before the suspend %d", resumed.Token, token)
 	}
+	result["speedup"] = result["coldStartToFirstTokenS"].(float64) / result["engineResumeToFirstTokenS"].(float64)
+	g.record("server-bench", result)
 
 	// The snapshot in the store: stored bytes against logical.
 	repoDir := filepath.Join(g.work, "store")
@@ -142,6 +147,7 @@ func TestGPUServerBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	result["store"] = map[string]any{"saveS": saveS, "logicalBytes": du.Logical, "storedBytes": du.Stored, "ratio": du.Dedup}
+	g.record("server-bench", result)
 	os.RemoveAll(repoDir)
 	os.RemoveAll(dir)
 
@@ -187,6 +193,7 @@ func TestGPUServerBench(t *testing.T) {
 	result["raw"] = raw
 	result["rawSuspendS"] = raw["gpuSuspend"] + raw["checkpoint"] + raw["stop"] + raw["delete"]
 	result["rawResumeToFirstTokenS"] = raw["restore"] + raw["gpuResume"] + raw["firstToken"]
+	g.record("server-bench", result)
 	os.RemoveAll(image)
 	_ = g.rt.Delete(ctx, a.ID)
 
@@ -195,12 +202,13 @@ func TestGPUServerBench(t *testing.T) {
 	dropCaches()
 	start = time.Now()
 	server := exec.Command(g.python, filepath.Join(g.scripts, "llm_server.py"), "serve", weights)
-	server.Env = append(os.Environ(), "LLM_PORT=8001", "HF_HUB_OFFLINE=1")
+	hostSocket := filepath.Join(g.work, "llm-host.sock")
+	server.Env = append(os.Environ(), "LLM_SOCKET="+hostSocket, "HF_HUB_OFFLINE=1")
 	if err := server.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = server.Process.Kill(); _ = server.Wait() }()
-	if _, err := g.hostLLM("8001", "/token"); err != nil {
+	if _, err := g.hostLLM(hostSocket, "/token"); err != nil {
 		t.Fatal(err)
 	}
 	host := map[string]float64{"coldStartToFirstTokenS": time.Since(start).Seconds()}
@@ -218,7 +226,7 @@ func TestGPUServerBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	host["firstTokenS"], err = g.timed(func() error {
-		got, err := g.hostLLM("8001", "/token")
+		got, err := g.hostLLM(hostSocket, "/token")
 		if err == nil && got.Token != token {
 			err = fmt.Errorf("token %d after the driver's restore, want %d", got.Token, token)
 		}
@@ -228,6 +236,7 @@ func TestGPUServerBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	result["hostProcess"] = host
+	g.record("server-bench", result)
 
 	out, err := exec.Command(g.python, filepath.Join(g.scripts, "floors.py"), g.work).Output()
 	if err != nil {
@@ -238,7 +247,6 @@ func TestGPUServerBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	result["floors"] = floors
-	result["speedup"] = result["coldStartToFirstTokenS"].(float64) / result["engineResumeToFirstTokenS"].(float64)
 	g.record("server-bench", result)
 	t.Logf("cold start %.1f s, resume to first token %.1f s (%.1fx); raw %.1f s; driver alone %.1f s",
 		result["coldStartToFirstTokenS"], result["engineResumeToFirstTokenS"], result["speedup"], result["rawResumeToFirstTokenS"],

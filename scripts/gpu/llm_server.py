@@ -2,18 +2,20 @@
 
   llm_server.py make DIR      writes a LLaMA-shaped 6.7B-parameter model with random
                               bf16 weights to DIR as safetensors (once; no download)
-  llm_server.py serve DIR     loads DIR onto the GPU, warms up, and serves HTTP on
-                              127.0.0.1:8000 (LLM_PORT):
-                                GET /token  -> {"token": id, "seconds": s} one greedy
+  llm_server.py serve DIR     loads DIR onto the GPU, warms up, and serves HTTP on the
+                              unix socket LLM_SOCKET (default /tmp/llm.sock):
+                                GET /token  -> {"token": id, "seconds": s}: one greedy
                                                token for a fixed prompt
                                 GET /info   -> {"pid", "timings"}: seconds from process
                                                start to imports done, weights on the
                                                GPU, warm-up done
 The first token after a cold start or a resume is what the benchmark times; the
-token is deterministic, so it also shows the model came back intact.
+token is deterministic, so it also shows the model came back intact. A unix
+socket keeps the server independent of the sandbox's network.
 """
 import json
 import os
+import socketserver
 import sys
 import time
 
@@ -21,29 +23,37 @@ T0 = time.monotonic()
 PROMPT = [1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203]
 
 
-def config():
-    from transformers import LlamaConfig
-    return LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
-                       max_position_embeddings=2048, torch_dtype="bfloat16")
-
-
 def make(out):
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                         max_position_embeddings=2048)
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(config()).to(torch.bfloat16)
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
-    model.save_pretrained(out, safe_serialization=True, max_shard_size="2GB")
+    try:
+        model.save_pretrained(out, max_shard_size="2GB")
+    except TypeError:
+        model.save_pretrained(out)
     print(json.dumps({"params": params, "dir": out, "seconds": time.monotonic() - T0}))
+
+
+def load(src):
+    import torch
+    from transformers import LlamaForCausalLM
+    try:
+        return LlamaForCausalLM.from_pretrained(src, dtype=torch.bfloat16, device_map="cuda")
+    except (ImportError, ValueError, TypeError):
+        # Without accelerate (or an older transformers): to host, then the GPU.
+        return LlamaForCausalLM.from_pretrained(src, torch_dtype=torch.bfloat16).to("cuda")
 
 
 def serve(src):
     import torch
-    from transformers import LlamaForCausalLM
     timings = {"imports": time.monotonic() - T0}
-    model = LlamaForCausalLM.from_pretrained(src, torch_dtype=torch.bfloat16, device_map="cuda")
+    model = load(src)
     model.eval()
     torch.cuda.synchronize()
     timings["weightsOnGPU"] = time.monotonic() - T0
@@ -58,7 +68,7 @@ def serve(src):
     torch.cuda.synchronize()
     timings["warmedUp"] = time.monotonic() - T0
 
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
@@ -77,10 +87,19 @@ def serve(src):
             self.end_headers()
             self.wfile.write(data)
 
+        def address_string(self):
+            return "unix"
+
         def log_message(self, *args):
             pass
 
-    srv = HTTPServer(("127.0.0.1", int(os.environ.get("LLM_PORT", "8000"))), Handler)
+    path = os.environ.get("LLM_SOCKET", "/tmp/llm.sock")
+    # Bind under another name and rename: the socket appears when it serves.
+    tmp = path + ".new"
+    if os.path.exists(tmp):
+        os.remove(tmp)
+    srv = socketserver.UnixStreamServer(tmp, Handler)
+    os.rename(tmp, path)
     print(f"READY {json.dumps(timings)}", flush=True)
     srv.serve_forever()
 

@@ -45,6 +45,8 @@ type serverBench struct {
 func main() {
 	out := flag.String("o", "cold-vs-resume.png", "PNG to write")
 	flag.Parse()
+	// The benchmark records its result as it grows; the last record of
+	// each file is the most complete.
 	var b *serverBench
 	for _, path := range flag.Args() {
 		f, err := os.Open(path)
