@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Metrics are stasisd's Prometheus collectors, on their own registry.
@@ -26,7 +27,7 @@ func newMetrics(s *Service) *Metrics {
 		}, []string{"kind"}),
 	}
 	m.Registry.MustRegister(m.operations, m.durations, &actorStates{s: s},
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
