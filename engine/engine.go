@@ -94,8 +94,22 @@ type Probe struct {
 	Timeout time.Duration
 }
 
+// Verification is how much of a snapshot Resume reads before restoring it.
+type Verification int
+
+const (
+	// VerifyBlocks reads every file and checks every block's SHA-256.
+	VerifyBlocks Verification = iota
+	// VerifySizes checks the manifest, the file list and the sizes only
+	// (snapshot.Check): for snapshots whose bytes were checked when they
+	// arrived, where reading them again only delays the restore.
+	VerifySizes
+)
+
 // ResumeOptions tune Resume.
 type ResumeOptions struct {
+	// Verify is VerifyBlocks unless set.
+	Verify Verification
 	// ID is the new sandbox's container id; the actor's own when empty.
 	ID string
 	// DeviceMap restores GPU state onto other GPUs; when empty, the map the

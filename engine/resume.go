@@ -15,9 +15,9 @@ import (
 )
 
 // Resume brings the actor back from the snapshot in dir, in a new sandbox
-// (opts.ID, or the actor's own id). Every file of the snapshot is verified
-// and the snapshot is checked against this node before any sandbox is
-// created. On failure the new sandbox is removed and the snapshot is left
+// (opts.ID, or the actor's own id). The snapshot is verified (every block's
+// hash, or with VerifySizes its files and sizes) and checked against this
+// node before any sandbox is created. On failure the new sandbox is removed and the snapshot is left
 // as it was.
 func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
 	o := op{e: e, actor: a.ID, name: "resume"}
@@ -27,11 +27,15 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	}
 	var m *snapshot.Manifest
 	err = o.step("verify", func() (string, error) {
+		verify, how := snapshot.Verify, "every block hashed"
+		if opts.Verify == VerifySizes {
+			verify, how = snapshot.Check, "sizes checked"
+		}
 		var err error
-		if m, err = snapshot.Verify(dir); err != nil {
+		if m, err = verify(dir); err != nil {
 			return "", fmt.Errorf("%w: %w", ErrRefused, err)
 		}
-		return fmt.Sprintf("%s snapshot, %d files", m.Scope, len(m.Files)), nil
+		return fmt.Sprintf("%s snapshot, %d files, %s", m.Scope, len(m.Files), how), nil
 	})
 	if err != nil {
 		return err

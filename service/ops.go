@@ -100,7 +100,7 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t Template, a en
 	if err != nil {
 		return err
 	}
-	return s.cfg.Engine.Resume(ctx, a, dir, engine.ResumeOptions{ID: a.ID, Probe: t.Probe.engine()})
+	return s.cfg.Engine.Resume(ctx, a, dir, engine.ResumeOptions{ID: a.ID, Probe: t.Probe.engine(), Verify: engine.VerifySizes})
 }
 
 // localCopy is the folder of a snapshot on this node, pulled from the store
@@ -315,7 +315,7 @@ func (s *Service) Resume(ctx context.Context, req OpRequest) (Actor, error) {
 		}
 		dir, err := s.localCopy(ctx, o, snap)
 		if err == nil {
-			err = s.cfg.Engine.Resume(ctx, s.engineActor(t, a.ID), dir, engine.ResumeOptions{ID: a.Sandbox, Probe: t.Probe.engine()})
+			err = s.cfg.Engine.Resume(ctx, s.engineActor(t, a.ID), dir, engine.ResumeOptions{ID: a.Sandbox, Probe: t.Probe.engine(), Verify: engine.VerifySizes})
 		}
 		if err != nil {
 			back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", snap.ID, err)

@@ -80,6 +80,30 @@ func TestVerifyFindsTruncation(t *testing.T) {
 	wantErr(t, err, "image/pages.img", "1000 bytes", "truncated")
 }
 
+// TestCheckReadsNoBytes: Check finds a truncated, missing or extra file
+// without reading the files, so it passes a same-size corruption that
+// Verify finds.
+func TestCheckReadsNoBytes(t *testing.T) {
+	dir := makeSnapshot(t)
+	if _, err := snapshot.Check(dir); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "image", "pages.img"), os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteAt([]byte{0xff}, 5)
+	must(t, err)
+	f.Close()
+	if _, err := snapshot.Check(dir); err != nil {
+		t.Fatalf("Check read the bytes: %v", err)
+	}
+	must(t, os.Truncate(filepath.Join(dir, "image", "pages.img"), 1000))
+	_, err = snapshot.Check(dir)
+	wantErr(t, err, "image/pages.img", "1000 bytes", "truncated")
+	must(t, os.WriteFile(filepath.Join(dir, "image", "stray"), []byte("x"), 0o600))
+	_, err = snapshot.Check(dir)
+	wantErr(t, err, "image/stray", "not in the manifest")
+}
+
 func TestVerifyFindsExtraAndMissingFiles(t *testing.T) {
 	dir := makeSnapshot(t)
 	must(t, os.WriteFile(filepath.Join(dir, "image", "stray"), []byte("x"), 0o600))

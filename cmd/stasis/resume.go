@@ -15,6 +15,7 @@ func newResume(g *globals) *cobra.Command {
 	var dir, newID, deviceMap, probeURL, pull string
 	var probeCmd []string
 	var probeTimeout time.Duration
+	var verify string
 	cmd := &cobra.Command{
 		Use:   "resume CONTAINER --bundle DIR --snapshot DIR",
 		Short: "Verify a snapshot and resume the actor from it in a new sandbox",
@@ -40,6 +41,13 @@ func newResume(g *globals) *cobra.Command {
 				}
 			}
 			opts := engine.ResumeOptions{ID: newID, DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}}
+			switch verify {
+			case "blocks":
+			case "sizes":
+				opts.Verify = engine.VerifySizes
+			default:
+				return fmt.Errorf("--verify %q: want blocks or sizes", verify)
+			}
 			if err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
 				return err
 			}
@@ -58,6 +66,7 @@ func newResume(g *globals) *cobra.Command {
 	cmd.Flags().StringSliceVar(&probeCmd, "probe-cmd", nil, "readiness command run inside the sandbox (comma-separated argv)")
 	cmd.Flags().StringVar(&probeURL, "probe-url", "", "readiness URL that must answer 2xx")
 	cmd.Flags().DurationVar(&probeTimeout, "probe-timeout", 30*time.Second, "how long to wait for readiness")
+	cmd.Flags().StringVar(&verify, "verify", "blocks", "before restoring, hash every block (blocks), or check files and sizes only (sizes: for snapshots checked when they arrived)")
 	_ = cmd.MarkFlagRequired("snapshot")
 	return cmd
 }
