@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -99,7 +100,7 @@ func firstEntry(fd int, dir string) (string, error) {
 			return "", err
 		}
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			ev := (*unix.InotifyEvent)(unsafePointer(&buf[off]))
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
 			off += unix.SizeofInotifyEvent + int(ev.Len)
 			if int(ev.Wd) == wd && name != "" {

@@ -1,5 +1,0 @@
-package main
-
-import "unsafe"
-
-func unsafePointer(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
