@@ -104,11 +104,12 @@ run_service() {
 
 # The cold start against resume benchmark of a 6.7B-parameter server
 # (engine/gpu_server_test.go); the weights are made once into
-# STASIS_LLM_DIR (default .gpu-work/llm-7b, 13 GB). Writes the table's
-# figures to engine-gpu.jsonl and the plot to cold-vs-resume.png.
+# STASIS_LLM_DIR (default .gpu-work/llm-7b, 13 GB). Writes the figures to
+# engine-gpu.jsonl, the plot to cold-vs-resume.png and prints the table
+# (also cold-vs-resume.md).
 run_server() {
 	ENGINE_RUN=TestGPUServerBench ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
-	"$bundle/benchplot" -o "$out/cold-vs-resume.png" "$out/engine-gpu.jsonl"
+	"$bundle/benchplot" -o "$out/cold-vs-resume.png" "$out/engine-gpu.jsonl" | tee "$out/cold-vs-resume.md"
 }
 
 run_engine() {

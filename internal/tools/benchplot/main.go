@@ -1,8 +1,9 @@
 // Command benchplot draws the cold start against resume plot of
-// docs/benchmarks.md from the GPU benchmark's results: one horizontal bar
-// per way of getting the 7B server to its first token, its steps stacked.
+// docs/benchmarks.md from the GPU benchmark's results (one horizontal bar
+// per way of getting the 7B server to its first token, its steps stacked)
+// and prints the figures as a table.
 //
-//	go run ./internal/tools/benchplot -o docs/benchmarks-cold-vs-resume.png docs/results/*.jsonl
+//	go run ./internal/tools/benchplot -o docs/benchmarks-cold-vs-resume.png docs/results/h200-server-bench.jsonl
 package main
 
 import (
@@ -38,8 +39,40 @@ type serverBench struct {
 	ColdSteps   map[string]float64 `json:"coldStartSteps"`
 	Resume      float64            `json:"engineResumeToFirstTokenS"`
 	ResumeSteps map[string]float64 `json:"engineResumeSteps"`
+	Suspend     float64            `json:"engineSuspendS"`
+	RawSuspend  float64            `json:"rawSuspendS"`
+	RawResume   float64            `json:"rawResumeToFirstTokenS"`
+	FullVerify  float64            `json:"fullVerifyS"`
+	Image       int64              `json:"imageBytes"`
 	Raw         map[string]float64 `json:"raw"`
 	HostProcess map[string]float64 `json:"hostProcess"`
+	Store       struct {
+		Stored int64 `json:"storedBytes"`
+	} `json:"store"`
+	Floors struct {
+		Disk   float64            `json:"diskWriteGBps"`
+		Pinned map[string]float64 `json:"pinned"`
+	} `json:"floors"`
+}
+
+// table prints the figures behind the plot.
+func table(b *serverBench) {
+	h := b.HostProcess
+	rows := [][2]string{
+		{"cold start to first token, in gVisor", fmt.Sprintf("%.1f s", b.ColdStart)},
+		{"cold start, plain host process", fmt.Sprintf("%.1f s", h["coldStartToFirstTokenS"])},
+		{"Stasis resume to first token", fmt.Sprintf("%.1f s (%.1fx faster than cold)", b.Resume, b.ColdStart/b.Resume)},
+		{"raw steps to first token", fmt.Sprintf("%.1f s", b.RawResume)},
+		{"driver alone: restore + first token", fmt.Sprintf("%.1f s", h["driverRestoreS"]+h["firstTokenS"])},
+		{"hashing the whole image (cold cache)", fmt.Sprintf("%.1f s", b.FullVerify)},
+		{"Stasis suspend / raw suspend steps", fmt.Sprintf("%.1f s / %.1f s", b.Suspend, b.RawSuspend)},
+		{"image / in the store", fmt.Sprintf("%.1f GB / %.1f GB", float64(b.Image)/1e9, float64(b.Store.Stored)/1e9)},
+		{"floors: pinned D2H, H2D; disk write", fmt.Sprintf("%.1f, %.1f GiB/s; %.2f GB/s", b.Floors.Pinned["d2hGiBps"], b.Floors.Pinned["h2dGiBps"], b.Floors.Disk)},
+	}
+	fmt.Println("| | |\n|---|---|")
+	for _, r := range rows {
+		fmt.Printf("| %s | %s |\n", r[0], r[1])
+	}
 }
 
 func main() {
@@ -80,6 +113,7 @@ func main() {
 	if err := draw7B(*out, bars); err != nil {
 		log.Fatal(err)
 	}
+	table(b)
 }
 
 // colors keeps one color per step name across bars.
