@@ -76,13 +76,9 @@ func newDaemon(t *testing.T, extra ...string) *daemon {
 	d.api = api.Dial(d.socket)
 	t.Cleanup(func() {
 		d.stop()
-		// Whatever a test left behind: no sandbox may outlive it.
-		entries, _ := os.ReadDir(filepath.Join(data, "runsc"))
-		for _, e := range entries {
-			if id, ok := strings.CutSuffix(e.Name(), ".state"); ok {
-				_ = rt.Delete(context.Background(), id)
-			}
-		}
+		// Whatever a test left behind: no sandbox may outlive it. Each
+		// runsc process of this daemon names its state folder.
+		_ = killProcesses(func(cmdline string) bool { return strings.Contains(cmdline, "--root="+filepath.Join(data, "runsc")) })
 		if t.Failed() {
 			t.Logf("stasisd log:\n%s", d.logText())
 		}
