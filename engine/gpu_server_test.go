@@ -102,98 +102,114 @@ func TestGPUServerBench(t *testing.T) {
 	// benchplot merges the parts.
 	g.record("server-bench", result)
 
-	// The engine's suspend, then its resume to the first token.
-	dir := filepath.Join(g.work, "snap-llm")
-	g.takeEvents()
-	var m *snapshot.Manifest
-	suspendS, err := g.timed(func() (err error) {
-		m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	result["engineSuspendS"] = suspendS
-	result["engineSuspendSteps"] = steps(g.takeEvents())
-	result["imageBytes"] = m.Size()
-	// Reading and hashing the whole image, as a resume with VerifyBlocks
-	// does, timed on its own; the resume itself checks sizes, as stasisd's
-	// resumes of snapshots it committed or pulled do.
-	dropCaches()
-	if result["fullVerifyS"], err = g.timed(func() error { _, err := snapshot.Verify(dir); return err }); err != nil {
-		t.Fatal(err)
-	}
-	dropCaches()
-	start = time.Now()
-	if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Verify: engine.VerifySizes}); err != nil {
-		t.Fatal(err)
-	}
-	resumed := mustLLM(a.ID, "/token")
-	result["engineResumeToFirstTokenS"] = time.Since(start).Seconds()
-	result["engineResumeSteps"] = steps(g.takeEvents())
-	if resumed.Token != token {
-		t.Errorf("the first token after the resume is %d, before the suspend %d", resumed.Token, token)
-	}
-	result["speedup"] = result["coldStartToFirstTokenS"].(float64) / result["engineResumeToFirstTokenS"].(float64)
-	g.record("server-bench", result)
-
-	// The snapshot in the store: stored bytes against logical, when the
-	// disk has room for a second copy (the weights and the image are there).
-	var fs unix.Statfs_t
-	if err := unix.Statfs(g.work, &fs); err != nil {
-		t.Fatal(err)
-	}
-	if free := int64(fs.Bavail) * fs.Bsize; free < m.Size()*6/5 {
-		result["store"] = map[string]any{"skipped": fmt.Sprintf("%d bytes free for a %d-byte image", free, m.Size())}
-	} else {
-		g.storeSize(dir, result)
-	}
-	os.RemoveAll(dir)
-
-	// The raw steps by hand, on the same actor.
-	helper := func(verb string) error {
-		res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, verb, "--all"}})
-		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("helper %s: %s", verb, res.Stderr)
+	// The engine's cycle and the raw steps run on the same process, one after
+	// the other; STASIS_SERVER_ORDER=raw-first swaps them, since the
+	// driver's first restore of a process may be slower than its second.
+	engineCycle := func() {
+		// The engine's suspend, then its resume to the first token.
+		dir := filepath.Join(g.work, "snap-llm")
+		g.takeEvents()
+		var m *snapshot.Manifest
+		suspendS, err := g.timed(func() (err error) {
+			m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err
+		result["engineSuspendS"] = suspendS
+		result["engineSuspendSteps"] = steps(g.takeEvents())
+		result["imageBytes"] = m.Size()
+		// Reading and hashing the whole image, as a resume with VerifyBlocks
+		// does, timed on its own; the resume itself checks sizes, as stasisd's
+		// resumes of snapshots it committed or pulled do.
+		dropCaches()
+		if result["fullVerifyS"], err = g.timed(func() error { _, err := snapshot.Verify(dir); return err }); err != nil {
+			t.Fatal(err)
+		}
+		dropCaches()
+		start = time.Now()
+		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Verify: engine.VerifySizes}); err != nil {
+			t.Fatal(err)
+		}
+		resumed := mustLLM(a.ID, "/token")
+		result["engineResumeToFirstTokenS"] = time.Since(start).Seconds()
+		result["engineResumeSteps"] = steps(g.takeEvents())
+		if resumed.Token != token {
+			t.Errorf("the first token after the resume is %d, before the suspend %d", resumed.Token, token)
+		}
+		result["speedup"] = result["coldStartToFirstTokenS"].(float64) / result["engineResumeToFirstTokenS"].(float64)
+		g.record("server-bench", result)
+
+		// The snapshot in the store: stored bytes against logical, when the
+		// disk has room for a second copy (the weights and the image are there).
+		var fs unix.Statfs_t
+		if err := unix.Statfs(g.work, &fs); err != nil {
+			t.Fatal(err)
+		}
+		if free := int64(fs.Bavail) * fs.Bsize; free < m.Size()*6/5 {
+			result["store"] = map[string]any{"skipped": fmt.Sprintf("%d bytes free for a %d-byte image", free, m.Size())}
+		} else {
+			g.storeSize(dir, result)
+		}
+		os.RemoveAll(dir)
 	}
-	image := filepath.Join(g.work, "llm-raw")
-	raw := map[string]float64{}
-	for _, s := range []struct {
-		name string
-		fn   func() error
-	}{
-		{"gpuSuspend", func() error { return helper("suspend") }},
-		{"checkpoint", func() error {
-			_, err := g.runscRaw("checkpoint", "--leave-running", "--image-path", image, a.ID)
-			return err
-		}},
-		{"stop", func() error { return g.rt.Stop(ctx, a.ID) }},
-		{"delete", func() error { return g.rt.Delete(ctx, a.ID) }},
-		{"dropCaches", func() error { dropCaches(); return nil }},
-		{"restore", func() error {
-			_, err := g.runscRaw("restore", "--detach", "--background", "--image-path", image, "--bundle", a.Bundle, a.ID)
-			return err
-		}},
-		{"gpuResume", func() error { return helper("resume") }},
-		{"firstToken", func() error {
-			got, err := g.llm(a.ID, "/token")
-			if err == nil && got.Token != token {
-				err = fmt.Errorf("token %d after the raw restore, want %d", got.Token, token)
+	rawCycle := func() {
+		// The raw steps by hand, on the same actor.
+		helper := func(verb string) error {
+			res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, verb, "--all"}})
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("helper %s: %s", verb, res.Stderr)
 			}
 			return err
-		}},
-	} {
-		if raw[s.name], err = g.timed(s.fn); err != nil {
-			t.Fatalf("raw %s: %v", s.name, err)
 		}
+		image := filepath.Join(g.work, "llm-raw")
+		raw := map[string]float64{}
+		for _, s := range []struct {
+			name string
+			fn   func() error
+		}{
+			{"gpuSuspend", func() error { return helper("suspend") }},
+			{"checkpoint", func() error {
+				_, err := g.runscRaw("checkpoint", "--leave-running", "--image-path", image, a.ID)
+				return err
+			}},
+			{"stop", func() error { return g.rt.Stop(ctx, a.ID) }},
+			{"delete", func() error { return g.rt.Delete(ctx, a.ID) }},
+			{"dropCaches", func() error { dropCaches(); return nil }},
+			{"restore", func() error {
+				_, err := g.runscRaw("restore", "--detach", "--background", "--image-path", image, "--bundle", a.Bundle, a.ID)
+				return err
+			}},
+			{"gpuResume", func() error { return helper("resume") }},
+			{"firstToken", func() error {
+				got, err := g.llm(a.ID, "/token")
+				if err == nil && got.Token != token {
+					err = fmt.Errorf("token %d after the raw restore, want %d", got.Token, token)
+				}
+				return err
+			}},
+		} {
+			var err error
+			if raw[s.name], err = g.timed(s.fn); err != nil {
+				t.Fatalf("raw %s: %v", s.name, err)
+			}
+		}
+		result["raw"] = raw
+		result["rawSuspendS"] = raw["gpuSuspend"] + raw["checkpoint"] + raw["stop"] + raw["delete"]
+		result["rawResumeToFirstTokenS"] = raw["restore"] + raw["gpuResume"] + raw["firstToken"]
+		g.record("server-bench", result)
+		os.RemoveAll(image)
 	}
-	result["raw"] = raw
-	result["rawSuspendS"] = raw["gpuSuspend"] + raw["checkpoint"] + raw["stop"] + raw["delete"]
-	result["rawResumeToFirstTokenS"] = raw["restore"] + raw["gpuResume"] + raw["firstToken"]
-	g.record("server-bench", result)
-	os.RemoveAll(image)
+	order := getenv("STASIS_SERVER_ORDER", "engine-first")
+	result["order"] = order
+	if order == "raw-first" {
+		rawCycle()
+		engineCycle()
+	} else {
+		engineCycle()
+		rawCycle()
+	}
 	_ = g.rt.Delete(ctx, a.ID)
 
 	// The same server as a plain process: cold, then the driver's own
@@ -218,6 +234,7 @@ func TestGPUServerBench(t *testing.T) {
 		}
 		return nil
 	}
+	var err error
 	if host["driverCheckpointS"], err = g.timed(toggle); err != nil {
 		t.Fatal(err)
 	}
