@@ -77,10 +77,27 @@ func (s *Service) Actor(ctx context.Context, id string) (Actor, error) {
 	if err != nil {
 		return Actor{}, err
 	}
-	return s.actorOf(ctx, rec)
+	running, err := s.runningByActor(ctx)
+	if err != nil {
+		return Actor{}, err
+	}
+	return s.actorOf(ctx, rec, running), nil
 }
 
-func (s *Service) actorOf(ctx context.Context, rec journal.Actor) (Actor, error) {
+// runningByActor reads the operations in flight once, by actor.
+func (s *Service) runningByActor(ctx context.Context) (map[string]journal.Operation, error) {
+	ops, err := s.journal.Running(ctx)
+	if err != nil {
+		return nil, err
+	}
+	running := make(map[string]journal.Operation, len(ops))
+	for _, o := range ops {
+		running[o.Actor] = o
+	}
+	return running, nil
+}
+
+func (s *Service) actorOf(ctx context.Context, rec journal.Actor, running map[string]journal.Operation) Actor {
 	a := Actor{ID: rec.ID, Template: rec.Template, State: State(rec.State), Reason: rec.Reason, Sandbox: rec.Sandbox, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
 	if rec.Snapshot != "" {
 		if snap, err := s.journal.Snapshot(ctx, rec.Snapshot); err == nil {
@@ -88,16 +105,10 @@ func (s *Service) actorOf(ctx context.Context, rec journal.Actor) (Actor, error)
 			a.Snapshot = &v
 		}
 	}
-	ops, err := s.journal.Running(ctx)
-	if err != nil {
-		return a, err
+	if o, ok := running[rec.ID]; ok {
+		a.Operation = &Operation{ID: o.ID, Kind: o.Kind, RequestID: o.RequestID, State: o.State, Step: o.Step, StartedAt: o.StartedAt}
 	}
-	for _, o := range ops {
-		if o.Actor == rec.ID {
-			a.Operation = &Operation{ID: o.ID, Kind: o.Kind, RequestID: o.RequestID, State: o.State, Step: o.Step, StartedAt: o.StartedAt}
-		}
-	}
-	return a, nil
+	return a
 }
 
 // Actors lists every actor.
@@ -106,13 +117,13 @@ func (s *Service) Actors(ctx context.Context) ([]Actor, error) {
 	if err != nil {
 		return nil, err
 	}
+	running, err := s.runningByActor(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Actor, 0, len(recs))
 	for _, r := range recs {
-		a, err := s.actorOf(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
+		out = append(out, s.actorOf(ctx, r, running))
 	}
 	return out, nil
 }
@@ -196,7 +207,7 @@ func (s *Service) run(ctx context.Context, start journal.Start, args opArgs, bod
 	o := &operation{id: rec.ID, actor: rec.Actor, kind: rec.Kind, args: args}
 	done := make(chan struct{})
 	s.mu.Lock()
-	s.current[o.actor] = o.id
+	s.current[o.actor] = o
 	s.done[o.id] = done
 	s.mu.Unlock()
 	// The operation outlives its caller: a client that goes away does not

@@ -110,7 +110,7 @@ func (s *Service) thaw(ctx context.Context, o *operation, a journal.Actor, st ru
 		return nil
 	}
 	s.mu.Lock()
-	s.current[a.Sandbox] = o.id
+	s.current[a.Sandbox] = o
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

@@ -83,7 +83,7 @@ type Service struct {
 	mu sync.Mutex
 	// current maps a sandbox id to the operation running on it, so that
 	// engine steps are journaled against the right operation.
-	current map[string]string
+	current map[string]*operation
 	// done is closed when the operation with that id ends in this process;
 	// a retried request waits on it.
 	done map[string]chan struct{}
@@ -103,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, rt: cfg.Engine.Runtime, journal: j, current: map[string]string{}, done: map[string]chan struct{}{}}
+	s := &Service{cfg: cfg, rt: cfg.Engine.Runtime, journal: j, current: map[string]*operation{}, done: map[string]chan struct{}{}}
 	s.metrics = newMetrics(s)
 	eng := *cfg.Engine
 	eng.BeforeStep = func(ev engine.Event) { s.engineStep(ev, false) }
@@ -188,26 +188,21 @@ func (s *Service) beforeStep(ctx context.Context, actor, opID, kind, name string
 // runs on that sandbox.
 func (s *Service) engineStep(ev engine.Event, ended bool) {
 	s.mu.Lock()
-	opID := s.current[ev.Actor]
+	o := s.current[ev.Actor]
 	s.mu.Unlock()
-	if opID == "" {
+	if o == nil {
 		return
 	}
-	op, err := s.journal.Operation(context.Background(), opID)
-	if err != nil {
-		return
-	}
-	name := ev.Step
 	if !ended {
-		s.beforeStep(context.Background(), op.Actor, opID, op.Kind, name)
+		s.beforeStep(context.Background(), o.actor, o.id, o.kind, ev.Step)
 		return
 	}
 	var stepErr error
 	if ev.Err != "" {
 		stepErr = errors.New(ev.Err)
 	}
-	s.event(context.Background(), op.Actor, opID, name, ev.Message, ev.Duration, stepErr)
-	s.failpoint(op.Kind, name, true)
+	s.event(context.Background(), o.actor, o.id, ev.Step, ev.Message, ev.Duration, stepErr)
+	s.failpoint(o.kind, ev.Step, true)
 }
 
 // failpoint kills this process when the configured failpoint is reached.
