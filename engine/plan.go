@@ -140,8 +140,11 @@ func (e *Engine) planGPU(ctx context.Context, p *Plan, a Actor, sandboxPID int) 
 	}
 	p.GPUMemory = gpu.TotalUsed(p.GPUs)
 	for _, u := range p.GPUs {
-		p.check("mig", !u.Device.MIGEnabled, "GPU %d (%s) %s", u.Device.Index, u.Device.UUID,
-			map[bool]string{true: "has MIG enabled: Stasis does not suspend actors on MIG instances (the device map names whole GPUs)", false: "has MIG off"}[u.Device.MIGEnabled])
+		state := "has MIG off"
+		if u.Device.MIGEnabled {
+			state = "has MIG enabled: Stasis does not suspend actors on MIG instances (the device map names whole GPUs)"
+		}
+		p.check("mig", !u.Device.MIGEnabled, "GPU %d (%s) %s", u.Device.Index, u.Device.UUID, state)
 	}
 	mps := procfs.WithCommPrefix(host, "nvidia-cuda-mps")
 	p.check("mps", len(mps) == 0, "%s", okOr(mpsError(mps), "no MPS daemon runs"))
@@ -203,11 +206,7 @@ func existingAncestor(dir string) string {
 }
 
 func (e *Engine) fingerprint(ctx context.Context) (node.Fingerprint, error) {
-	c := node.Collector{Runtime: e.Runtime.Info()}
-	if e.GPU != nil {
-		c.GPU = e.GPU
-	}
-	return c.Collect(ctx)
+	return node.Collector{GPU: e.GPU, Runtime: e.Runtime.Info()}.Collect(ctx)
 }
 
 func (e *Engine) freeDisk(dir string) (uint64, error) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -267,7 +268,7 @@ func (j *Journal) Begin(ctx context.Context, s Start) (op Operation, replay bool
 			if err != nil {
 				return notFound(err, "actor", s.Op.Actor)
 			}
-			if len(s.From) > 0 && !contains(s.From, a.State) {
+			if len(s.From) > 0 && !slices.Contains(s.From, a.State) {
 				return &StateError{Actor: a.ID, State: a.State, Kind: s.Op.Kind, From: s.From}
 			}
 			if _, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, updated_at = ? WHERE id = ?`, s.To, ts, a.ID); err != nil {
@@ -284,15 +285,6 @@ func (j *Journal) Begin(ctx context.Context, s Start) (op Operation, replay bool
 		return err
 	})
 	return op, replay, err
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Step records that an operation is about to run step; it is durable when
