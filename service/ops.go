@@ -225,18 +225,31 @@ func (s *Service) push(ctx context.Context, o *operation, snap journal.Snapshot)
 	if snap.Stored != "" {
 		return outcome{state: Suspended}, nil
 	}
-	name := snap.Actor + "." + snap.ID
-	err := s.step(ctx, o, "push", func() (string, error) {
-		if _, err := s.cfg.Repo.Save(ctx, name, snap.Dir, s.transferEvents(ctx, o, "push")); err != nil {
-			return "", err
-		}
-		snap.Stored, snap.Kind = name, KindCommit
-		return fmt.Sprintf("stored as %s in %s", name, s.cfg.Repo.Backend().Location()), s.journal.PutSnapshot(ctx, snap)
+	err := s.save(ctx, o, &snap, snap.Actor+"."+snap.ID, func() error {
+		snap.Kind = KindCommit
+		return s.journal.PutSnapshot(ctx, snap)
 	})
 	if err != nil {
 		return outcome{state: Suspended, reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", snap.Dir, err)}, err
 	}
 	return outcome{state: Suspended}, nil
+}
+
+// save runs the push step: the snapshot goes into the store under name,
+// and record (when set) journals it inside the step, so that a crash after
+// the step finds it recorded.
+func (s *Service) save(ctx context.Context, o *operation, snap *journal.Snapshot, name string, record func() error) error {
+	return s.step(ctx, o, "push", func() (string, error) {
+		if _, err := s.cfg.Repo.Save(ctx, name, snap.Dir, s.transferEvents(ctx, o, "push")); err != nil {
+			return "", err
+		}
+		snap.Stored = name
+		msg := fmt.Sprintf("stored as %s in %s", name, s.cfg.Repo.Backend().Location())
+		if record == nil {
+			return msg, nil
+		}
+		return msg, record()
+	})
 }
 
 // take snapshots a running actor into the operation's snapshot folder,

@@ -61,14 +61,7 @@ func (s *Service) takeGolden(ctx context.Context, o *operation, t Template) (out
 	}
 	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor, Template: t.Name, Kind: KindGolden, Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
 	if err == nil && s.cfg.Repo != nil {
-		name := "golden." + t.Name + "." + snap.ID
-		err = s.step(ctx, o, "push", func() (string, error) {
-			if _, err := s.cfg.Repo.Save(ctx, name, snap.Dir, s.transferEvents(ctx, o, "push")); err != nil {
-				return "", err
-			}
-			snap.Stored = name
-			return "stored as " + name, nil
-		})
+		err = s.save(ctx, o, &snap, "golden."+t.Name+"."+snap.ID, nil)
 	}
 	if jerr := s.setGolden(ctx, t, snap); jerr != nil && err == nil {
 		err = jerr
