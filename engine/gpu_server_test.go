@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
@@ -154,47 +153,17 @@ func TestGPUServerBench(t *testing.T) {
 		}
 		os.RemoveAll(dir)
 	}
-	rawCycle := func() {
+	byHand := func() {
 		// The raw steps by hand, on the same actor.
-		helper := func(verb string) error {
-			res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, verb, "--all"}})
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("helper %s: %s", verb, res.Stderr)
+		image := filepath.Join(g.work, "llm-raw")
+		drop := timedStep{"dropCaches", func() error { dropCaches(); return nil }}
+		raw := g.rawCycle(a, image, []timedStep{drop}, timedStep{"firstToken", func() error {
+			got, err := g.llm(a.ID, "/token")
+			if err == nil && got.Token != token {
+				err = fmt.Errorf("token %d after the raw restore, want %d", got.Token, token)
 			}
 			return err
-		}
-		image := filepath.Join(g.work, "llm-raw")
-		raw := map[string]float64{}
-		for _, s := range []struct {
-			name string
-			fn   func() error
-		}{
-			{"gpuSuspend", func() error { return helper("suspend") }},
-			{"checkpoint", func() error {
-				_, err := g.runscRaw("checkpoint", "--leave-running", "--image-path", image, a.ID)
-				return err
-			}},
-			{"stop", func() error { return g.rt.Stop(ctx, a.ID) }},
-			{"delete", func() error { return g.rt.Delete(ctx, a.ID) }},
-			{"dropCaches", func() error { dropCaches(); return nil }},
-			{"restore", func() error {
-				_, err := g.runscRaw("restore", "--detach", "--background", "--image-path", image, "--bundle", a.Bundle, a.ID)
-				return err
-			}},
-			{"gpuResume", func() error { return helper("resume") }},
-			{"firstToken", func() error {
-				got, err := g.llm(a.ID, "/token")
-				if err == nil && got.Token != token {
-					err = fmt.Errorf("token %d after the raw restore, want %d", got.Token, token)
-				}
-				return err
-			}},
-		} {
-			var err error
-			if raw[s.name], err = g.timed(s.fn); err != nil {
-				t.Fatalf("raw %s: %v", s.name, err)
-			}
-		}
+		}})
 		result["raw"] = raw
 		result["rawSuspendS"] = raw["gpuSuspend"] + raw["checkpoint"] + raw["stop"] + raw["delete"]
 		result["rawResumeToFirstTokenS"] = raw["restore"] + raw["gpuResume"] + raw["firstToken"]
@@ -204,11 +173,11 @@ func TestGPUServerBench(t *testing.T) {
 	order := getenv("STASIS_SERVER_ORDER", "engine-first")
 	result["order"] = order
 	if order == "raw-first" {
-		rawCycle()
+		byHand()
 		engineCycle()
 	} else {
 		engineCycle()
-		rawCycle()
+		byHand()
 	}
 	_ = g.rt.Delete(ctx, a.ID)
 

@@ -318,6 +318,52 @@ func (g *gpuEnv) timed(fn func() error) (float64, error) {
 	return time.Since(start).Seconds(), err
 }
 
+// timedStep is one step of a hand-run cycle.
+type timedStep struct {
+	name string
+	fn   func() error
+}
+
+// rawCycle runs the engine's steps by hand on actor a, as an operator
+// would, and times each: helper suspend, runsc checkpoint into image, stop,
+// delete, the beforeRestore steps, runsc restore, helper resume, and first,
+// the first operation after it.
+func (g *gpuEnv) rawCycle(a engine.Actor, image string, beforeRestore []timedStep, first timedStep) map[string]float64 {
+	ctx := context.Background()
+	helper := func(verb string) error {
+		res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, verb, "--all"}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("helper %s: %s", verb, res.Stderr)
+		}
+		return err
+	}
+	steps := []timedStep{
+		{"gpuSuspend", func() error { return helper("suspend") }},
+		{"checkpoint", func() error {
+			_, err := g.runscRaw("checkpoint", "--leave-running", "--image-path", image, a.ID)
+			return err
+		}},
+		{"stop", func() error { return g.rt.Stop(ctx, a.ID) }},
+		{"delete", func() error { return g.rt.Delete(ctx, a.ID) }},
+	}
+	steps = append(steps, beforeRestore...)
+	steps = append(steps,
+		timedStep{"restore", func() error {
+			_, err := g.runscRaw("restore", "--detach", "--background", "--image-path", image, "--bundle", a.Bundle, a.ID)
+			return err
+		}},
+		timedStep{"gpuResume", func() error { return helper("resume") }},
+		first)
+	raw := map[string]float64{}
+	for _, s := range steps {
+		var err error
+		if raw[s.name], err = g.timed(s.fn); err != nil {
+			g.t.Fatalf("%s raw %s: %v", a.ID, s.name, err)
+		}
+	}
+	return raw
+}
+
 // TestGPUBench times the engine's suspend and resume against the same raw
 // steps run by hand on the same actor: helper exec + runsc checkpoint, and
 // runsc restore -background + helper exec + the first GPU operation.
@@ -336,39 +382,8 @@ func TestGPUBench(t *testing.T) {
 	}
 	for i, a := range actors {
 		g.mustAsk(a.ID, "info")
-		raw := map[string]float64{}
-		var err error
-		helper := func(verb string) error {
-			res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{bundle.HelperPath, verb, "--all"}})
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("helper %s: %s", verb, res.Stderr)
-			}
-			return err
-		}
 		image := filepath.Join(g.work, a.ID+"-raw")
-		rawSteps := []struct {
-			name string
-			fn   func() error
-		}{
-			{"gpuSuspend", func() error { return helper("suspend") }},
-			{"checkpoint", func() error {
-				_, err := g.runscRaw("checkpoint", "--leave-running", "--image-path", image, a.ID)
-				return err
-			}},
-			{"stop", func() error { return g.rt.Stop(ctx, a.ID) }},
-			{"delete", func() error { return g.rt.Delete(ctx, a.ID) }},
-			{"restore", func() error {
-				_, err := g.runscRaw("restore", "--detach", "--background", "--image-path", image, "--bundle", a.Bundle, a.ID)
-				return err
-			}},
-			{"gpuResume", func() error { return helper("resume") }},
-			{"firstGPUOp", func() error { _, err := g.ask(a.ID, "touch"); return err }},
-		}
-		for _, s := range rawSteps {
-			if raw[s.name], err = g.timed(s.fn); err != nil {
-				t.Fatalf("%s raw %s: %v", a.ID, s.name, err)
-			}
-		}
+		raw := g.rawCycle(a, image, nil, timedStep{"firstGPUOp", func() error { _, err := g.ask(a.ID, "touch"); return err }})
 		if v, err := g.ask(a.ID, "verify"); err != nil {
 			t.Fatalf("%s after the raw steps: %v %s", a.ID, err, v)
 		}
@@ -376,16 +391,13 @@ func TestGPUBench(t *testing.T) {
 		g.takeEvents()
 
 		dir := filepath.Join(g.work, a.ID+"-engine")
-		var m any
 		suspendS, err := g.timed(func() error {
-			var err error
-			m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+			_, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
 			return err
 		})
 		if err != nil {
 			t.Fatalf("%s engine suspend: %v", a.ID, err)
 		}
-		_ = m
 		suspendSteps := steps(g.takeEvents())
 		resumeS, err := g.timed(func() error { return g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}) })
 		if err != nil {
