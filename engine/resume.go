@@ -41,7 +41,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 		return err
 	}
 	err = o.step("compatibility", func() (string, error) {
-		res, err := e.compatible(ctx, a, m)
+		res, err := e.Compatible(ctx, a, m)
 		if err != nil {
 			return "", err
 		}
@@ -131,9 +131,10 @@ func (e *Engine) resumeData(ctx context.Context, o op, a Actor, id, dir string, 
 	})
 }
 
-// compatible refuses a snapshot this node cannot restore, with every
-// reason.
-func (e *Engine) compatible(ctx context.Context, a Actor, m *snapshot.Manifest) (compat.Result, error) {
+// Compatible refuses a snapshot this node cannot restore, with every
+// reason; Resume runs it before any sandbox exists, and a caller about to
+// fetch a snapshot can run it on the stored manifest first.
+func (e *Engine) Compatible(ctx context.Context, a Actor, m *snapshot.Manifest) (compat.Result, error) {
 	if m.Scope == snapshot.ScopeFull && m.GPU != nil && !a.GPU {
 		return compat.Result{}, fmt.Errorf("%w: the snapshot holds GPU state, and the actor is not a GPU actor here", ErrRefused)
 	}

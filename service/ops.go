@@ -96,7 +96,7 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t Template, a en
 	if err != nil {
 		return err
 	}
-	dir, err := s.localCopy(ctx, o, snap)
+	dir, err := s.localCopy(ctx, o, a, snap)
 	if err != nil {
 		return err
 	}
@@ -104,16 +104,29 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t Template, a en
 }
 
 // localCopy is the folder of a snapshot on this node, pulled from the store
-// (and verified chunk by chunk) when it is not here.
-func (s *Service) localCopy(ctx context.Context, o *operation, snap journal.Snapshot) (string, error) {
+// (and verified chunk by chunk) when it is not here. The stored manifest is
+// checked against this node first, so that a snapshot it cannot restore is
+// refused before gigabytes are fetched.
+func (s *Service) localCopy(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot) (string, error) {
 	if manifestOf(snap.Dir) != nil {
 		return snap.Dir, nil
 	}
 	if snap.Stored == "" || s.cfg.Repo == nil {
 		return "", fmt.Errorf("snapshot %s is neither on this node nor in a store", snap.ID)
 	}
+	stored, err := s.cfg.Repo.Snapshot(ctx, snap.Stored)
+	if err != nil {
+		return "", err
+	}
+	m, err := snapshot.Parse(stored.Meta)
+	if err != nil {
+		return "", fmt.Errorf("stored snapshot %s: %w", snap.Stored, err)
+	}
+	if _, err := s.cfg.Engine.Compatible(ctx, a, m); err != nil {
+		return "", err
+	}
 	dir := s.snapshotDir(snap.ID)
-	err := s.step(ctx, o, "pull", func() (string, error) {
+	err = s.step(ctx, o, "pull", func() (string, error) {
 		if err := removeDir(dir); err != nil {
 			return "", err
 		}
@@ -326,9 +339,10 @@ func (s *Service) Resume(ctx context.Context, req OpRequest) (Actor, error) {
 		if err != nil {
 			return back, err
 		}
-		dir, err := s.localCopy(ctx, o, snap)
+		ea := s.engineActor(t, a.ID)
+		dir, err := s.localCopy(ctx, o, ea, snap)
 		if err == nil {
-			err = s.cfg.Engine.Resume(ctx, s.engineActor(t, a.ID), dir, engine.ResumeOptions{ID: a.Sandbox, Probe: t.Probe.engine(), Verify: engine.VerifySizes})
+			err = s.cfg.Engine.Resume(ctx, ea, dir, engine.ResumeOptions{ID: a.Sandbox, Probe: t.Probe.engine(), Verify: engine.VerifySizes})
 		}
 		if err != nil {
 			back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", snap.ID, err)
