@@ -553,16 +553,9 @@ func treeRSS(t *testing.T, pid int) uint64 {
 	}
 	var total uint64
 	for p := range procfs.Tree(procs, pid) {
-		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(status), "\n") {
-			if kib, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				v, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(kib), " kB"), 10, 64)
-				total += v << 10
-			}
-		}
+		// A process that exited meanwhile counts for nothing.
+		rss, _ := procfs.StatusBytes("/proc", p, "VmRSS")
+		total += rss
 	}
 	return total
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/service"
 )
 
@@ -72,7 +73,7 @@ func TestServiceLoad(t *testing.T) {
 					} else {
 						latencies[verb] = append(latencies[verb], took)
 					}
-					if rss := rssOf(pid); rss > peakRSS {
+					if rss, _ := procfs.StatusBytes("/proc", pid, "VmRSS"); rss > peakRSS {
 						peakRSS = rss
 					}
 					mu.Unlock()
@@ -101,8 +102,8 @@ func TestServiceLoad(t *testing.T) {
 			t.Errorf("%s ended %s: %s", a.ID, a.State, a.Reason)
 		}
 	}
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	report := map[string]any{"actors": actors, "parallel": parallel, "durationS": duration.Seconds(), "peakRSSBytes": peakRSS, "hwmBytes": field(string(status), "VmHWM:"),
+	hwm, _ := procfs.StatusBytes("/proc", pid, "VmHWM")
+	report := map[string]any{"actors": actors, "parallel": parallel, "durationS": duration.Seconds(), "peakRSSBytes": peakRSS, "hwmBytes": hwm,
 		"stuckActors": stuck, "failures": failures}
 	fmt.Printf("\n| operation | count | per minute | p50 (s) | p99 (s) | max (s) |\n|---|---|---|---|---|---|\n")
 	total := 0
@@ -144,22 +145,4 @@ func getenvOr(key, def string) string {
 		return v
 	}
 	return def
-}
-
-func rssOf(pid int) uint64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	return field(string(status), "VmRSS:")
-}
-
-func field(status, name string) uint64 {
-	for _, line := range strings.Split(status, "\n") {
-		if v, ok := strings.CutPrefix(line, name); ok {
-			kib, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kib << 10
-		}
-	}
-	return 0
 }

@@ -91,3 +91,22 @@ func WithCommPrefix(procs []Proc, prefix string) []Proc {
 	}
 	return found
 }
+
+// StatusBytes reads a memory field of /proc/PID/status, such as "VmRSS" or
+// "VmHWM", in bytes.
+func StatusBytes(dir string, pid int, field string) (uint64, error) {
+	data, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kib, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("process %d: %s %q: %w", pid, field, v, err)
+			}
+			return kib << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("process %d: no %s in its status", pid, field)
+}

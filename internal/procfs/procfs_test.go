@@ -40,6 +40,12 @@ func TestTreeFindsAChild(t *testing.T) {
 	if tree[1] {
 		t.Fatal("tree of the test process holds pid 1")
 	}
+	if rss, err := StatusBytes("/proc", os.Getpid(), "VmRSS"); err != nil || rss == 0 {
+		t.Fatalf("VmRSS of the test process: %d, %v", rss, err)
+	}
+	if _, err := StatusBytes("/proc", os.Getpid(), "NoSuchField"); err == nil {
+		t.Fatal("a missing field was read")
+	}
 	if len(WithCommPrefix(procs, "sleep")) == 0 {
 		t.Fatal("no process named sleep found")
 	}
