@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -152,25 +151,8 @@ func copyTree(src, dst string) error {
 		case !d.Type().IsRegular():
 			return fmt.Errorf("%s is a %s; durable folders may hold only files and folders", p, d.Type())
 		}
-		return copyFile(p, target, info.Mode().Perm())
+		return fsutil.CopyFile(p, target, info.Mode().Perm())
 	})
-}
-
-func copyFile(src, dst string, mode fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func treeSize(dir string) (uint64, error) {

@@ -118,7 +118,7 @@ type ResumeOptions struct {
 	Probe     Probe
 }
 
-func (e *Engine) helper() string {
+func (e *Engine) helperPath() string {
 	if e.Helper != "" {
 		return e.Helper
 	}

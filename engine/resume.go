@@ -91,12 +91,17 @@ func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error 
 	return o.step("probe", func() (string, error) { return e.probe(ctx, id, p) })
 }
 
-// ThawGPU resumes every CUDA process of a running sandbox that is locked
-// or checkpointed, and does nothing when none is: a journal that finds an
-// operation cut short between the GPU steps calls it to make sure no
-// workload stays frozen.
+// ThawGPU attaches the devices a runtime detached, and resumes every CUDA
+// process of a running sandbox that is locked or checkpointed; it does
+// nothing when none is: a journal that finds an operation cut short between
+// the GPU steps calls it to make sure no workload stays frozen.
 func (e *Engine) ThawGPU(ctx context.Context, a Actor, id string) error {
 	o := op{e: e, actor: a.ID, name: "thaw"}
+	if h, ok := e.Runtime.(runtime.DeviceHolder); ok {
+		if err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
+			return err
+		}
+	}
 	return o.step("gpu-resume", func() (string, error) {
 		rep, err := e.gpuResume(ctx, id, nil)
 		return summary(rep), err
@@ -110,8 +115,16 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 			ConsoleLog: a.ConsoleLog, Notify: o.note,
 		})
 	})
-	if err != nil || !a.GPU {
+	if err != nil {
 		return err
+	}
+	if h, ok := e.Runtime.(runtime.DeviceHolder); ok {
+		if err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
+			return err
+		}
+	}
+	if !a.GPU {
+		return nil
 	}
 	return o.step("gpu-resume", func() (string, error) {
 		rep, err := e.gpuResume(ctx, id, opts.DeviceMap)

@@ -58,7 +58,16 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 			return summary(rep), err
 		})
 		if err != nil {
-			return nil, e.undoGPUSuspend(ctx, o, a, err)
+			return nil, e.undoSuspend(ctx, o, a, false, err)
+		}
+	}
+	h, holder := e.Runtime.(runtime.DeviceHolder)
+	if holder {
+		// The devices hold no state now (it is in the sandbox's memory), and
+		// a VM with a passed-through device cannot be checkpointed.
+		err := o.step("detach-devices", func() (string, error) { return "", h.DetachDevices(ctx, a.ID) })
+		if err != nil {
+			return nil, e.undoSuspend(ctx, o, a, true, err)
 		}
 	}
 	err = o.step("checkpoint", func() (string, error) {
@@ -75,19 +84,13 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 		})
 	}
 	if err != nil {
-		if a.GPU {
-			return nil, e.undoGPUSuspend(ctx, o, a, err)
-		}
-		return nil, err
+		return nil, e.undoSuspend(ctx, o, a, holder, err)
 	}
 	if err := e.stop(ctx, o, a.ID); err != nil {
 		// The snapshot is whole, but the sandbox still runs with its GPU
 		// state in host memory: bring that back rather than leave it frozen.
 		err = fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
-		if a.GPU {
-			return m, e.undoGPUSuspend(ctx, o, a, err)
-		}
-		return m, err
+		return m, e.undoSuspend(ctx, o, a, holder, err)
 	}
 	return m, nil
 }
@@ -102,11 +105,24 @@ func (e *Engine) stop(ctx context.Context, o op, id string) error {
 	return o.step("delete", func() (string, error) { return "", e.Runtime.Delete(ctx, id) })
 }
 
-// undoGPUSuspend puts the GPU state back after a failed suspend, even when
+// undoSuspend puts back what a failed suspend took from the running
+// sandbox, its devices (when detach ran) and then its GPU state, even when
 // the caller's context is gone, and says in the error whether it could.
-func (e *Engine) undoGPUSuspend(ctx context.Context, o op, a Actor, cause error) error {
+func (e *Engine) undoSuspend(ctx context.Context, o op, a Actor, detached bool, cause error) error {
+	if !detached && !a.GPU {
+		return cause
+	}
 	cctx, cancel := e.cleanupContext(ctx)
 	defer cancel()
+	if h, ok := e.Runtime.(runtime.DeviceHolder); ok && detached {
+		err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(cctx, a.ID) })
+		if err != nil {
+			return fmt.Errorf("%w; and its devices could not be attached again, the workload may be stuck without them: %w", cause, err)
+		}
+	}
+	if !a.GPU {
+		return fmt.Errorf("%w (devices attached again; the actor keeps running)", cause)
+	}
 	err := o.step("gpu-resume", func() (string, error) {
 		rep, err := e.gpuResume(cctx, a.ID, nil)
 		return summary(rep), err

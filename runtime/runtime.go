@@ -1,12 +1,17 @@
 // Package runtime defines what Stasis needs from a sandbox runtime: the OCI
 // lifecycle (create, start, exec, pause, stop, delete, state) plus checkpoint
-// and restore. runtime/gvisor implements it with runsc; a micro-VM runtime
-// implements the same interface.
+// and restore. runtime/gvisor implements it with runsc, runtime/microvm with
+// QEMU. Runtimes whose sandboxes are VMs also implement DeviceHolder and
+// GPUAgent.
 package runtime
 
 import (
 	"context"
 	"errors"
+	"time"
+
+	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/cuda/group"
 )
 
 // Status is where a sandbox's container stands, in OCI terms.
@@ -112,4 +117,32 @@ type Runtime interface {
 	// MemoryUsage is the sandbox's resident memory, which a checkpoint image
 	// holds at most.
 	MemoryUsage(ctx context.Context, id string) (uint64, error)
+}
+
+// DeviceHolder is a Runtime whose sandboxes hold devices that a checkpoint
+// cannot contain: a micro-VM's passed-through GPU, whose state lives on the
+// device. The engine detaches them once the GPU state is in the sandbox's
+// memory, before the checkpoint, and attaches them after a restore, before
+// the GPU state goes back.
+type DeviceHolder interface {
+	// DetachDevices removes every hot-pluggable device and waits until the
+	// guest has let go of each.
+	DetachDevices(ctx context.Context, id string) error
+	// AttachDevices adds every device of the sandbox's bundle that it does
+	// not hold, and waits until the guest sees each; with none missing it
+	// does nothing, so it is safe to run after any failure.
+	AttachDevices(ctx context.Context, id string) error
+}
+
+// GPUAgent is a Runtime that moves its sandboxes' GPU state itself (a VM's
+// guest agent), where the engine would otherwise run the stasis-cuda helper
+// through Exec.
+type GPUAgent interface {
+	// GPUReady says whether the GPU steps can run in the sandbox.
+	GPUReady(ctx context.Context, id string) error
+	// GPUSuspend suspends every CUDA process of the sandbox, all or none.
+	GPUSuspend(ctx context.Context, id string, lockTimeout time.Duration) (group.Report, error)
+	// GPUResume resumes every locked or checkpointed CUDA process, onto
+	// other GPUs by devices when it is not empty.
+	GPUResume(ctx context.Context, id string, devices cuda.DeviceMap) (group.Report, error)
 }

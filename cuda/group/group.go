@@ -45,6 +45,9 @@ type Report struct {
 	// the processes, and the operation itself.
 	Steps map[string]time.Duration `json:"stepsNs,omitempty"`
 	Error string                   `json:"error,omitempty"`
+	// Skipped says why nothing was done, when a micro-VM's guest agent
+	// finds no NVIDIA device in the guest.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // Failure is one process's error within a group operation.

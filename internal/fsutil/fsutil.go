@@ -1,11 +1,12 @@
 // Package fsutil holds the file operations that several packages need done
-// the same careful way: atomic, durable replacement of a file, and emptying
-// a folder.
+// the same careful way: atomic, durable replacement of a file, copying a
+// file, and emptying a folder.
 package fsutil
 
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -42,6 +43,25 @@ func WriteAtomic(path string, r io.Reader, size int64) error {
 		return err
 	}
 	return SyncDir(dir)
+}
+
+// CopyFile copies src to dst, a new file with mode. The copy is not
+// synced: callers that need it durable sync it (a snapshot's commit does).
+func CopyFile(src, dst string, mode fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // SyncDir makes the entries of dir (files created, renamed, removed) durable.

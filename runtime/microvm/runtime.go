@@ -1,0 +1,362 @@
+// Package microvm runs actors as micro-VMs with QEMU: the guest boots a
+// kernel and an initramfs whose /init is the Stasis guest agent
+// (runtime/microvm/agent), which starts the workload and runs commands and
+// GPU steps for the host. A checkpoint is QEMU's migration stream written to
+// a file while the VM is paused; a restore starts a new QEMU that reads it.
+// Passed-through devices (the GPU) cannot be in a migration stream, so the
+// runtime is a runtime.DeviceHolder: the engine detaches them before the
+// checkpoint and attaches them after the restore, and a runtime.GPUAgent:
+// the guest agent moves the GPU state into guest memory first.
+package microvm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/stasis-run/stasis/internal/fsutil"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/runtime/microvm/agent"
+)
+
+// Config sets up a Runtime.
+type Config struct {
+	// Root holds each VM's state folder (sockets, pid file, state). Unix
+	// socket paths are short, so keep it short (under about 80 bytes).
+	Root string
+	// QEMU is the qemu-system-x86_64 binary; found on PATH when empty.
+	QEMU string
+	// Accel is QEMU's accelerator, "kvm" or "tcg"; "kvm" when /dev/kvm
+	// opens, else "tcg".
+	Accel string
+	// BootTimeout bounds how long Start waits for the guest agent; 2
+	// minutes when zero.
+	BootTimeout time.Duration
+	// DeviceTimeout bounds each device detach and attach; 1 minute when
+	// zero.
+	DeviceTimeout time.Duration
+}
+
+// Runtime runs micro-VMs with QEMU.
+type Runtime struct {
+	cfg     Config
+	qemu    string
+	version string
+}
+
+var _ interface {
+	runtime.Runtime
+	runtime.DeviceHolder
+	runtime.GPUAgent
+} = (*Runtime)(nil)
+
+// New checks the QEMU binary and the state folder.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Root == "" {
+		return nil, errors.New("microvm: no state folder (Config.Root) given")
+	}
+	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("microvm: state folder: %w", err)
+	}
+	bin := cfg.QEMU
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	qemu, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("microvm: %w (install QEMU: scripts/install-microvm.sh)", err)
+	}
+	out, err := exec.CommandContext(ctx, qemu, "-version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("microvm: %s -version: %w", qemu, err)
+	}
+	version, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if cfg.Accel == "" {
+		cfg.Accel = "tcg"
+		if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+			f.Close()
+			cfg.Accel = "kvm"
+		}
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = 2 * time.Minute
+	}
+	if cfg.DeviceTimeout <= 0 {
+		cfg.DeviceTimeout = time.Minute
+	}
+	return &Runtime{cfg: cfg, qemu: qemu, version: version}, nil
+}
+
+// Info names QEMU's build and accelerator: a snapshot restores only into
+// the same QEMU (its migration format is not stable across versions).
+func (r *Runtime) Info() runtime.Info {
+	return runtime.Info{Name: "qemu-microvm", Version: r.version, Platform: r.cfg.Accel}
+}
+
+// vmState is what the runtime keeps of one VM between calls.
+type vmState struct {
+	ID     string `json:"id"`
+	Bundle string `json:"bundle"`
+	PID    int    `json:"pid"`
+	// Start is the QEMU process's start time, which tells it from a later
+	// process with the same pid.
+	Start uint64 `json:"start"`
+	Spec  Spec   `json:"spec"`
+	// Attached are the ids of the bundle's devices the VM holds now.
+	Attached []string `json:"attached"`
+}
+
+func (r *Runtime) files(id string) files { return files{dir: filepath.Join(r.cfg.Root, id)} }
+
+func (r *Runtime) load(id string) (*vmState, error) {
+	if id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
+		return nil, fmt.Errorf("microvm: bad VM id %q", id)
+	}
+	data, err := os.ReadFile(r.files(id).state())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("VM %s: %w", id, runtime.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("VM %s: %w", id, err)
+	}
+	var st vmState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("VM %s: state file %s: %w", id, r.files(id).state(), err)
+	}
+	return &st, nil
+}
+
+func (r *Runtime) save(st *vmState) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteAtomic(r.files(st.ID).state(), strings.NewReader(string(data)), int64(len(data)))
+}
+
+// boot launches QEMU for a new VM id and records it; on failure nothing of
+// the VM is left.
+func (r *Runtime) boot(ctx context.Context, id, bundleDir string, l launch) (_ *vmState, err error) {
+	if _, err := r.load(id); err == nil {
+		return nil, fmt.Errorf("VM %s already exists", id)
+	} else if !errors.Is(err, runtime.ErrNotFound) {
+		return nil, err
+	}
+	f := r.files(id)
+	if err := os.Mkdir(f.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("VM %s: %w", id, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(f.dir)
+		}
+	}()
+	l.accel, l.files = r.cfg.Accel, f
+	pid, err := l.start(ctx, r.qemu)
+	if err != nil {
+		return nil, fmt.Errorf("VM %s: %w", id, err)
+	}
+	st := &vmState{ID: id, Bundle: bundleDir, PID: pid, Spec: l.spec}
+	if st.Start, err = processStart(pid); err != nil {
+		return nil, fmt.Errorf("VM %s: QEMU %d: %w", id, pid, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = kill(context.WithoutCancel(ctx), st.PID, st.Start)
+		}
+	}()
+	for _, d := range l.devices {
+		st.Attached = append(st.Attached, d.ID)
+	}
+	return st, r.save(st)
+}
+
+// Create starts QEMU with the VM paused before its first instruction.
+func (r *Runtime) Create(ctx context.Context, id, bundleDir string, opts runtime.CreateOptions) error {
+	spec, err := LoadSpec(bundleDir)
+	if err != nil {
+		return err
+	}
+	_, err = r.boot(ctx, id, bundleDir, launch{spec: spec, consoleLog: opts.ConsoleLog, devices: spec.Devices})
+	return err
+}
+
+// Start boots the guest, waits for its agent to open its port, and has it
+// start the workload.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	st, err := r.load(id)
+	if err != nil {
+		return err
+	}
+	q, err := dialQMP(ctx, r.files(id).qmp())
+	if err != nil {
+		return fmt.Errorf("VM %s: %w", id, err)
+	}
+	defer q.close()
+	if err := q.execute(ctx, "cont", nil, nil); err != nil {
+		return fmt.Errorf("VM %s: %w", id, err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, r.cfg.BootTimeout)
+	defer cancel()
+	_, err = q.waitEvent(bctx, func(ev qmpEvent) bool {
+		var d struct {
+			ID   string `json:"id"`
+			Open bool   `json:"open"`
+		}
+		_ = json.Unmarshal(ev.Data, &d)
+		return ev.Event == "VSERPORT_CHANGE" && d.ID == agentPortID && d.Open
+	})
+	if err != nil {
+		return fmt.Errorf("VM %s: the guest agent did not open its port %s within %s of boot (%w): the initramfs's /init must be stasis-agent, and the kernel needs virtio_pci and virtio_console; the console log shows how far the guest got",
+			id, agent.PortName, r.cfg.BootTimeout, err)
+	}
+	if _, err := r.call(ctx, id, agent.Request{Op: agent.OpStart, Process: &st.Spec.Process}); err != nil {
+		return fmt.Errorf("VM %s: start the workload: %w", id, err)
+	}
+	return nil
+}
+
+// agentTimeout bounds an agent call that has no deadline of its own.
+const agentTimeout = 2 * time.Minute
+
+// call sends one request to the VM's guest agent.
+func (r *Runtime) call(ctx context.Context, id string, req agent.Request) (agent.Reply, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, agentTimeout)
+		defer cancel()
+	}
+	c, err := agent.Dial(ctx, r.files(id).agent())
+	if err != nil {
+		return agent.Reply{}, err
+	}
+	defer c.Close()
+	return c.Call(ctx, req)
+}
+
+// Exec runs p in the guest through the agent.
+func (r *Runtime) Exec(ctx context.Context, id string, p runtime.Process) (runtime.ExecResult, error) {
+	if _, err := r.load(id); err != nil {
+		return runtime.ExecResult{}, err
+	}
+	rep, err := r.call(ctx, id, agent.Request{Op: agent.OpExec, Process: &agent.Process{Args: p.Args, Env: p.Env, Cwd: p.Cwd}})
+	if err != nil {
+		return runtime.ExecResult{}, fmt.Errorf("VM %s: %w", id, err)
+	}
+	return runtime.ExecResult{ExitCode: rep.Exec.ExitCode, Stdout: rep.Exec.Stdout, Stderr: rep.Exec.Stderr}, nil
+}
+
+// Facts is what the guest agent reports of the guest.
+func (r *Runtime) Facts(ctx context.Context, id string) (*agent.Facts, error) {
+	rep, err := r.call(ctx, id, agent.Request{Op: agent.OpFacts})
+	if err != nil {
+		return nil, fmt.Errorf("VM %s: %w", id, err)
+	}
+	return rep.Facts, nil
+}
+
+// MemoryUsage is the guest's memory in use: what a snapshot holds besides
+// zero pages. Free guest memory is where a GPU suspend puts device state,
+// and the bundle's memory limit is the guest's whole memory, so the
+// engine's plan checks in-use plus GPU memory against it.
+func (r *Runtime) MemoryUsage(ctx context.Context, id string) (uint64, error) {
+	f, err := r.Facts(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return f.MemTotal - f.MemFree, nil
+}
+
+func (r *Runtime) qmpCommand(ctx context.Context, id, command string) error {
+	if _, err := r.load(id); err != nil {
+		return err
+	}
+	q, err := dialQMP(ctx, r.files(id).qmp())
+	if err != nil {
+		return fmt.Errorf("VM %s: %w", id, err)
+	}
+	defer q.close()
+	if err := q.execute(ctx, command, nil, nil); err != nil {
+		return fmt.Errorf("VM %s: %w", id, err)
+	}
+	return nil
+}
+
+// Pause stops the VM's CPUs.
+func (r *Runtime) Pause(ctx context.Context, id string) error { return r.qmpCommand(ctx, id, "stop") }
+
+// Resume lets a paused VM's CPUs run again.
+func (r *Runtime) Resume(ctx context.Context, id string) error { return r.qmpCommand(ctx, id, "cont") }
+
+// Stop kills QEMU and waits until it is gone.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	st, err := r.load(id)
+	if err != nil {
+		return err
+	}
+	if err := kill(ctx, st.PID, st.Start); err != nil {
+		return fmt.Errorf("VM %s: %w", id, err)
+	}
+	return nil
+}
+
+// Delete kills QEMU if it runs and removes the VM's state.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	err := r.Stop(ctx, id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(r.files(id).dir)
+}
+
+// State reads the VM's run state from QEMU, on a monitor of its own so that
+// it answers while a long command (a migration) holds the other.
+func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	st, err := r.load(id)
+	if err != nil {
+		return runtime.State{}, err
+	}
+	s := runtime.State{ID: id, PID: st.PID, Bundle: st.Bundle, Status: runtime.StatusStopped}
+	if !alive(st.PID, st.Start) {
+		return s, nil
+	}
+	q, err := dialQMP(ctx, r.files(id).qmpQuery())
+	if err != nil {
+		if !alive(st.PID, st.Start) {
+			return s, nil
+		}
+		return s, fmt.Errorf("VM %s: %w", id, err)
+	}
+	defer q.close()
+	var status struct {
+		Status string `json:"status"`
+	}
+	if err := q.execute(ctx, "query-status", nil, &status); err != nil {
+		return s, fmt.Errorf("VM %s: %w", id, err)
+	}
+	s.Status = runStatus(status.Status)
+	return s, nil
+}
+
+// runStatus maps QEMU's run states onto the OCI ones.
+func runStatus(qemu string) runtime.Status {
+	switch qemu {
+	case "running":
+		return runtime.StatusRunning
+	case "prelaunch", "inmigrate":
+		return runtime.StatusCreated
+	case "shutdown", "guest-panicked", "internal-error", "io-error":
+		return runtime.StatusStopped
+	}
+	// paused, postmigrate, finish-migrate, save-vm, restore-vm, suspended...
+	return runtime.StatusPaused
+}
