@@ -149,8 +149,9 @@ func TestGPUServerBench(t *testing.T) {
 		if free := int64(fs.Bavail) * fs.Bsize; free < m.Size()*6/5 {
 			result["store"] = map[string]any{"skipped": fmt.Sprintf("%d bytes free for a %d-byte image", free, m.Size())}
 		} else {
-			g.storeSize(dir, result)
+			result["store"] = g.storeSize(dir)
 		}
+		g.record("server-bench", result)
 		os.RemoveAll(dir)
 	}
 	byHand := func() {
@@ -241,35 +242,28 @@ func TestGPUServerBench(t *testing.T) {
 	}
 }
 
-// storeSize saves the snapshot in dir into a fresh local store and records
-// its logical and stored bytes; a failure is recorded, not fatal, so the
-// floors after it are still measured.
-func (g *gpuEnv) storeSize(dir string, result map[string]any) {
+// storeSize saves the snapshot in dir into a fresh local store and says
+// its logical and stored bytes; a failure is reported in the result, not
+// fatal, so that the measurements after it still run.
+func (g *gpuEnv) storeSize(dir string) map[string]any {
 	ctx := context.Background()
 	repoDir := filepath.Join(g.work, "store")
 	defer os.RemoveAll(repoDir)
-	err := func() error {
-		be, err := local.New(repoDir)
-		if err != nil {
-			return err
-		}
-		repo, err := store.Init(ctx, be)
-		if err != nil {
-			return err
-		}
-		saveS, err := g.timed(func() error { _, err := repo.Save(ctx, "llm", dir, store.Options{}); return err })
-		if err != nil {
-			return err
-		}
-		du, err := repo.DU(ctx)
-		if err != nil {
-			return err
-		}
-		result["store"] = map[string]any{"saveS": saveS, "logicalBytes": du.Logical, "storedBytes": du.Stored, "ratio": du.Dedup}
-		return nil
-	}()
+	be, err := local.New(repoDir)
 	if err != nil {
-		result["store"] = map[string]any{"error": err.Error()}
+		return map[string]any{"error": err.Error()}
 	}
-	g.record("server-bench", result)
+	repo, err := store.Init(ctx, be)
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	saveS, err := g.timed(func() error { _, err := repo.Save(ctx, "snapshot", dir, store.Options{}); return err })
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	du, err := repo.DU(ctx)
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	return map[string]any{"saveS": saveS, "logicalBytes": du.Logical, "storedBytes": du.Stored, "ratio": du.Dedup}
 }

@@ -10,7 +10,7 @@
 //	STASIS_GPU_OUT      where results go (engine-gpu.jsonl)
 //	STASIS_WORK         a folder on disk for snapshots
 //	STASIS_GPU_GIB      the main actor's device memory (default 8)
-//	STASIS_BENCH_GIB    the benchmark sizes (default "1,8")
+//	STASIS_BENCH_GIB    the synthetic benchmark sizes (default "1,8,32")
 package engine_test
 
 import (
@@ -39,6 +39,7 @@ import (
 	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
+	"github.com/stasis-run/stasis/snapshot"
 )
 
 type gpuEnv struct {
@@ -364,23 +365,36 @@ func (g *gpuEnv) rawCycle(a engine.Actor, image string, beforeRestore []timedSte
 	return raw
 }
 
-// TestGPUBench times the engine's suspend and resume against the same raw
-// steps run by hand on the same actor: helper exec + runsc checkpoint, and
-// runsc restore -background + helper exec + the first GPU operation.
+// TestGPUBench is the synthetic part of the cold start against resume
+// benchmark: for each size in STASIS_BENCH_GIB (1, 8 and 32 GiB), an actor
+// holding that much device memory is started cold (to its first GPU
+// operation), put through the raw steps by hand (helper exec + runsc
+// checkpoint, runsc restore -background + helper exec + the first GPU
+// operation), then through the engine's suspend and resume, and its
+// snapshot saved into a store. One actor at a time, so that the largest
+// has the machine's memory and disk to itself.
 func TestGPUBench(t *testing.T) {
 	g := newGPUEnv(t)
 	ctx := context.Background()
-	var actors []engine.Actor
-	var sizes []float64
-	for _, s := range strings.Split(getenv("STASIS_BENCH_GIB", "1,8"), ",") {
-		gib, err := strconv.ParseFloat(s, 64)
+	storeMax, err := strconv.ParseFloat(getenv("STASIS_BENCH_STORE_MAX_GB", "16"), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range strings.Split(getenv("STASIS_BENCH_GIB", "1,8,32"), ",") {
+		gib, err := strconv.ParseFloat(size, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sizes = append(sizes, gib)
-		actors = append(actors, g.startActor(fmt.Sprintf("bench-%s", s), gib))
-	}
-	for i, a := range actors {
+		result := map[string]any{"gib": gib, "workload": fmt.Sprintf("synthetic-%sgib", size)}
+		var a engine.Actor
+		result["coldStartToFirstOpS"], err = g.timed(func() error {
+			a = g.startActor("bench-"+size, gib)
+			_, err := g.ask(a.ID, "touch")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s cold start: %v", a.ID, err)
+		}
 		g.mustAsk(a.ID, "info")
 		image := filepath.Join(g.work, a.ID+"-raw")
 		raw := g.rawCycle(a, image, nil, timedStep{"firstGPUOp", func() error { _, err := g.ask(a.ID, "touch"); return err }})
@@ -388,17 +402,22 @@ func TestGPUBench(t *testing.T) {
 			t.Fatalf("%s after the raw steps: %v %s", a.ID, err, v)
 		}
 		os.RemoveAll(image)
+		result["raw"] = raw
+		result["rawSuspendS"] = raw["gpuSuspend"] + raw["checkpoint"]
+		result["rawResumeToFirstOpS"] = raw["restore"] + raw["gpuResume"] + raw["firstGPUOp"]
 		g.takeEvents()
 
 		dir := filepath.Join(g.work, a.ID+"-engine")
-		suspendS, err := g.timed(func() error {
-			_, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+		var m *snapshot.Manifest
+		result["engineSuspendS"], err = g.timed(func() (err error) {
+			m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
 			return err
 		})
 		if err != nil {
 			t.Fatalf("%s engine suspend: %v", a.ID, err)
 		}
-		suspendSteps := steps(g.takeEvents())
+		result["imageBytes"] = m.Size()
+		result["suspendSteps"] = steps(g.takeEvents())
 		resumeS, err := g.timed(func() error { return g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}) })
 		if err != nil {
 			t.Fatalf("%s engine resume: %v", a.ID, err)
@@ -410,12 +429,19 @@ func TestGPUBench(t *testing.T) {
 		if v, err := g.ask(a.ID, "verify"); err != nil {
 			t.Fatalf("%s after the engine: %v %s", a.ID, err, v)
 		}
-		g.record("bench", map[string]any{"gib": sizes[i], "raw": raw,
-			"rawSuspendS": raw["gpuSuspend"] + raw["checkpoint"], "rawResumeToFirstOpS": raw["restore"] + raw["gpuResume"] + raw["firstGPUOp"],
-			"engineSuspendS": suspendS, "engineResumeS": resumeS, "engineResumeToFirstOpS": resumeS + firstOpS,
-			"suspendSteps": suspendSteps, "resumeSteps": steps(g.takeEvents())})
-		os.RemoveAll(dir)
+		result["engineResumeS"], result["engineResumeToFirstOpS"] = resumeS, resumeS+firstOpS
+		result["resumeSteps"] = steps(g.takeEvents())
 		_ = g.rt.Delete(ctx, a.ID)
+		g.record("bench", result)
+		// Saving into the store reads the whole image once more; past
+		// STASIS_BENCH_STORE_MAX_GB it would not fit in one device call.
+		if float64(m.Size()) > storeMax*1e9 {
+			result["store"] = map[string]any{"skipped": fmt.Sprintf("image of %.1f GB is over STASIS_BENCH_STORE_MAX_GB=%g", float64(m.Size())/1e9, storeMax)}
+		} else {
+			result["store"] = g.storeSize(dir)
+		}
+		g.record("bench", result)
+		os.RemoveAll(dir)
 	}
 }
 

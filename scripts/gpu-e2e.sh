@@ -3,10 +3,11 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|server|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
-# Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, STASIS_BENCH_GIB,
-# ENGINE_RUN, ENGINE_TIMEOUT (engine);
+# Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
+# ENGINE_TIMEOUT (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
+# (synthetic);
 # STASIS_NVPROXY_ABI, the driver ABI runsc uses when it does not know the
 # host's driver (default 580.126.20 for driver 580.159.04, see FACTS).
 set -euo pipefail
@@ -109,6 +110,19 @@ run_service() {
 # (also cold-vs-resume.md).
 run_server() {
 	ENGINE_RUN=TestGPUServerBench ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
+	plot
+}
+
+# The synthetic actors of the same benchmark (TestGPUBench): STASIS_BENCH_GIB
+# (default 1,8,32) GiB of device memory each, cold start to the first GPU
+# operation, engine and raw suspend and resume, image and stored size.
+run_synthetic() {
+	ENGINE_RUN=TestGPUBench ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
+	plot
+}
+
+# The table and plot of every benchmark result in OUTDIR so far.
+plot() {
 	"$bundle/benchplot" -o "$out/cold-vs-resume.png" "$out/engine-gpu.jsonl" | tee "$out/cold-vs-resume.md"
 }
 
@@ -125,7 +139,9 @@ cuda-overhead) python3 scripts/gpu/cuda_e2e.py --helper "$bundle/stasis-cuda" --
 engine) run_engine ;;
 node) run_node ;;
 service) run_service ;;
+synthetic) run_synthetic ;;
 server) run_server ;;
-all) run_node; run_service; run_engine; run_server; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, server or all" >&2; exit 2 ;;
+benchmarks) run_synthetic; run_server ;;
+all) run_node; run_service; ENGINE_RUN="TestGPUActor|TestGPUCompatAndPlan" run_engine; run_synthetic; run_server; run_cuda ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, benchmarks or all" >&2; exit 2 ;;
 esac

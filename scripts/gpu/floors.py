@@ -1,6 +1,7 @@
 """Floors of the cold-start benchmark, measured on this machine: pinned and
 pageable host<->device copy speed (4 GiB, PyTorch) and the disk's sequential
-write speed (4 GiB with fsync, in DIR). Prints one JSON object.
+write speed (4 GiB with fsync, in DIR) and read speed (the same file, page
+cache dropped). Prints one JSON object.
 Usage: floors.py DIR"""
 import json
 import os
@@ -34,9 +35,16 @@ def disk_write(folder):
             f.write(block)
         f.flush()
         os.fsync(f.fileno())
-    seconds = time.monotonic() - t
+    write_s = time.monotonic() - t
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+    t = time.monotonic()
+    with open(path, "rb", buffering=0) as f:
+        while f.read(64 << 20):
+            pass
+    read_s = time.monotonic() - t
     os.remove(path)
-    return {"diskWriteGBps": 4 * (1 << 30) / seconds / 1e9}
+    return {"diskWriteGBps": 4 * (1 << 30) / write_s / 1e9, "diskReadGBps": 4 * (1 << 30) / read_s / 1e9}
 
 
 def main():

@@ -1,7 +1,8 @@
 // Command benchplot draws the cold start against resume plot of
 // docs/benchmarks.md from the GPU benchmark's results (one horizontal bar
-// per way of getting the 7B server to its first token, its steps stacked)
-// and prints the figures as a table.
+// per way of getting the 7B server to its first token, and per synthetic
+// actor its cold start and its resume to the first GPU operation, steps
+// stacked) and prints the figures as tables.
 //
 //	go run ./internal/tools/benchplot -o docs/benchmarks-cold-vs-resume.png docs/results/h200-server-bench.jsonl
 package main
@@ -16,7 +17,9 @@ import (
 	"image/draw"
 	"image/png"
 	"log"
+	"maps"
 	"os"
+	"slices"
 
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
@@ -50,9 +53,42 @@ type serverBench struct {
 		Stored int64 `json:"storedBytes"`
 	} `json:"store"`
 	Floors struct {
-		Disk   float64            `json:"diskWriteGBps"`
-		Pinned map[string]float64 `json:"pinned"`
+		Disk     float64            `json:"diskWriteGBps"`
+		DiskRead float64            `json:"diskReadGBps"`
+		Pinned   map[string]float64 `json:"pinned"`
 	} `json:"floors"`
+}
+
+// syntheticBench is TestGPUBench's record of one synthetic actor.
+type syntheticBench struct {
+	Kind        string             `json:"kind"`
+	GiB         float64            `json:"gib"`
+	ColdStart   float64            `json:"coldStartToFirstOpS"`
+	Suspend     float64            `json:"engineSuspendS"`
+	Resume      float64            `json:"engineResumeToFirstOpS"`
+	ResumeSteps map[string]float64 `json:"resumeSteps"`
+	RawSuspend  float64            `json:"rawSuspendS"`
+	RawResume   float64            `json:"rawResumeToFirstOpS"`
+	Image       int64              `json:"imageBytes"`
+	Store       struct {
+		Stored  int64  `json:"storedBytes"`
+		Skipped string `json:"skipped"`
+		Error   string `json:"error"`
+	} `json:"store"`
+}
+
+// syntheticTable prints one row per synthetic actor.
+func syntheticTable(rows []*syntheticBench) {
+	fmt.Println("| actor | cold start to first GPU op | Stasis suspend (raw steps) | image | in the store | Stasis resume to first GPU op (raw steps) | speed-up |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		stored := fmt.Sprintf("%.1f GB", float64(r.Store.Stored)/1e9)
+		if r.Store.Skipped != "" || r.Store.Error != "" {
+			stored = "not measured: " + r.Store.Skipped + r.Store.Error
+		}
+		fmt.Printf("| %g GiB | %.1f s | %.1f s (%.1f s) | %.1f GB | %s | %.1f s (%.1f s) | %.1fx |\n",
+			r.GiB, r.ColdStart, r.Suspend, r.RawSuspend, float64(r.Image)/1e9, stored, r.Resume, r.RawResume, r.ColdStart/r.Resume)
+	}
 }
 
 // table prints the figures behind the plot.
@@ -69,6 +105,10 @@ func table(b *serverBench) {
 		{"image / in the store", fmt.Sprintf("%.1f GB / %.1f GB", float64(b.Image)/1e9, float64(b.Store.Stored)/1e9)},
 		{"floors: pinned D2H, H2D; disk write", fmt.Sprintf("%.1f, %.1f GiB/s; %.2f GB/s", b.Floors.Pinned["d2hGiBps"], b.Floors.Pinned["h2dGiBps"], b.Floors.Disk)},
 	}
+	if b.Floors.DiskRead > 0 {
+		rows = append(rows, [2]string{"floor: reading the image from disk (cold cache)",
+			fmt.Sprintf("%.1f s at %.2f GB/s", float64(b.Image)/1e9/b.Floors.DiskRead, b.Floors.DiskRead)})
+	}
 	fmt.Println("| | |\n|---|---|")
 	for _, r := range rows {
 		fmt.Printf("| %s | %s |\n", r[0], r[1])
@@ -78,9 +118,10 @@ func table(b *serverBench) {
 func main() {
 	out := flag.String("o", "cold-vs-resume.png", "PNG to write")
 	flag.Parse()
-	// The benchmark records its result as it grows; the last record of
-	// each file is the most complete.
+	// The benchmarks record their results as they grow; the last record
+	// of each workload is the most complete.
 	var b *serverBench
+	synthetic := map[float64]*syntheticBench{}
 	for _, path := range flag.Args() {
 		f, err := os.Open(path)
 		if err != nil {
@@ -89,31 +130,69 @@ func main() {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
 		for sc.Scan() {
-			var r serverBench
-			if json.Unmarshal(sc.Bytes(), &r) == nil && r.Kind == "server-bench" {
-				b = &r
+			var kind struct{ Kind string }
+			if json.Unmarshal(sc.Bytes(), &kind) != nil {
+				continue
+			}
+			switch kind.Kind {
+			case "server-bench":
+				var r serverBench
+				if json.Unmarshal(sc.Bytes(), &r) == nil {
+					b = &r
+				}
+			case "bench":
+				var r syntheticBench
+				if json.Unmarshal(sc.Bytes(), &r) == nil && r.ColdStart > 0 {
+					synthetic[r.GiB] = &r
+				}
 			}
 		}
 		f.Close()
 	}
-	if b == nil {
-		log.Fatal("no server-bench record in the files given")
+	if b == nil && len(synthetic) == 0 {
+		log.Fatal("no server-bench or bench record in the files given")
 	}
+	var bars []bar
+	if b != nil {
+		bars = append(bars, serverBars(b)...)
+	}
+	sizes := slices.Sorted(maps.Keys(synthetic))
+	var rows []*syntheticBench
+	for _, gib := range sizes {
+		r := synthetic[gib]
+		rows = append(rows, r)
+		rs := r.ResumeSteps
+		parts := rs["resume/verify"] + rs["resume/compatibility"] + rs["resume/restore"] + rs["resume/gpu-resume"]
+		bars = append(bars,
+			bar{fmt.Sprintf("%g GiB actor: cold start", gib), []segment{{"cold start", r.ColdStart}}},
+			bar{fmt.Sprintf("%g GiB actor: resume", gib), []segment{{"verify + check", rs["resume/verify"] + rs["resume/compatibility"]},
+				{"runsc restore", rs["resume/restore"]}, {"GPU resume", rs["resume/gpu-resume"]}, {"first GPU op", r.Resume - parts}}})
+	}
+	if err := drawBars(*out, bars); err != nil {
+		log.Fatal(err)
+	}
+	if b != nil {
+		table(b)
+		fmt.Println()
+	}
+	if len(rows) > 0 {
+		syntheticTable(rows)
+	}
+}
+
+// serverBars are the 7B server's ways to its first token.
+func serverBars(b *serverBench) []bar {
 	c := b.ColdSteps
 	rs := b.ResumeSteps
 	resumeParts := rs["resume/verify"] + rs["resume/compatibility"] + rs["resume/restore"] + rs["resume/gpu-resume"]
-	bars := []bar{
-		{"cold start (in gVisor)", []segment{{"imports", c["imports"]}, {"weights to GPU", c["weightsOnGPU"] - c["imports"]},
+	return []bar{
+		{"7B: cold start (gVisor)", []segment{{"imports", c["imports"]}, {"weights to GPU", c["weightsOnGPU"] - c["imports"]},
 			{"warm-up", c["warmedUp"] - c["weightsOnGPU"]}, {"sandbox, first token", b.ColdStart - c["warmedUp"]}}},
-		{"Stasis resume", []segment{{"verify + check", rs["resume/verify"] + rs["resume/compatibility"]}, {"runsc restore", rs["resume/restore"]},
+		{"7B: Stasis resume", []segment{{"verify + check", rs["resume/verify"] + rs["resume/compatibility"]}, {"runsc restore", rs["resume/restore"]},
 			{"GPU resume", rs["resume/gpu-resume"]}, {"first token", b.Resume - resumeParts}}},
-		{"raw steps by hand", []segment{{"runsc restore", b.Raw["restore"]}, {"GPU resume", b.Raw["gpuResume"]}, {"first token", b.Raw["firstToken"]}}},
-		{"driver alone (no sandbox)", []segment{{"driver restore", b.HostProcess["driverRestoreS"]}, {"first token", b.HostProcess["firstTokenS"]}}},
+		{"7B: raw steps by hand", []segment{{"runsc restore", b.Raw["restore"]}, {"GPU resume", b.Raw["gpuResume"]}, {"first token", b.Raw["firstToken"]}}},
+		{"7B: driver alone", []segment{{"driver restore", b.HostProcess["driverRestoreS"]}, {"first token", b.HostProcess["firstTokenS"]}}},
 	}
-	if err := draw7B(*out, bars); err != nil {
-		log.Fatal(err)
-	}
-	table(b)
 }
 
 // colors keeps one color per step name across bars.
@@ -121,9 +200,10 @@ var colors = map[string]color.RGBA{
 	"imports": {0x9c, 0x75, 0x5f, 0xff}, "weights to GPU": {0xb0, 0x7a, 0xa1, 0xff}, "warm-up": {0xed, 0xc9, 0x48, 0xff},
 	"sandbox, first token": {0xba, 0xb0, 0xac, 0xff}, "verify + check": {0x76, 0xb7, 0xb2, 0xff}, "runsc restore": {0x4e, 0x79, 0xa7, 0xff},
 	"GPU resume": {0xf2, 0x8e, 0x2b, 0xff}, "driver restore": {0xf2, 0x8e, 0x2b, 0xff}, "first token": {0xe1, 0x57, 0x59, 0xff},
+	"first GPU op": {0xe1, 0x57, 0x59, 0xff}, "cold start": {0xba, 0xb0, 0xac, 0xff},
 }
 
-func draw7B(path string, bars []bar) error {
+func drawBars(path string, bars []bar) error {
 	const width, left, right, top, barH, gap = 1100, 200, 70, 50, 34, 40
 	height := top + len(bars)*(barH+gap) + 40
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
@@ -137,7 +217,7 @@ func draw7B(path string, bars []bar) error {
 		longest = max(longest, total)
 	}
 	scale := float64(width-left-right) / longest
-	text(img, 10, 25, "6.7B LLaMA-shaped server on an H200: seconds to the first token (steps stacked)", color.Black)
+	text(img, 10, 25, "Cold start against resume on an H200: seconds to the first token (7B server) or first GPU op (synthetic), steps stacked", color.Black)
 	for i, b := range bars {
 		y := top + i*(barH+gap)
 		text(img, 10, y+barH/2+4, b.label, color.Black)
