@@ -2,6 +2,7 @@ package microvm_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -184,6 +185,54 @@ func TestSuspendResumeKeepsTheGuestsMemory(t *testing.T) {
 	}
 	if !f.hasStandIn(a.ID) {
 		t.Fatal("after resume the guest does not list the stand-in device")
+	}
+
+	// Images a restore refuses before any QEMU starts.
+	for _, c := range []struct {
+		name, key string
+		value     any
+		want      string
+	}{
+		{"another QEMU", "qemu", "QEMU emulator version 1.0", `written by "QEMU emulator version 1.0"`},
+		{"kernel outside the image", "spec.kernel", "../../../../etc/passwd", "leaves the image folder"},
+	} {
+		image := filepath.Join(t.TempDir(), "image")
+		if err := os.CopyFS(image, os.DirFS(filepath.Join(snap, "image"))); err != nil {
+			t.Fatal(err)
+		}
+		editJSON(t, filepath.Join(image, "vm.json"), c.key, c.value)
+		err := f.rt.Restore(ctx, "tampered", runtime.RestoreOptions{ImageDir: image, Bundle: a.Bundle})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: restore %v, want it refused with %q", c.name, err, c.want)
+		}
+		if s := f.status("tampered"); s != "absent" {
+			t.Errorf("%s: a refused restore left a VM that is %s", c.name, s)
+		}
+	}
+}
+
+// editJSON sets one field (a.b for nested) of a JSON file.
+func editJSON(t *testing.T, path, key string, value any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	obj := doc
+	parts := strings.Split(key, ".")
+	for _, p := range parts[:len(parts)-1] {
+		obj = obj[p].(map[string]any)
+	}
+	obj[parts[len(parts)-1]] = value
+	if data, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
