@@ -42,9 +42,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && command -v qemu-system-x
 	exit 0
 fi
 
+apt-get update -qq
 echo "installing qemu-system-x86 $QEMU_VERSION"
 if ! dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null | grep -qxF "$QEMU_VERSION"; then
-	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "qemu-system-x86=$QEMU_VERSION" >/dev/null
 fi
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI): installs what the tests need at
 # pinned versions, then vets, lints and runs every test. Integration tests
-# run real runsc sandboxes (systrap platform) and so need root.
+# run real runsc sandboxes (systrap platform) and QEMU micro-VMs, and so need
+# root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,7 @@ command -v go >/dev/null || { echo "scripts/test.sh: Go 1.26 or newer is needed"
 source scripts/lib/cgo-env.sh
 scripts/install-runsc.sh
 scripts/install-versitygw.sh
+scripts/install-microvm.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l .)

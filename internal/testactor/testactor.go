@@ -56,6 +56,13 @@ func Binaries(t testing.TB) (counter, helper string) {
 	return binaries.counter, binaries.helper
 }
 
+// Memholder is the memholder binary: the counter with ballast.
+func Memholder(t testing.TB) string {
+	t.Helper()
+	Binaries(t)
+	return binaries.memholder
+}
+
 type buildError struct {
 	pkg, out string
 	err      error

@@ -1,7 +1,7 @@
 // Package vmtest builds what the micro-VM integration tests boot: an
 // initramfs holding the guest agent, busybox, the guest kernel's virtio
-// modules and the test actor's binaries (the counter, and the stand-in
-// stasis-cuda at bundle.HelperPath), over the kernel that
+// modules and the test actor's binaries (the counter, memholder, and the
+// stand-in stasis-cuda at bundle.HelperPath), over the kernel that
 // scripts/install-microvm.sh installs; and OCI bundles for it.
 package vmtest
 
@@ -46,6 +46,7 @@ func Guest(t testing.TB) (kernel, initrd string) {
 		t.Fatalf("no micro-VM guest parts in %s (install them with scripts/install-microvm.sh): %v", dir, err)
 	}
 	counter, helper := testactor.Binaries(t)
+	memholder := testactor.Memholder(t)
 	guest.once.Do(func() {
 		guest.kernel = filepath.Join(dir, "vmlinuz")
 		work, err := os.MkdirTemp("", "stasis-vmtest-")
@@ -70,7 +71,7 @@ func Guest(t testing.TB) (kernel, initrd string) {
 			Busybox:    filepath.Join(dir, "busybox"),
 			ModulesDir: filepath.Join(dir, "modules"),
 			Modules:    strings.Fields(string(list)),
-			Files:      map[string]string{"counter": counter, bundle.HelperPath: helper},
+			Files:      map[string]string{"counter": counter, "memholder": memholder, bundle.HelperPath: helper},
 		}
 		guest.initrd = filepath.Join(work, "initrd.img")
 		f, err := os.Create(guest.initrd)
@@ -106,6 +107,10 @@ type Options struct {
 	MemoryMiB int64
 	// Cmdline is added to the kernel command line.
 	Cmdline string
+	// Ballast, when set, runs memholder with these arguments (TEMPLATE_MIB
+	// OWN_MIB ZERO_MIB SEED) instead of the plain counter; it answers the
+	// same "counter await get".
+	Ballast []string
 }
 
 // Bundle writes an OCI bundle in dir for a VM whose workload is the
@@ -118,9 +123,13 @@ func Bundle(t testing.TB, dir string, opts Options) string {
 		mem = 192
 	}
 	mem <<= 20
+	args := []string{"/counter", "serve"}
+	if opts.Ballast != nil {
+		args = append([]string{"/memholder"}, opts.Ballast...)
+	}
 	spec := &specs.Spec{
 		Version: specs.Version,
-		Process: &specs.Process{Args: []string{"/counter", "serve"}, Cwd: "/", Env: []string{"PATH=/bin"}},
+		Process: &specs.Process{Args: args, Cwd: "/", Env: []string{"PATH=/bin"}},
 		VM:      &specs.VM{Kernel: specs.VMKernel{Path: kernel, InitRD: initrd}},
 		Linux:   &specs.Linux{Resources: &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &mem}}},
 	}

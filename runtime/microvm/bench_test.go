@@ -18,15 +18,22 @@ import (
 // (TCG here): boot to the workload's first answer, the engine's suspend
 // (agent step, device detach, migration stream to a file, commit, stop)
 // and its resume to the workload's first answer (verify, restore, device
-// attach, agent step). STASIS_VM_MIB sets the guest memory (192 MiB).
+// attach, agent step). STASIS_VM_MIB sets the guest memory (192 MiB), and
+// STASIS_VM_HOLD_MIB has the workload fill that much of it with its own
+// bytes (memholder) before it answers.
 //
-//	go test -run '^$' -bench Cycle -benchtime 5x ./runtime/microvm
+//	STASIS_VM_MIB=1024 STASIS_VM_HOLD_MIB=512 go test -run '^$' -bench Cycle -benchtime 5x ./runtime/microvm
 func BenchmarkCycle(b *testing.B) {
-	mib := int64(192)
+	mib, hold := int64(192), "0"
 	if v := os.Getenv("STASIS_VM_MIB"); v != "" {
 		if _, err := fmt.Sscan(v, &mib); err != nil {
 			b.Fatal(err)
 		}
+	}
+	var ballast []string
+	if v := os.Getenv("STASIS_VM_HOLD_MIB"); v != "" {
+		hold = v
+		ballast = []string{"0", hold, "0", "1"}
 	}
 	root, err := os.MkdirTemp("", "vm")
 	if err != nil {
@@ -39,7 +46,7 @@ func BenchmarkCycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	eng := &engine.Engine{Runtime: rt}
-	dir := vmtest.Bundle(b, b.TempDir(), vmtest.Options{Devices: []microvm.Device{standIn}, MemoryMiB: mib})
+	dir := vmtest.Bundle(b, b.TempDir(), vmtest.Options{Devices: []microvm.Device{standIn}, MemoryMiB: mib, Ballast: ballast})
 	var boot, suspend, resume time.Duration
 	var image int64
 	for i := 0; i < b.N; i++ {
