@@ -68,7 +68,9 @@ func TestLoadSpecRefusesBadBundles(t *testing.T) {
 		{"bad cpus", func(s *specs.Spec) { s.Annotations[AnnotationCPUs] = "0" }, "number of CPUs from 1 to 256"},
 		{"bad devices", func(s *specs.Spec) { s.Annotations[AnnotationDevices] = "{" }, AnnotationDevices},
 		{"device without id", func(s *specs.Spec) { s.Annotations[AnnotationDevices] = `[{"driver":"x"}]` }, "an id of its own"},
-		{"device twice", func(s *specs.Spec) { s.Annotations[AnnotationDevices] = `[{"id":"a","driver":"x"},{"id":"a","driver":"y"}]` }, `(not "a")`},
+		{"device twice", func(s *specs.Spec) {
+			s.Annotations[AnnotationDevices] = `[{"id":"a","driver":"x"},{"id":"a","driver":"y"}]`
+		}, `(not "a")`},
 		{"reserved id", func(s *specs.Spec) { s.Annotations[AnnotationDevices] = `[{"id":"stasis-vser","driver":"x"}]` }, `(not "stasis-vser")`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
