@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,29 +30,46 @@ func initMain() int {
 		}
 	}
 	loadModules("/" + initramfs.ModulesList)
-	var server *exec.Cmd
-	if kernelArg("stasis.agent") != "off" {
-		server = exec.Command("/proc/self/exe")
-		server.Args = []string{"stasis-agent"}
-		server.Stdout, server.Stderr = os.Stdout, os.Stderr
-		if err := server.Start(); err != nil {
-			fmt.Fprintln(os.Stderr, "stasis-agent: start the server:", err)
-			server = nil
-		}
-	}
+	serve := kernelArg("stasis.agent") != "off"
+	server := startServer(serve)
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
 		if err == unix.ECHILD {
-			// Nothing left to reap; pid 1 must not exit, or the kernel panics.
-			select {}
+			// Nothing to reap now. Pid 1 must never exit (the kernel would
+			// panic), and blocking for good would read as a deadlock to Go's
+			// runtime, which then exits.
+			time.Sleep(restartDelay)
+			continue
 		}
 		if err != nil || server == nil || pid != server.Process.Pid {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "stasis-agent: the server ended (%v); the guest no longer answers the host\n", ws)
-		server = nil
+		// The server ends only on an error it cannot serve past (a broken
+		// port, a request line over its limit); the host must keep its way
+		// in, so it is started again, after a pause that keeps a server
+		// failing at once from spinning.
+		fmt.Fprintf(os.Stderr, "stasis-agent: the server ended (%v); starting it again\n", ws)
+		time.Sleep(restartDelay)
+		server = startServer(serve)
 	}
+}
+
+// restartDelay spaces the server's restarts.
+const restartDelay = time.Second
+
+func startServer(serve bool) *exec.Cmd {
+	if !serve {
+		return nil
+	}
+	server := exec.Command("/proc/self/exe")
+	server.Args = []string{"stasis-agent"}
+	server.Stdout, server.Stderr = os.Stdout, os.Stderr
+	if err := server.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "stasis-agent: start the server:", err)
+		return nil
+	}
+	return server
 }
 
 // loadModules loads every module the initramfs lists; one that fails is

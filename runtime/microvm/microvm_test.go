@@ -360,6 +360,9 @@ func TestGuestWithoutAgent(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the guest agent did not open its port org.stasis.agent within 15s") || !strings.Contains(err.Error(), "stasis-agent") {
 		t.Fatalf("start of a guest without an agent: %v", err)
 	}
+	if s := f.status("noagent"); s != runtime.StatusRunning {
+		t.Fatalf("the guest without an agent is %s, want it running (only its agent is missing)", s)
+	}
 	if err := f.rt.Delete(ctx, "noagent"); err != nil {
 		t.Fatal(err)
 	}

@@ -306,13 +306,10 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	return nil
 }
 
-// Delete kills QEMU if it runs and removes the VM's state.
+// Delete kills QEMU if it runs and removes the VM's state folder, also one
+// that a crash left without a state file.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
-	err := r.Stop(ctx, id)
-	if errors.Is(err, runtime.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	if err := r.Stop(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
 	return os.RemoveAll(r.files(id).dir)
