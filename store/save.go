@@ -285,7 +285,11 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 					pool.put(c.buf)
 					continue
 				}
-				zbuf := zpool.get()
+				zbuf, err := zpool.get(ctx)
+				if err != nil {
+					pool.put(c.buf)
+					return err
+				}
 				b := blob{id: id, raw: int64(len(c.data)), compressed: enc.EncodeAll(c.data, (*zbuf)[:0]), buf: zbuf}
 				pool.put(c.buf)
 				select {
@@ -304,7 +308,10 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 	})
 	g.Go(func() error {
 		defer close(packs)
-		pw := packPool.get()
+		pw, err := packPool.get(ctx)
+		if err != nil {
+			return err
+		}
 		for b := range blobs {
 			pw.add(b)
 			zpool.put(b.buf)
@@ -314,7 +321,9 @@ func (r *Repository) ingest(ctx context.Context, dir string, snap *Snapshot, opt
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-				pw = packPool.get()
+				if pw, err = packPool.get(ctx); err != nil {
+					return err
+				}
 			}
 		}
 		if len(pw.index.Blobs) > 0 {
@@ -363,7 +372,10 @@ func (r *Repository) cut(ctx context.Context, dir string, f File, seg segment, l
 	ch := chunker.New(io.NewSectionReader(fh, seg.offset, seg.length), r.cfg.ChunkerPolynomial)
 	var read int64
 	for {
-		buf := pool.get()
+		buf, err := pool.get(ctx)
+		if err != nil {
+			return err
+		}
 		c, err := ch.Next(*buf)
 		if errors.Is(err, io.EOF) {
 			pool.put(buf)
@@ -389,32 +401,44 @@ func (r *Repository) cut(ctx context.Context, dir string, f File, seg segment, l
 	return nil
 }
 
-// freeList hands out reusable values, making new ones when it is empty and
-// dropping returned ones when it is full.
+// freeList hands out reusable values: up to size of them exist, each made
+// when first needed, and a get while all are out waits for a put, so the
+// pipeline's buffers stay within the sizes ingest gives, whatever the pace
+// of its stages.
 type freeList[T any] struct {
 	free  chan T
+	make  chan struct{} // a token for each value that may still be made
 	fresh func() T
 }
 
 func newFreeList[T any](size int, fresh func() T) *freeList[T] {
-	return &freeList[T]{free: make(chan T, size), fresh: fresh}
+	f := &freeList[T]{free: make(chan T, size), make: make(chan struct{}, size), fresh: fresh}
+	for range size {
+		f.make <- struct{}{}
+	}
+	return f
 }
 
-func (f *freeList[T]) get() T {
+func (f *freeList[T]) get(ctx context.Context) (T, error) {
 	select {
 	case v := <-f.free:
-		return v
+		return v, nil
 	default:
-		return f.fresh()
+	}
+	select {
+	case v := <-f.free:
+		return v, nil
+	case <-f.make:
+		return f.fresh(), nil
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
 	}
 }
 
-func (f *freeList[T]) put(v T) {
-	select {
-	case f.free <- v:
-	default:
-	}
-}
+// put returns a value; it never blocks, since no more values exist than
+// the list holds.
+func (f *freeList[T]) put(v T) { f.free <- v }
 
 // packWriter builds one pack: the compressed blobs back to back.
 type packWriter struct {
