@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -100,31 +100,11 @@ func (c Collector) cpu() (CPU, error) {
 }
 
 func (c Collector) memory() (Memory, error) {
-	data, err := os.ReadFile(c.proc("meminfo"))
+	fields, err := procfs.Meminfo(c.proc("meminfo"))
 	if err != nil {
 		return Memory{}, fmt.Errorf("memory facts: %w", err)
 	}
-	var m Memory
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
-		}
-		kib, err := strconv.ParseUint(fields[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch fields[0] {
-		case "MemTotal:":
-			m.Total = kib << 10
-		case "MemAvailable:":
-			m.Available = kib << 10
-		}
-	}
-	if m.Total == 0 {
-		return m, fmt.Errorf("memory facts: no MemTotal in %s", c.proc("meminfo"))
-	}
-	return m, nil
+	return Memory{Total: fields["MemTotal"], Available: fields["MemAvailable"]}, nil
 }
 
 // checkpointAPI loads the driver library the way stasis-cuda does. Loading

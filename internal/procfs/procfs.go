@@ -1,5 +1,6 @@
-// Package procfs reads the process tree from /proc: which host processes
-// belong to a sandbox, and whether a named daemon runs.
+// Package procfs reads /proc: the process tree (which host processes belong
+// to a sandbox, whether a named daemon runs), a process's memory fields and
+// the memory figures of /proc/meminfo.
 package procfs
 
 import (
@@ -109,4 +110,28 @@ func StatusBytes(dir string, pid int, field string) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("process %d: no %s in its status", pid, field)
+}
+
+// Meminfo reads a meminfo file (/proc/meminfo) into bytes by field name,
+// such as "MemTotal"; fields counted in other units than kB are left out.
+func Meminfo(path string) (map[string]uint64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]uint64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		v, isKB := strings.CutSuffix(strings.TrimSpace(rest), " kB")
+		if !ok || !isKB {
+			continue
+		}
+		if kib, err := strconv.ParseUint(v, 10, 64); err == nil {
+			fields[name] = kib << 10
+		}
+	}
+	if fields["MemTotal"] == 0 {
+		return nil, fmt.Errorf("%s: no MemTotal", path)
+	}
+	return fields, nil
 }

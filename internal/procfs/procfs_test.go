@@ -3,6 +3,8 @@ package procfs
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -48,5 +50,22 @@ func TestTreeFindsAChild(t *testing.T) {
 	}
 	if len(WithCommPrefix(procs, "sleep")) == 0 {
 		t.Fatal("no process named sleep found")
+	}
+}
+
+func TestMeminfo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "meminfo")
+	if err := os.WriteFile(path, []byte("MemTotal:       223636 kB\nMemFree:        189904 kB\nHugePages_Total:       0\nbad line\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Meminfo(path)
+	if err != nil || len(m) != 2 || m["MemTotal"] != 223636<<10 || m["MemFree"] != 189904<<10 {
+		t.Fatalf("got %v, %v", m, err)
+	}
+	if err := os.WriteFile(path, []byte("MemFree: 1 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Meminfo(path); err == nil || !strings.Contains(err.Error(), "no MemTotal") {
+		t.Fatalf("meminfo without MemTotal: %v", err)
 	}
 }

@@ -42,18 +42,14 @@ const maxBandwidth = 1 << 40
 // was running runs again afterwards, also when the checkpoint fails; else
 // QEMU is stopped once the image is written.
 func (r *Runtime) Checkpoint(ctx context.Context, id string, opts runtime.CheckpointOptions) (err error) {
-	st, err := r.load(id)
+	st, q, err := r.session(ctx, id)
 	if err != nil {
 		return err
 	}
+	defer q.close()
 	if err := emptyDir(opts.ImageDir); err != nil {
 		return fmt.Errorf("VM %s: checkpoint: %w", id, err)
 	}
-	q, err := dialQMP(ctx, r.files(id).qmp())
-	if err != nil {
-		return fmt.Errorf("VM %s: %w", id, err)
-	}
-	defer q.close()
 	var status struct {
 		Status string `json:"status"`
 	}

@@ -14,78 +14,75 @@ import (
 // DetachDevices unplugs every device of the VM's bundle, one by one, each
 // only once the guest has released it (QEMU's DEVICE_DELETED event).
 func (r *Runtime) DetachDevices(ctx context.Context, id string) error {
-	st, err := r.load(id)
-	if err != nil {
-		return err
-	}
-	q, err := dialQMP(ctx, r.files(id).qmp())
-	if err != nil {
-		return fmt.Errorf("VM %s: %w", id, err)
-	}
-	defer q.close()
-	present, err := peripherals(ctx, q)
-	if err != nil {
-		return fmt.Errorf("VM %s: %w", id, err)
-	}
-	defer func() { st.Attached = present; _ = r.save(st) }()
-	for _, d := range st.Spec.Devices {
-		if !slices.Contains(present, d.ID) {
-			continue
-		}
-		if err := q.execute(ctx, "device_del", map[string]any{"id": d.ID}, nil); err != nil {
-			return fmt.Errorf("VM %s: detach %s (%s): %w", id, d.ID, d.Driver, err)
-		}
-		dctx, cancel := context.WithTimeout(ctx, r.cfg.DeviceTimeout)
-		_, err := q.waitEvent(dctx, func(ev qmpEvent) bool {
-			var data struct {
-				Device string `json:"device"`
+	return r.changeDevices(ctx, id, func(q *qmp, st *vmState, present *[]string) error {
+		for _, d := range st.Spec.Devices {
+			if !slices.Contains(*present, d.ID) {
+				continue
 			}
-			_ = json.Unmarshal(ev.Data, &data)
-			return ev.Event == "DEVICE_DELETED" && data.Device == d.ID
-		})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("VM %s: detach %s (%s): the guest did not release it within %s: %w", id, d.ID, d.Driver, r.cfg.DeviceTimeout, err)
+			if err := q.execute(ctx, "device_del", map[string]any{"id": d.ID}, nil); err != nil {
+				return fmt.Errorf("VM %s: detach %s (%s): %w", id, d.ID, d.Driver, err)
+			}
+			dctx, cancel := context.WithTimeout(ctx, r.cfg.DeviceTimeout)
+			_, err := q.waitEvent(dctx, func(ev qmpEvent) bool {
+				var data struct {
+					Device string `json:"device"`
+				}
+				_ = json.Unmarshal(ev.Data, &data)
+				return ev.Event == "DEVICE_DELETED" && data.Device == d.ID
+			})
+			cancel()
+			if err != nil {
+				return fmt.Errorf("VM %s: detach %s (%s): the guest did not release it within %s: %w", id, d.ID, d.Driver, r.cfg.DeviceTimeout, err)
+			}
+			*present = slices.DeleteFunc(*present, func(p string) bool { return p == d.ID })
 		}
-		present = slices.DeleteFunc(present, func(p string) bool { return p == d.ID })
-	}
-	return nil
+		return nil
+	})
 }
 
 // AttachDevices plugs in every device of the VM's bundle that the VM does
 // not hold, and waits until the guest lists each on its PCI bus.
 func (r *Runtime) AttachDevices(ctx context.Context, id string) error {
-	st, err := r.load(id)
+	return r.changeDevices(ctx, id, func(q *qmp, st *vmState, present *[]string) error {
+		for _, d := range st.Spec.Devices {
+			if slices.Contains(*present, d.ID) {
+				continue
+			}
+			if err := q.execute(ctx, "device_add", d.qmpArgs(), nil); err != nil {
+				return fmt.Errorf("VM %s: attach %s (%s): %w", id, d.ID, d.Driver, err)
+			}
+			*present = append(*present, d.ID)
+			slot, err := pciSlot(ctx, q, d.ID)
+			if err != nil {
+				return fmt.Errorf("VM %s: attach %s: %w", id, d.ID, err)
+			}
+			if err := r.waitGuestSees(ctx, id, slot); err != nil {
+				return fmt.Errorf("VM %s: attach %s (%s): %w", id, d.ID, d.Driver, err)
+			}
+		}
+		return nil
+	})
+}
+
+// changeDevices runs change on the VM's monitor with the ids of the devices
+// the VM holds, and records what it holds afterwards, also when change
+// stopped part-way.
+func (r *Runtime) changeDevices(ctx context.Context, id string, change func(q *qmp, st *vmState, present *[]string) error) error {
+	st, q, err := r.session(ctx, id)
 	if err != nil {
 		return err
-	}
-	q, err := dialQMP(ctx, r.files(id).qmp())
-	if err != nil {
-		return fmt.Errorf("VM %s: %w", id, err)
 	}
 	defer q.close()
 	present, err := peripherals(ctx, q)
 	if err != nil {
 		return fmt.Errorf("VM %s: %w", id, err)
 	}
-	defer func() { st.Attached = present; _ = r.save(st) }()
-	for _, d := range st.Spec.Devices {
-		if slices.Contains(present, d.ID) {
-			continue
-		}
-		if err := q.execute(ctx, "device_add", d.qmpArgs(), nil); err != nil {
-			return fmt.Errorf("VM %s: attach %s (%s): %w", id, d.ID, d.Driver, err)
-		}
-		present = append(present, d.ID)
-		slot, err := pciSlot(ctx, q, d.ID)
-		if err != nil {
-			return fmt.Errorf("VM %s: attach %s: %w", id, d.ID, err)
-		}
-		if err := r.waitGuestSees(ctx, id, slot); err != nil {
-			return fmt.Errorf("VM %s: attach %s (%s): %w", id, d.ID, d.Driver, err)
-		}
+	err = change(q, st, &present)
+	st.Attached = present
+	if serr := r.save(st); err == nil {
+		err = serr
 	}
-	return nil
+	return err
 }
 
 // peripherals lists the ids of the VM's user-created devices.

@@ -190,13 +190,9 @@ func (r *Runtime) Create(ctx context.Context, id, bundleDir string, opts runtime
 // Start boots the guest, waits for its agent to open its port, and has it
 // start the workload.
 func (r *Runtime) Start(ctx context.Context, id string) error {
-	st, err := r.load(id)
+	st, q, err := r.session(ctx, id)
 	if err != nil {
 		return err
-	}
-	q, err := dialQMP(ctx, r.files(id).qmp())
-	if err != nil {
-		return fmt.Errorf("VM %s: %w", id, err)
 	}
 	defer q.close()
 	if err := q.execute(ctx, "cont", nil, nil); err != nil {
@@ -273,13 +269,23 @@ func (r *Runtime) MemoryUsage(ctx context.Context, id string) (uint64, error) {
 	return f.MemTotal - f.MemFree, nil
 }
 
-func (r *Runtime) qmpCommand(ctx context.Context, id, command string) error {
-	if _, err := r.load(id); err != nil {
-		return err
+// session loads the VM's state and opens its command monitor.
+func (r *Runtime) session(ctx context.Context, id string) (*vmState, *qmp, error) {
+	st, err := r.load(id)
+	if err != nil {
+		return nil, nil, err
 	}
 	q, err := dialQMP(ctx, r.files(id).qmp())
 	if err != nil {
-		return fmt.Errorf("VM %s: %w", id, err)
+		return nil, nil, fmt.Errorf("VM %s: %w", id, err)
+	}
+	return st, q, nil
+}
+
+func (r *Runtime) qmpCommand(ctx context.Context, id, command string) error {
+	_, q, err := r.session(ctx, id)
+	if err != nil {
+		return err
 	}
 	defer q.close()
 	if err := q.execute(ctx, command, nil, nil); err != nil {

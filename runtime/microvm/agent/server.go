@@ -12,13 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/stasis-run/stasis/cuda/helper"
+	"github.com/stasis-run/stasis/internal/procfs"
 )
 
 // Server answers requests inside the guest.
@@ -192,9 +192,11 @@ func (s *Server) facts() (*Facts, error) {
 		return nil, fmt.Errorf("kernel release: %w", err)
 	}
 	f.Kernel = strings.TrimSpace(string(release))
-	if f.MemTotal, f.MemFree, err = meminfo(s.path("/proc/meminfo")); err != nil {
-		return nil, err
+	mem, err := procfs.Meminfo(s.path("/proc/meminfo"))
+	if err != nil {
+		return nil, fmt.Errorf("guest memory: %w", err)
 	}
+	f.MemTotal, f.MemFree = mem["MemTotal"], mem["MemFree"]
 	if v, err := os.ReadFile(s.path("/sys/module/nvidia/version")); err == nil {
 		f.NVIDIADriver = strings.TrimSpace(string(v))
 	}
@@ -205,33 +207,6 @@ func (s *Server) facts() (*Facts, error) {
 	f.Workload = s.state
 	s.mu.Unlock()
 	return f, nil
-}
-
-func meminfo(path string) (total, free uint64, err error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, 0, fmt.Errorf("guest memory: %w", err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
-		}
-		kib, err := strconv.ParseUint(fields[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch fields[0] {
-		case "MemTotal:":
-			total = kib << 10
-		case "MemFree:":
-			free = kib << 10
-		}
-	}
-	if total == 0 {
-		return 0, 0, fmt.Errorf("guest memory: no MemTotal in %s", path)
-	}
-	return total, free, nil
 }
 
 func pciDevices(dir string) ([]string, error) {
