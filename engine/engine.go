@@ -3,8 +3,12 @@
 // the stasis-cuda helper inside the sandbox, checkpoints the sandbox into a
 // snapshot folder, commits the snapshot and stops the sandbox; resume
 // verifies the snapshot, restores a new sandbox and brings the GPU state
-// back. Any failure leaves the actor as it was: running after a failed
-// suspend, suspended (snapshot untouched) after a failed resume.
+// back. A runtime whose sandboxes hold devices (a micro-VM's passed-through
+// GPU, runtime.DeviceHolder) has them detached before the checkpoint and
+// attached after the restore, and one with its own GPU agent
+// (runtime.GPUAgent) moves the GPU state in place of the helper. Any failure
+// leaves the actor as it was: running after a failed suspend, suspended
+// (snapshot untouched) after a failed resume.
 package engine
 
 import (
@@ -27,8 +31,9 @@ type Actor struct {
 	ID string
 	// Bundle is the OCI bundle the sandbox is created from.
 	Bundle string
-	// GPU actors get the CUDA step: the helper at bundle.HelperPath
-	// suspends and resumes every CUDA process in the sandbox.
+	// GPU actors get the CUDA step: the helper at bundle.HelperPath (or
+	// the runtime's GPU agent) suspends and resumes every CUDA process in
+	// the sandbox.
 	GPU bool
 	// DurableDirs are folders inside the sandbox, each a bind mount of a
 	// host folder, that a Data snapshot keeps.
