@@ -12,15 +12,18 @@ import (
 	"time"
 )
 
-// Verbs of the group operations.
+// Verbs of the group operations, and the report of where every CUDA
+// process stands.
 const (
 	Suspend = "suspend"
 	Resume  = "resume"
+	Status  = "status"
 )
 
 // Args is the command line that runs verb on every CUDA process with a JSON
 // report: a suspend waits at most lockTimeout for running GPU work, a
-// resume moves state by deviceMap (OLD=NEW,...) when it is not empty.
+// resume moves state by deviceMap (OLD=NEW,...) when it is not empty, and
+// status changes nothing.
 func Args(path, verb string, lockTimeout time.Duration, deviceMap string) []string {
 	argv := []string{path, verb, "--all", "--json"}
 	if verb == Suspend && lockTimeout > 0 {

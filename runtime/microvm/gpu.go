@@ -19,6 +19,12 @@ func (r *Runtime) GPUReady(ctx context.Context, id string) error {
 	return nil
 }
 
+// GPUStatus has the guest agent report where every CUDA process in the
+// guest stands (running, locked, checkpointed), changing nothing.
+func (r *Runtime) GPUStatus(ctx context.Context, id string) (group.Report, error) {
+	return r.gpuStep(ctx, id, agent.Request{Op: agent.OpGPUStatus})
+}
+
 // GPUSuspend has the guest agent suspend every CUDA process in the guest.
 func (r *Runtime) GPUSuspend(ctx context.Context, id string, lockTimeout time.Duration) (group.Report, error) {
 	return r.gpuStep(ctx, id, agent.Request{Op: agent.OpGPUSuspend, LockTimeout: lockTimeout})

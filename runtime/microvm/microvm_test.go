@@ -247,6 +247,9 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 	// while /stasis-ctl/fail-VERB exists.
 	f.sh(a.ID, "mkdir -p /stasis-ctl && touch /dev/nvidiactl")
 	f.counter(a.ID, "incr")
+	if rep, err := f.rt.GPUStatus(ctx, a.ID); err != nil || rep.Op != "status" || rep.Skipped != "" {
+		t.Fatalf("GPU status through the agent: %+v %v", rep, err)
+	}
 
 	stillRunning := func(step string, err error, want string) {
 		t.Helper()

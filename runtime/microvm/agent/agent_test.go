@@ -88,13 +88,16 @@ func TestGPUStepsRunTheHelper(t *testing.T) {
 	if rep.Error != "" {
 		t.Fatalf("resume: %+v", rep)
 	}
+	if rep = s.Handle(ctx, agent.Request{Op: agent.OpGPUStatus}); rep.Error != "" || !strings.Contains(string(rep.Report), `"op":"status"`) {
+		t.Fatalf("status: %+v", rep)
+	}
 	write(t, filepath.Join(bin, "fail"), "", 0o644)
 	rep = s.Handle(ctx, agent.Request{Op: agent.OpGPUSuspend})
 	if !strings.Contains(rep.Error, "stasis-cuda suspend: pid 7: injected") || len(rep.Report) == 0 {
 		t.Fatalf("failing helper: %+v", rep)
 	}
 	calls, _ := os.ReadFile(filepath.Join(bin, "calls"))
-	if want := "suspend --all --json --timeout 5s\nresume --all --json --device-map GPU-a=GPU-b\nsuspend --all --json\n"; string(calls) != want {
+	if want := "suspend --all --json --timeout 5s\nresume --all --json --device-map GPU-a=GPU-b\nstatus --all --json\nsuspend --all --json\n"; string(calls) != want {
 		t.Fatalf("helper calls:\n%s\nwant:\n%s", calls, want)
 	}
 

@@ -27,6 +27,7 @@ const (
 	OpFacts      = "facts"
 	OpStart      = "start"
 	OpExec       = "exec"
+	OpGPUStatus  = "gpu-status"
 	OpGPUSuspend = "gpu-suspend"
 	OpGPUResume  = "gpu-resume"
 )

@@ -82,6 +82,8 @@ func (s *Server) Handle(ctx context.Context, req Request) Reply {
 		rep.PID, err = s.start(req.Process)
 	case OpExec:
 		rep.Exec, err = s.exec(ctx, req.Process)
+	case OpGPUStatus:
+		rep.Report, rep.Skipped, err = s.gpuStep(ctx, helper.Status, 0, "")
 	case OpGPUSuspend:
 		rep.Report, rep.Skipped, err = s.gpuStep(ctx, helper.Suspend, req.LockTimeout, "")
 	case OpGPUResume:
