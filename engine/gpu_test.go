@@ -40,6 +40,8 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/local"
 )
 
 type gpuEnv struct {
@@ -584,4 +586,68 @@ func treeRSS(t *testing.T, pid int) uint64 {
 		total += rss
 	}
 	return total
+}
+
+// TestGPUStoreDedup is the store's dedup benchmark on real GPU actors: two
+// actors of one template (holder_server.py holding STASIS_GPU_GIB, default
+// 8, of the same device data, as two servers of one model hold the same
+// weights), both suspended through the engine and saved into one local
+// store; it records each save's time and the stored bytes against the
+// logical, with the disk's write speed (floors.py) from the same run.
+func TestGPUStoreDedup(t *testing.T) {
+	g := newGPUEnv(t)
+	ctx := context.Background()
+	gib, err := strconv.ParseFloat(getenv("STASIS_GPU_GIB", "8"), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := map[string]any{"gib": gib}
+	var dirs []string
+	for _, id := range []string{"dedup-a", "dedup-b"} {
+		a := g.startActor(id, gib)
+		g.mustAsk(a.ID, "info")
+		dir := filepath.Join(g.work, id)
+		if _, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir}); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		dirs = append(dirs, dir)
+	}
+	be, err := local.New(filepath.Join(g.work, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := store.Init(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, dir := range dirs {
+		m, err := snapshot.Check(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := g.timed(func() error { _, err := repo.Save(ctx, fmt.Sprintf("actor-%d", i), dir, store.Options{}); return err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		result[fmt.Sprintf("save%dS", i+1)] = s
+		result[fmt.Sprintf("save%dMBps", i+1)] = float64(m.Size()) / s / 1e6
+	}
+	du, err := repo.DU(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result["logicalBytes"], result["storedBytes"], result["ratio"] = du.Logical, du.Stored, du.Dedup
+	out, err := exec.Command(g.python, filepath.Join(g.scripts, "floors.py"), g.work).Output()
+	if err != nil {
+		t.Fatalf("floors.py: %v", err)
+	}
+	var floors map[string]any
+	if err := json.Unmarshal(out, &floors); err != nil {
+		t.Fatal(err)
+	}
+	result["floors"] = floors
+	g.record("store-dedup", result)
+	if du.Dedup < 1.5 {
+		t.Errorf("two actors of one template stored at %.2fx; expected most of the second to be found in the first", du.Dedup)
+	}
 }

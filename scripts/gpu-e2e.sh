@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|benchmarks|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
 # ENGINE_TIMEOUT (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
@@ -121,6 +121,12 @@ run_synthetic() {
 	plot
 }
 
+# The store's dedup of two GPU actors of one template (TestGPUStoreDedup):
+# STASIS_GPU_GIB (8) GiB each, saved into one local store.
+run_store() {
+	ENGINE_RUN=TestGPUStoreDedup ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
+}
+
 # The table and plot of every benchmark result in OUTDIR so far.
 plot() {
 	"$bundle/benchplot" -o "$out/cold-vs-resume.png" "$out/engine-gpu.jsonl" | tee "$out/cold-vs-resume.md"
@@ -140,8 +146,9 @@ engine) run_engine ;;
 node) run_node ;;
 service) run_service ;;
 synthetic) run_synthetic ;;
+store) run_store ;;
 server) run_server ;;
 benchmarks) run_synthetic; run_server ;;
 all) run_node; run_service; ENGINE_RUN="TestGPUActor|TestGPUCompatAndPlan" run_engine; run_synthetic; run_server; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, benchmarks or all" >&2; exit 2 ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, benchmarks or all" >&2; exit 2 ;;
 esac
