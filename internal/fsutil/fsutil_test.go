@@ -1,6 +1,7 @@
 package fsutil
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,5 +42,36 @@ func TestRemoveContents(t *testing.T) {
 	}
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
 		t.Errorf("entries %v, err %v", entries, err)
+	}
+}
+
+func TestWriteAtomicDirect(t *testing.T) {
+	dir := t.TempDir()
+	for _, size := range []int{0, 1, 4095, 4096, 4097, 3<<20 + 5} {
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i*7 + 1)
+		}
+		path := filepath.Join(dir, "f")
+		if err := WriteAtomicDirect(path, bytes.NewReader(data), int64(size)); err != nil {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		if got, _ := os.ReadFile(path); !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes: read back %d bytes that differ", size, len(got))
+		}
+	}
+	path := filepath.Join(dir, "f")
+	for _, c := range []struct {
+		data string
+		want string
+	}{{"short", "expected 9"}, {"much too long", "more than the expected 9"}} {
+		err := WriteAtomicDirect(path, strings.NewReader(c.data), 9)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%q as 9 bytes: %v", c.data, err)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("left behind: %v", entries)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/s3test"
 	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/internal/units"
@@ -76,6 +78,24 @@ func diskWrite(dir string, size int64) error {
 	return f.Close()
 }
 
+// diskWriteDirect is diskWrite around the page cache (O_DIRECT), the way
+// the local store writes its packs.
+func diskWriteDirect(dir string, size int64) error {
+	path := filepath.Join(dir, "disk-probe-direct")
+	defer os.Remove(path)
+	return fsutil.WriteAtomicDirect(path, io.LimitReader(pattern{}, size), size)
+}
+
+// pattern reads as an endless run of non-zero bytes.
+type pattern struct{}
+
+func (pattern) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(i*31) | 1
+	}
+	return len(p), nil
+}
+
 func folderSize(dir string) int64 {
 	var n int64
 	_ = filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
@@ -103,6 +123,7 @@ func TestStoreBench(t *testing.T) {
 	var rows []row
 
 	timed(t, &rows, "disk: sequential write + fsync", 4<<30, "", func() error { return diskWrite(base, 4<<30) })
+	timed(t, &rows, "disk: sequential write, O_DIRECT + fsync", 4<<30, "", func() error { return diskWriteDirect(base, 4<<30) })
 
 	// Two actors of one template: same template bytes, their own bytes.
 	image := func(id, seed string) string {

@@ -1,6 +1,7 @@
 // Package local stores a repository's objects as files under one folder,
 // the embedded default backend. Objects are written with
-// fsutil.WriteAtomic, so a crash never leaves half an object.
+// fsutil.WriteAtomic (large ones with fsutil.WriteAtomicDirect), so a crash
+// never leaves half an object.
 package local
 
 import (
@@ -49,11 +50,20 @@ func (b *Backend) Put(_ context.Context, key string, r io.Reader, size int64) er
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
-	if err := fsutil.WriteAtomic(p, r, size); err != nil {
+	write := fsutil.WriteAtomic
+	if size >= directMin {
+		write = fsutil.WriteAtomicDirect
+	}
+	if err := write(p, r, size); err != nil {
 		return fmt.Errorf("local store: put %s: %w", key, err)
 	}
 	return nil
 }
+
+// directMin is the size from which objects (packs) are written around the
+// page cache: nothing reads a pack right after it is written, and the copy
+// into the page cache costs more CPU than chunking it did.
+const directMin = 1 << 20
 
 func (b *Backend) Get(_ context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	p, err := b.path(key)
