@@ -234,15 +234,7 @@ func TestGPUServerBench(t *testing.T) {
 	result["hostProcess"] = host
 	g.record("server-bench", result)
 
-	out, err := exec.Command(g.python, filepath.Join(g.scripts, "floors.py"), g.work).Output()
-	if err != nil {
-		t.Fatalf("floors.py: %v", err)
-	}
-	var floors map[string]any
-	if err := json.Unmarshal(out, &floors); err != nil {
-		t.Fatal(err)
-	}
-	result["floors"] = floors
+	result["floors"] = g.floors()
 	g.record("server-bench", result)
 	t.Logf("cold start %.1f s, resume to first token %.1f s (%.1fx); raw %.1f s; driver alone %.1f s",
 		result["coldStartToFirstTokenS"], result["engineResumeToFirstTokenS"], result["speedup"], result["rawResumeToFirstTokenS"],

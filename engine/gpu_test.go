@@ -321,6 +321,21 @@ func (g *gpuEnv) timed(fn func() error) (float64, error) {
 	return time.Since(start).Seconds(), err
 }
 
+// floors runs floors.py: this machine's host-device copy speeds and the
+// disk's write and read speeds, measured in the same run as a benchmark.
+func (g *gpuEnv) floors() map[string]any {
+	g.t.Helper()
+	out, err := exec.Command(g.python, filepath.Join(g.scripts, "floors.py"), g.work).Output()
+	if err != nil {
+		g.t.Fatalf("floors.py: %v", err)
+	}
+	var floors map[string]any
+	if err := json.Unmarshal(out, &floors); err != nil {
+		g.t.Fatal(err)
+	}
+	return floors
+}
+
 // timedStep is one step of a hand-run cycle.
 type timedStep struct {
 	name string
@@ -637,15 +652,7 @@ func TestGPUStoreDedup(t *testing.T) {
 		t.Fatal(err)
 	}
 	result["logicalBytes"], result["storedBytes"], result["ratio"] = du.Logical, du.Stored, du.Dedup
-	out, err := exec.Command(g.python, filepath.Join(g.scripts, "floors.py"), g.work).Output()
-	if err != nil {
-		t.Fatalf("floors.py: %v", err)
-	}
-	var floors map[string]any
-	if err := json.Unmarshal(out, &floors); err != nil {
-		t.Fatal(err)
-	}
-	result["floors"] = floors
+	result["floors"] = g.floors()
 	g.record("store-dedup", result)
 	if du.Dedup < 1.5 {
 		t.Errorf("two actors of one template stored at %.2fx; expected most of the second to be found in the first", du.Dedup)
