@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/stasis-run/stasis/bundle"
@@ -174,15 +173,12 @@ func prepareDir(dir string) error {
 	if dir == "" {
 		return fmt.Errorf("%w: no snapshot folder given", ErrRefused)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("snapshot folder: %w", err)
+	err := fsutil.MkdirEmpty(dir)
+	if errors.Is(err, fsutil.ErrNotEmpty) {
+		return fmt.Errorf("%w: snapshot folder %s is not empty (a snapshot folder is written once; pick a new one)", ErrRefused, dir)
 	}
-	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("snapshot folder: %w", err)
-	}
-	if len(entries) > 0 {
-		return fmt.Errorf("%w: snapshot folder %s is not empty (a snapshot folder is written once; pick a new one)", ErrRefused, dir)
 	}
 	return nil
 }

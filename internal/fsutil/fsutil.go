@@ -152,6 +152,30 @@ func writeDirect(f *os.File, r io.Reader, size int64) error {
 	return nil
 }
 
+// ErrNotEmpty is returned by MkdirEmpty for a folder that holds anything.
+var ErrNotEmpty = errors.New("folder is not empty")
+
+// MkdirEmpty makes dir (mode 0700) if it is absent, and refuses it with
+// ErrNotEmpty if it holds anything: snapshot and image folders are written
+// once.
+func MkdirEmpty(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Readdirnames(1); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return err
+		}
+		return ErrNotEmpty
+	}
+	return nil
+}
+
 // SyncDir makes the entries of dir (files created, renamed, removed) durable.
 func SyncDir(dir string) error {
 	d, err := os.Open(dir)

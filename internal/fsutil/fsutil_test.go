@@ -2,6 +2,7 @@ package fsutil
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,5 +74,21 @@ func TestWriteAtomicDirect(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Fatalf("left behind: %v", entries)
+	}
+}
+
+func TestMkdirEmpty(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	if err := MkdirEmpty(dir); err != nil {
+		t.Fatalf("absent folder: %v", err)
+	}
+	if err := MkdirEmpty(dir); err != nil {
+		t.Fatalf("empty folder: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirEmpty(dir); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("folder with a file: %v, want ErrNotEmpty", err)
 	}
 }

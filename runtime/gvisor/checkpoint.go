@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -46,16 +45,12 @@ func emptyDir(dir string) error {
 	if dir == "" {
 		return errors.New("checkpoint: no image folder given")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("checkpoint image folder: %w", err)
+	err := fsutil.MkdirEmpty(dir)
+	if errors.Is(err, fsutil.ErrNotEmpty) {
+		return fmt.Errorf("checkpoint image folder %s is not empty: runsc needs a fresh folder for every checkpoint", dir)
 	}
-	f, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("checkpoint image folder: %w", err)
-	}
-	defer f.Close()
-	if _, err := f.Readdirnames(1); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("checkpoint image folder %s is not empty: runsc needs a fresh folder for every checkpoint", dir)
 	}
 	return nil
 }

@@ -47,8 +47,11 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, opts runtime.Checkp
 		return err
 	}
 	defer q.close()
-	if err := emptyDir(opts.ImageDir); err != nil {
-		return fmt.Errorf("VM %s: checkpoint: %w", id, err)
+	if opts.ImageDir == "" {
+		return fmt.Errorf("VM %s: checkpoint: no image folder given", id)
+	}
+	if err := fsutil.MkdirEmpty(opts.ImageDir); err != nil {
+		return fmt.Errorf("VM %s: checkpoint: image folder %s: %w", id, opts.ImageDir, err)
 	}
 	var status struct {
 		Status string `json:"status"`
@@ -57,7 +60,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, opts runtime.Checkp
 		return fmt.Errorf("VM %s: %w", id, err)
 	}
 	wasRunning := status.Status == "running"
-	if err := q.execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": "events", "state": true}}}, nil); err != nil {
+	if err := q.migrationEvents(ctx); err != nil {
 		return fmt.Errorf("VM %s: %w", id, err)
 	}
 	if err := q.execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": maxBandwidth}, nil); err != nil {
@@ -99,7 +102,7 @@ func (r *Runtime) writeImage(ctx context.Context, q *qmp, st *vmState, dir strin
 		return err
 	}
 	if err := q.waitMigration(ctx); err != nil {
-		if errors.Is(err, context.Cause(ctx)) || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			_ = q.execute(context.WithoutCancel(ctx), "migrate_cancel", nil, nil)
 		}
 		return err
@@ -128,20 +131,6 @@ func (r *Runtime) writeImage(ctx context.Context, q *qmp, st *vmState, dir strin
 	}
 	if err := fsutil.CopyFile(st.Spec.Initrd, filepath.Join(dir, imageInitrd), 0o600); err != nil {
 		return fmt.Errorf("keep the guest initramfs: %w", err)
-	}
-	return nil
-}
-
-func emptyDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	if len(entries) > 0 {
-		return fmt.Errorf("image folder %s is not empty", dir)
 	}
 	return nil
 }
@@ -209,7 +198,7 @@ func (r *Runtime) Restore(ctx context.Context, id string, opts runtime.RestoreOp
 		return fmt.Errorf("VM %s: %w", id, err)
 	}
 	defer q.close()
-	if err := q.execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": "events", "state": true}}}, nil); err != nil {
+	if err := q.migrationEvents(ctx); err != nil {
 		return fmt.Errorf("VM %s: %w", id, err)
 	}
 	if err := q.executeWithFile(ctx, "getfd", map[string]any{"fdname": "stasis-image"}, nil, stream); err != nil {

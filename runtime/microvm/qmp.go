@@ -166,6 +166,12 @@ func (q *qmp) waitEvent(ctx context.Context, match func(qmpEvent) bool) (qmpEven
 	return found, err
 }
 
+// migrationEvents has QEMU send MIGRATION events, which waitMigration
+// waits for.
+func (q *qmp) migrationEvents(ctx context.Context) error {
+	return q.execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": "events", "state": true}}}, nil)
+}
+
 // waitMigration waits for a migration to end and says how: nil when it
 // completed, else why it failed (query-migrate's error-desc). QEMU exits
 // right after an incoming migration fails, often before it can be asked
