@@ -177,8 +177,11 @@ func (r *Runtime) Restore(ctx context.Context, id string, opts runtime.RestoreOp
 		return fmt.Errorf("VM image %s: %w", opts.ImageDir, err)
 	}
 	defer stream.Close()
-	st, err := r.boot(ctx, id, opts.Bundle, launch{spec: desc.Spec, consoleLog: opts.ConsoleLog, devices: desc.Devices, incoming: true})
-	if err != nil {
+	// The machine is the image's; the devices to attach and the workload
+	// are this node's bundle's.
+	spec := desc.Spec
+	spec.Devices, spec.Process = bundleSpec.Devices, bundleSpec.Process
+	if err := r.boot(ctx, id, opts.Bundle, launch{spec: spec, consoleLog: opts.ConsoleLog, devices: desc.Devices, incoming: true}); err != nil {
 		return err
 	}
 	defer func() {
@@ -188,11 +191,6 @@ func (r *Runtime) Restore(ctx context.Context, id string, opts runtime.RestoreOp
 			_ = r.Delete(cctx, id)
 		}
 	}()
-	// Devices to attach and the workload are this node's bundle's.
-	st.Spec.Devices, st.Spec.Process = bundleSpec.Devices, bundleSpec.Process
-	if err := r.save(st); err != nil {
-		return err
-	}
 	q, err := dialQMP(ctx, r.files(id).qmp())
 	if err != nil {
 		return fmt.Errorf("VM %s: %w", id, err)

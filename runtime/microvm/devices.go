@@ -65,8 +65,7 @@ func (r *Runtime) AttachDevices(ctx context.Context, id string) error {
 }
 
 // changeDevices runs change on the VM's monitor with the ids of the devices
-// the VM holds, and records what it holds afterwards, also when change
-// stopped part-way.
+// the VM holds, which QEMU's device tree tells (nothing else keeps them).
 func (r *Runtime) changeDevices(ctx context.Context, id string, change func(q *qmp, st *vmState, present *[]string) error) error {
 	st, q, err := r.session(ctx, id)
 	if err != nil {
@@ -77,12 +76,7 @@ func (r *Runtime) changeDevices(ctx context.Context, id string, change func(q *q
 	if err != nil {
 		return fmt.Errorf("VM %s: %w", id, err)
 	}
-	err = change(q, st, &present)
-	st.Attached = present
-	if serr := r.save(st); err == nil {
-		err = serr
-	}
-	return err
+	return change(q, st, &present)
 }
 
 // peripherals lists the ids of the VM's user-created devices.

@@ -108,8 +108,6 @@ type vmState struct {
 	// process with the same pid.
 	Start uint64 `json:"start"`
 	Spec  Spec   `json:"spec"`
-	// Attached are the ids of the bundle's devices the VM holds now.
-	Attached []string `json:"attached"`
 }
 
 func (r *Runtime) files(id string) files { return files{dir: filepath.Join(r.cfg.Root, id)} }
@@ -142,15 +140,15 @@ func (r *Runtime) save(st *vmState) error {
 
 // boot launches QEMU for a new VM id and records it; on failure nothing of
 // the VM is left.
-func (r *Runtime) boot(ctx context.Context, id, bundleDir string, l launch) (_ *vmState, err error) {
+func (r *Runtime) boot(ctx context.Context, id, bundleDir string, l launch) (err error) {
 	if _, err := r.load(id); err == nil {
-		return nil, fmt.Errorf("VM %s already exists", id)
+		return fmt.Errorf("VM %s already exists", id)
 	} else if !errors.Is(err, runtime.ErrNotFound) {
-		return nil, err
+		return err
 	}
 	f := r.files(id)
 	if err := os.Mkdir(f.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("VM %s: %w", id, err)
+		return fmt.Errorf("VM %s: %w", id, err)
 	}
 	defer func() {
 		if err != nil {
@@ -160,21 +158,18 @@ func (r *Runtime) boot(ctx context.Context, id, bundleDir string, l launch) (_ *
 	l.accel, l.files = r.cfg.Accel, f
 	pid, err := l.start(ctx, r.qemu)
 	if err != nil {
-		return nil, fmt.Errorf("VM %s: %w", id, err)
+		return fmt.Errorf("VM %s: %w", id, err)
 	}
 	st := &vmState{ID: id, Bundle: bundleDir, PID: pid, Spec: l.spec}
 	if st.Start, err = processStart(pid); err != nil {
-		return nil, fmt.Errorf("VM %s: QEMU %d: %w", id, pid, err)
+		return fmt.Errorf("VM %s: QEMU %d: %w", id, pid, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = kill(context.WithoutCancel(ctx), st.PID, st.Start)
 		}
 	}()
-	for _, d := range l.devices {
-		st.Attached = append(st.Attached, d.ID)
-	}
-	return st, r.save(st)
+	return r.save(st)
 }
 
 // Create starts QEMU with the VM paused before its first instruction.
@@ -183,8 +178,7 @@ func (r *Runtime) Create(ctx context.Context, id, bundleDir string, opts runtime
 	if err != nil {
 		return err
 	}
-	_, err = r.boot(ctx, id, bundleDir, launch{spec: spec, consoleLog: opts.ConsoleLog, devices: spec.Devices})
-	return err
+	return r.boot(ctx, id, bundleDir, launch{spec: spec, consoleLog: opts.ConsoleLog, devices: spec.Devices})
 }
 
 // Start boots the guest, waits for its agent to open its port, and has it
