@@ -24,29 +24,7 @@ const TempPrefix = ".tmp-"
 // holds its old content or all of the new, never part of it, and the new
 // content survives a crash once WriteAtomic returns.
 func WriteAtomic(path string, r io.Reader, size int64) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, TempPrefix+"*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, r)
-	if err == nil && n != size {
-		err = fmt.Errorf("wrote %d bytes, expected %d", n, size)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return SyncDir(dir)
+	return replaceFile(path, r, size, false)
 }
 
 // CopyFile copies src to dst, a new file with mode. The copy is not
@@ -83,22 +61,32 @@ const directChunk = 1 << 20
 // CPU cost of storing a snapshot. A filesystem without O_DIRECT (tmpfs) gets
 // WriteAtomic.
 func WriteAtomicDirect(path string, r io.Reader, size int64) error {
+	return replaceFile(path, r, size, true)
+}
+
+// replaceFile writes through a synced temporary file renamed over path,
+// then syncs the folder; direct writes the file around the page cache where
+// the filesystem allows it.
+func replaceFile(path string, r io.Reader, size int64, direct bool) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, TempPrefix+"*")
+	f, err := os.CreateTemp(dir, TempPrefix+"*")
 	if err != nil {
 		return err
 	}
-	name := tmp.Name()
-	tmp.Close()
-	defer os.Remove(name)
-	f, err := os.OpenFile(name, os.O_WRONLY|unix.O_DIRECT, 0)
-	if errors.Is(err, unix.EINVAL) {
-		return WriteAtomic(path, r, size)
+	defer os.Remove(f.Name())
+	write := copyExactly
+	if direct {
+		g, err := os.OpenFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0)
+		switch {
+		case err == nil:
+			f.Close()
+			f, write = g, writeDirect
+		case !errors.Is(err, unix.EINVAL):
+			f.Close()
+			return err
+		}
 	}
-	if err != nil {
-		return err
-	}
-	err = writeDirect(f, r, size)
+	err = write(f, r, size)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -108,10 +96,19 @@ func WriteAtomicDirect(path string, r io.Reader, size int64) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(name, path); err != nil {
+	if err := os.Rename(f.Name(), path); err != nil {
 		return err
 	}
 	return SyncDir(dir)
+}
+
+// copyExactly copies r to f, which must come to size bytes.
+func copyExactly(f *os.File, r io.Reader, size int64) error {
+	n, err := io.Copy(f, r)
+	if err == nil && n != size {
+		err = fmt.Errorf("wrote %d bytes, expected %d", n, size)
+	}
+	return err
 }
 
 // writeDirect copies size bytes from r to f, opened with O_DIRECT: whole
