@@ -46,7 +46,7 @@ type Server struct {
 const maxLine = 1 << 20
 
 // Serve answers the requests read from conn, one at a time, until conn
-// ends or ctx is done.
+// ends; ctx bounds the commands the requests run.
 func (s *Server) Serve(ctx context.Context, conn io.ReadWriter) error {
 	sc := bufio.NewScanner(conn)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
