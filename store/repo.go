@@ -23,8 +23,14 @@ import (
 	"github.com/restic/chunker"
 )
 
-// FormatVersion is the repository format this package reads and writes.
-const FormatVersion = 1
+// FormatVersion is the repository format this package writes. Format 1
+// repositories (the Rabin chunker) are still read and written; format 2 cuts
+// with FastCDC. Nothing else differs between them.
+const FormatVersion = 2
+
+// manifestVersion is the format of snapshot manifests, the same in both
+// repository formats.
+const manifestVersion = 1
 
 // Object key prefixes.
 const (
@@ -43,9 +49,11 @@ const maxMetadataSize = 256 << 20
 type Config struct {
 	Version int    `json:"version"`
 	ID      string `json:"id"`
-	// ChunkerPolynomial is the Rabin polynomial of the content-defined
+	// ChunkerPolynomial is the Rabin polynomial of a format 1 repository's
 	// chunker; every writer must use the same one for chunks to match.
-	ChunkerPolynomial chunker.Pol `json:"chunkerPolynomial"`
+	ChunkerPolynomial chunker.Pol `json:"chunkerPolynomial,omitempty"`
+	// Chunking is how a format 2 repository cuts files.
+	Chunking *Chunking `json:"chunking,omitempty"`
 	// PackSize is the size a pack is closed at.
 	PackSize int64 `json:"packSize"`
 }
@@ -73,11 +81,11 @@ func Init(ctx context.Context, be Backend) (*Repository, error) {
 	} else if !errors.Is(err, ErrNotExist) {
 		return nil, fmt.Errorf("store %s: %w", be.Location(), err)
 	}
-	pol, err := chunker.RandomPolynomial()
+	chunking, err := newChunking()
 	if err != nil {
 		return nil, err
 	}
-	cfg := Config{Version: FormatVersion, ID: newID(), ChunkerPolynomial: pol, PackSize: 16 << 20}
+	cfg := Config{Version: FormatVersion, ID: newID(), Chunking: chunking, PackSize: 16 << 20}
 	if err := putJSON(ctx, be, configKey, cfg); err != nil {
 		return nil, err
 	}
@@ -93,17 +101,36 @@ func Open(ctx context.Context, be Backend) (*Repository, error) {
 		}
 		return nil, fmt.Errorf("store %s: config: %w", be.Location(), err)
 	}
-	if cfg.Version != FormatVersion {
-		return nil, fmt.Errorf("store %s: repository format %d, this build reads format %d", be.Location(), cfg.Version, FormatVersion)
-	}
-	if cfg.PackSize <= 0 || cfg.PackSize > 1<<30 || !cfg.ChunkerPolynomial.Irreducible() {
-		return nil, fmt.Errorf("store %s: config is corrupt (pack size %d, polynomial %v)", be.Location(), cfg.PackSize, cfg.ChunkerPolynomial)
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("store %s: config: %w", be.Location(), err)
 	}
 	r := &Repository{be: be, cfg: cfg}
 	if err := r.loadIndex(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+func (c *Config) check() error {
+	switch c.Version {
+	case 1:
+		if c.Chunking != nil || !c.ChunkerPolynomial.Irreducible() {
+			return fmt.Errorf("corrupt: a format 1 repository needs an irreducible Rabin polynomial and no chunking (polynomial %v)", c.ChunkerPolynomial)
+		}
+	case 2:
+		if c.Chunking == nil || c.ChunkerPolynomial != 0 {
+			return errors.New("corrupt: a format 2 repository needs its chunking and no Rabin polynomial")
+		}
+		if err := c.Chunking.check(); err != nil {
+			return fmt.Errorf("corrupt: %w", err)
+		}
+	default:
+		return fmt.Errorf("repository format %d, this build reads formats 1 and 2 (a newer stasis wrote it; upgrade)", c.Version)
+	}
+	if c.PackSize <= 0 || c.PackSize > 1<<30 {
+		return fmt.Errorf("corrupt: pack size %d", c.PackSize)
+	}
+	return nil
 }
 
 // Backend is where the repository lives.

@@ -64,8 +64,8 @@ func (r *Repository) Snapshot(ctx context.Context, name string) (*Snapshot, erro
 }
 
 func (s *Snapshot) check() error {
-	if s.Version != FormatVersion {
-		return fmt.Errorf("manifest format %d, this build reads format %d", s.Version, FormatVersion)
+	if s.Version != manifestVersion {
+		return fmt.Errorf("manifest format %d, this build reads format %d", s.Version, manifestVersion)
 	}
 	meta, err := snapshot.Parse(s.Meta)
 	if err != nil {

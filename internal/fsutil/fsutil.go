@@ -111,35 +111,25 @@ func copyExactly(f *os.File, r io.Reader, size int64) error {
 	return err
 }
 
-// writeDirect copies size bytes from r to f, opened with O_DIRECT: whole
-// blocks through an aligned buffer, then the tail with O_DIRECT cleared.
+// writeDirect copies size bytes from r to f, opened with O_DIRECT. A reader
+// over memory that starts on a block boundary (one with a Bytes method that
+// returns what is left to read, as bytes.Buffer's does) is written straight
+// from that memory; any other goes through an aligned buffer.
 func writeDirect(f *os.File, r io.Reader, size int64) error {
-	raw := make([]byte, directChunk+directBlock)
-	off := directBlock - int(uintptr(unsafe.Pointer(&raw[0]))%directBlock)
-	buf := raw[off : off+directChunk]
+	if m, ok := r.(interface{ Bytes() []byte }); ok {
+		if b := m.Bytes(); int64(len(b)) == size && aligned(b) {
+			return writeAligned(f, b)
+		}
+	}
+	buf := AlignedBuffer(directChunk)
 	var written int64
 	for written < size {
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-written)])
 		if err != nil {
 			return fmt.Errorf("wrote %d bytes, expected %d: %w", written, size, err)
 		}
-		body := n &^ (directBlock - 1)
-		if body > 0 {
-			if _, err := f.Write(buf[:body]); err != nil {
-				return err
-			}
-		}
-		if body < n { // the tail: the last, partial block
-			flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
-			if err == nil {
-				_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, flags&^unix.O_DIRECT)
-			}
-			if err != nil {
-				return fmt.Errorf("clear O_DIRECT: %w", err)
-			}
-			if _, err := f.Write(buf[body:n]); err != nil {
-				return err
-			}
+		if err := writeAligned(f, buf[:n]); err != nil {
+			return err
 		}
 		written += int64(n)
 	}
@@ -147,6 +137,42 @@ func writeDirect(f *os.File, r io.Reader, size int64) error {
 		return fmt.Errorf("more than the expected %d bytes", size)
 	}
 	return nil
+}
+
+// writeAligned writes b, which starts on a block boundary, to f opened with
+// O_DIRECT: the whole blocks directly, then a partial last block with
+// O_DIRECT cleared, so only the file's end may be unaligned.
+func writeAligned(f *os.File, b []byte) error {
+	body := len(b) &^ (directBlock - 1)
+	if body > 0 {
+		if _, err := f.Write(b[:body]); err != nil {
+			return err
+		}
+	}
+	if body == len(b) {
+		return nil
+	}
+	flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	if err == nil {
+		_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, flags&^unix.O_DIRECT)
+	}
+	if err != nil {
+		return fmt.Errorf("clear O_DIRECT: %w", err)
+	}
+	_, err = f.Write(b[body:])
+	return err
+}
+
+// AlignedBuffer returns n bytes that start on a block boundary, which
+// WriteAtomicDirect can write to disk without copying them first.
+func AlignedBuffer(n int) []byte {
+	raw := make([]byte, n+directBlock)
+	off := (directBlock - int(uintptr(unsafe.Pointer(&raw[0]))%directBlock)) % directBlock
+	return raw[off : off+n : off+n]
+}
+
+func aligned(b []byte) bool {
+	return len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%directBlock == 0
 }
 
 // ErrNotEmpty is returned by MkdirEmpty for a folder that holds anything.
