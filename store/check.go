@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -28,11 +27,11 @@ func (r *Repository) Verify(ctx context.Context, names ...string) error {
 		}
 		snaps = append(snaps, s)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(8), zstd.WithDecoderMaxMemory(64<<20))
+	chunks, err := r.newChunkReader(8)
 	if err != nil {
 		return err
 	}
-	defer dec.Close()
+	defer chunks.close()
 	for _, s := range snaps {
 		if err := r.unindexed(s); err != nil {
 			return err
@@ -48,7 +47,7 @@ func (r *Repository) Verify(ctx context.Context, names ...string) error {
 				checked[id] = true
 				loc, _ := r.lookup(id)
 				g.Go(func() error {
-					if _, err := r.readChunk(gctx, id, loc, dec); err != nil {
+					if err := chunks.read(gctx, id, loc, nil); err != nil {
 						return fmt.Errorf("store %s: snapshot %s: file %s: chunk %d: %w", r.be.Location(), s.Name, f.Path, i, err)
 					}
 					return nil

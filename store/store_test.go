@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -243,6 +244,44 @@ func TestCorruptAndMissingPacks(t *testing.T) {
 	}
 	if err := r.Restore(ctx, "s", dst, store.Options{}); err == nil || !strings.Contains(err.Error(), "is missing") {
 		t.Errorf("restore with a missing pack: %v", err)
+	}
+}
+
+func TestTruncatedPackAndAbsurdIndex(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	if _, err := r.Save(ctx, "s", makeFolder(t, 4, 0, 2), store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pack := packFiles(t, root)[0]
+	if err := os.Truncate(pack, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Verify(ctx, "s"); err == nil || !strings.Contains(err.Error(), "is truncated") {
+		t.Errorf("verify of a truncated pack: %v", err)
+	}
+	// An index entry that claims a terabyte is refused before anything is
+	// allocated for it.
+	index := filepath.Join(root, "index", filepath.Base(pack))
+	data, err := os.ReadFile(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	absurd := regexp.MustCompile(`"length": \d+`).ReplaceAllString(string(data), `"length": 1099511627776`)
+	if err := os.WriteFile(index, []byte(absurd), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	be, _ := local.New(root)
+	r, err = store.Open(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := r.Restore(ctx, "s", dst, store.Options{}); err == nil || !strings.Contains(err.Error(), "claims 1099511627776 stored") {
+		t.Errorf("restore through an absurd index entry: %v", err)
+	}
+	if entries, _ := os.ReadDir(dst); len(entries) != 0 {
+		t.Errorf("a failed restore left %d entries", len(entries))
 	}
 }
 
