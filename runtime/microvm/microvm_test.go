@@ -89,26 +89,27 @@ func (f *fixture) boot(id string, opts vmtest.Options) engine.Actor {
 // "<process id> <value>".
 func (f *fixture) counter(id, verb string) string {
 	f.t.Helper()
-	res, err := f.rt.Exec(context.Background(), id, runtime.Process{Args: []string{"/counter", "await", verb}})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if res.ExitCode != 0 {
-		f.t.Fatalf("counter %s exited %d: %s", verb, res.ExitCode, res.Stderr)
-	}
-	return strings.TrimSpace(string(res.Stdout))
+	return strings.TrimSpace(f.run(id, "/counter", "await", verb))
 }
 
 // sh runs a busybox shell command in the guest.
 func (f *fixture) sh(id, script string) {
 	f.t.Helper()
-	res, err := f.rt.Exec(context.Background(), id, runtime.Process{Args: []string{"sh", "-c", script}})
+	f.run(id, "sh", "-c", script)
+}
+
+// run runs a command in the guest and returns its output; the test fails
+// unless it exits 0.
+func (f *fixture) run(id string, args ...string) string {
+	f.t.Helper()
+	res, err := f.rt.Exec(context.Background(), id, runtime.Process{Args: args})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	if res.ExitCode != 0 {
-		f.t.Fatalf("%s exited %d: %s", script, res.ExitCode, res.Stderr)
+		f.t.Fatalf("%q exited %d: %s", args, res.ExitCode, res.Stderr)
 	}
+	return string(res.Stdout)
 }
 
 // hasStandIn says whether the guest lists the stand-in device.
