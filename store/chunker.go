@@ -72,8 +72,15 @@ func (r *Repository) maxChunk() int {
 
 // scanBufferSize is the buffer a cutter reads into. FastCDC's reader slides
 // the unread rest to the front whenever fewer than MaxSize bytes remain, so
-// four times MaxSize moves at most a third of the bytes once more.
-func (r *Repository) scanBufferSize() int { return 4 * r.maxChunk() }
+// four times MaxSize moves at most a third of the bytes once more. The
+// Rabin chunker reads through its own buffer and only copies each chunk
+// into this one.
+func (r *Repository) scanBufferSize() int {
+	if r.cfg.Chunking == nil {
+		return chunker.MaxSize
+	}
+	return 4 * r.maxChunk()
+}
 
 // newCutter cuts rd the repository's way, reading through buf (of
 // scanBufferSize bytes).
@@ -91,7 +98,8 @@ func (r *Repository) newCutter(rd io.Reader, buf []byte) (cutter, error) {
 	return &fastCDCCutter{c: fc}, nil
 }
 
-// rabinCutter is format 1's chunker, which copies each chunk into buf.
+// rabinCutter is format 1's chunker, which copies each chunk into buf (of
+// chunker.MaxSize bytes).
 type rabinCutter struct {
 	c   *chunker.Chunker
 	buf []byte
