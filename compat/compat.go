@@ -23,7 +23,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/node"
@@ -68,7 +67,7 @@ type Result struct {
 	Warnings   []string `json:"warnings,omitempty"`
 	// DeviceMap sends each GPU the snapshot used to the node's GPU that
 	// takes its state; empty when every GPU keeps its UUID.
-	DeviceMap cuda.DeviceMap `json:"deviceMap,omitempty"`
+	DeviceMap gpu.DeviceMap `json:"deviceMap,omitempty"`
 	// GPUFreeAfter is the device memory left free on the chosen GPUs
 	// after the restore, and HostFreeAfter the host memory left; Place
 	// ranks compatible nodes by them.
@@ -219,7 +218,7 @@ func (c *checker) assign(used []gpu.Usage) {
 	used = slices.Clone(used)
 	slices.SortStableFunc(used, func(a, b gpu.Usage) int { return cmp.Compare(b.MemoryUsed, a.MemoryUsed) })
 	taken := map[string]bool{}
-	var pairs cuda.DeviceMap
+	var pairs gpu.DeviceMap
 	moved := false
 	for _, u := range used {
 		var best *gpu.Device
@@ -250,13 +249,13 @@ func (c *checker) assign(used []gpu.Usage) {
 		}
 		taken[best.UUID] = true
 		c.res.GPUFreeAfter += best.MemoryFree() - u.MemoryUsed
-		oldUUID, err1 := cuda.ParseUUID(u.Device.UUID)
-		newUUID, err2 := cuda.ParseUUID(best.UUID)
+		oldUUID, err1 := gpu.ParseUUID(u.Device.UUID)
+		newUUID, err2 := gpu.ParseUUID(best.UUID)
 		if err1 != nil || err2 != nil {
 			c.refuse("GPU UUIDs %q and %q cannot form a device map", u.Device.UUID, best.UUID)
 			return
 		}
-		pairs = append(pairs, cuda.DevicePair{Old: oldUUID, New: newUUID})
+		pairs = append(pairs, gpu.DevicePair{Old: oldUUID, New: newUUID})
 		moved = moved || oldUUID != newUUID
 	}
 	if moved {

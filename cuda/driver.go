@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/stasis-run/stasis/gpu"
 )
 
 // DefaultLibrary is the name Open loads when given no path: the soname that
@@ -71,8 +73,8 @@ type (
 		_             [52]byte
 	}
 	gpuPair struct {
-		oldUUID UUID
-		newUUID UUID
+		oldUUID gpu.UUID
+		newUUID gpu.UUID
 	}
 )
 
@@ -102,6 +104,18 @@ func Open(path string) (*Driver, error) {
 	}
 	d.version = int(version)
 	return d, nil
+}
+
+// CheckpointAPI loads the driver library the way stasis-cuda does and
+// says whether it exports the checkpoint API. Loading does not initialise
+// the driver, so it is cheap and touches no GPU: a node's fingerprint
+// records its answer (node.Collector.CheckpointAPI).
+func CheckpointAPI() error {
+	d, err := Open("")
+	if err != nil {
+		return err
+	}
+	return d.Close()
 }
 
 // Init runs cuInit. The checkpoint calls do not need it (measured with
@@ -236,7 +250,7 @@ func (d *Driver) Checkpoint(pid int) error {
 // Restore puts a CHECKPOINTED process's state back on the GPUs, which leaves
 // it LOCKED. A non-empty device map sends each old GPU's state to a new GPU
 // and must name every GPU the process was using.
-func (d *Driver) Restore(pid int, devices DeviceMap) error {
+func (d *Driver) Restore(pid int, devices gpu.DeviceMap) error {
 	var args restoreArgs
 	if len(devices) > 0 {
 		if !d.SupportsDeviceMap() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/fakecuda"
 )
 
@@ -158,7 +159,7 @@ func TestLockArgsLayout(t *testing.T) {
 func TestRestoreDeviceMapLayout(t *testing.T) {
 	d, lib := openFake(t)
 	lib.AddProcess(t, 11, 2)
-	m, err := cuda.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100,GPU-0123456789abcdef0123456789abcdef=fedcba9876543210fedcba9876543210")
+	m, err := gpu.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100,GPU-0123456789abcdef0123456789abcdef=fedcba9876543210fedcba9876543210")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestRestoreDeviceMapRefusedOnOldDriver(t *testing.T) {
 	}
 	defer d.Close()
 	lib.AddProcess(t, 12, 2)
-	m, _ := cuda.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100")
+	m, _ := gpu.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100")
 	err = d.Restore(12, m)
 	if !errors.Is(err, cuda.ErrDeviceMapUnsupported) || !strings.Contains(err.Error(), "12.8") {
 		t.Fatalf("got %v, want ErrDeviceMapUnsupported naming driver API 12.8", err)

@@ -75,7 +75,7 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 	// that outlives the caller's.
 	cctx, cancel := e.cleanupContext(ctx)
 	defer cancel()
-	if err := o.step("unpause", func() (string, error) { return "", e.Runtime.Resume(cctx, a.ID) }); err != nil {
+	if err := o.step("unpause", func() (string, error) { return "", e.Runtime.Unpause(cctx, a.ID) }); err != nil {
 		return nil, errors.Join(copyErr, err)
 	}
 	if copyErr != nil {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/compat"
-	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
@@ -119,7 +118,7 @@ type ResumeOptions struct {
 	ID string
 	// DeviceMap restores GPU state onto other GPUs; when empty, the map the
 	// compatibility check chose is used.
-	DeviceMap cuda.DeviceMap
+	DeviceMap gpu.DeviceMap
 	Probe     Probe
 }
 

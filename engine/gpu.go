@@ -9,8 +9,8 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/cuda"
-	"github.com/stasis-run/stasis/cuda/group"
 	"github.com/stasis-run/stasis/cuda/helper"
+	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -36,7 +36,7 @@ func (e *Engine) helperPresent(ctx context.Context, id string) error {
 
 // gpuSuspend suspends every CUDA process of the sandbox. The helper is
 // all-or-nothing: when it fails, no process is left locked or checkpointed.
-func (e *Engine) gpuSuspend(ctx context.Context, id string) (group.Report, error) {
+func (e *Engine) gpuSuspend(ctx context.Context, id string) (runtime.GPUReport, error) {
 	if g, ok := e.Runtime.(runtime.GPUAgent); ok {
 		return g.GPUSuspend(ctx, id, e.lockTimeout())
 	}
@@ -46,7 +46,7 @@ func (e *Engine) gpuSuspend(ctx context.Context, id string) (group.Report, error
 // gpuResume restores and unlocks every CUDA process that is locked or
 // checkpointed; with nothing to resume it does nothing, so it is safe to run
 // after any failure.
-func (e *Engine) gpuResume(ctx context.Context, id string, devices cuda.DeviceMap) (group.Report, error) {
+func (e *Engine) gpuResume(ctx context.Context, id string, devices gpu.DeviceMap) (runtime.GPUReport, error) {
 	if g, ok := e.Runtime.(runtime.GPUAgent); ok {
 		return g.GPUResume(ctx, id, devices)
 	}
@@ -57,10 +57,10 @@ func (e *Engine) gpuResume(ctx context.Context, id string, devices cuda.DeviceMa
 	return e.runHelper(ctx, id, helper.Resume, 0, deviceMap)
 }
 
-func (e *Engine) runHelper(ctx context.Context, id, verb string, lockTimeout time.Duration, deviceMap string) (group.Report, error) {
+func (e *Engine) runHelper(ctx context.Context, id, verb string, lockTimeout time.Duration, deviceMap string) (runtime.GPUReport, error) {
 	argv := helper.Args(e.helperPath(), verb, lockTimeout, deviceMap)
 	res, err := e.Runtime.Exec(ctx, id, runtime.Process{Args: argv})
-	var rep group.Report
+	var rep runtime.GPUReport
 	if err != nil {
 		return rep, fmt.Errorf("run %s: %w", strings.Join(argv, " "), err)
 	}
@@ -71,7 +71,7 @@ func (e *Engine) runHelper(ctx context.Context, id, verb string, lockTimeout tim
 	return rep, err
 }
 
-func summary(rep group.Report) string {
+func summary(rep runtime.GPUReport) string {
 	if rep.Skipped != "" {
 		return rep.Skipped
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/gpu/nvml"
@@ -472,7 +473,7 @@ func TestGPUCompatAndPlan(t *testing.T) {
 	gib, _ := strconv.ParseFloat(getenv("STASIS_GPU_GIB", "8"), 64)
 	ctx := context.Background()
 	src := nvml.New()
-	n, err := node.Collector{GPU: src, Runtime: g.rt.Info()}.Collect(ctx)
+	n, err := node.Collector{GPU: src, Runtime: g.rt.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +542,7 @@ func TestGPUCompatAndPlan(t *testing.T) {
 	if m.Node == nil || len(m.GPU.Devices) == 0 {
 		t.Fatalf("the manifest lacks the node or the GPUs used: %+v", m.GPU)
 	}
-	here, err := node.Collector{GPU: src, Runtime: g.rt.Info()}.Collect(ctx)
+	here, err := node.Collector{GPU: src, Runtime: g.rt.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/internal/units"
@@ -206,7 +207,7 @@ func existingAncestor(dir string) string {
 }
 
 func (e *Engine) fingerprint(ctx context.Context) (node.Fingerprint, error) {
-	return node.Collector{GPU: e.GPU, Runtime: e.Runtime.Info()}.Collect(ctx)
+	return node.Collector{GPU: e.GPU, Runtime: e.Runtime.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
 }
 
 func (e *Engine) freeDisk(dir string) (uint64, error) {

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/runtime"
@@ -22,9 +21,11 @@ import (
 type Collector struct {
 	GPU     gpu.Source
 	Runtime runtime.Info
-	// CUDALibrary is the driver library checked for the checkpoint API;
-	// cuda.DefaultLibrary when empty.
-	CUDALibrary string
+	// CheckpointAPI says whether the host's CUDA driver library exports
+	// the checkpoint API (cuda.CheckpointAPI); nil records it as not
+	// checked. It is a function so that this package, a format that
+	// snapshots embed, links no CUDA binding.
+	CheckpointAPI func() error
 	// ProcDir is where /proc is mounted; "/proc" when empty.
 	ProcDir string
 }
@@ -107,13 +108,12 @@ func (c Collector) memory() (Memory, error) {
 	return Memory{Total: fields["MemTotal"], Available: fields["MemAvailable"]}, nil
 }
 
-// checkpointAPI loads the driver library the way stasis-cuda does. Loading
-// does not initialise the driver, so it is cheap and touches no GPU.
 func (c Collector) checkpointAPI() Support {
-	d, err := cuda.Open(c.CUDALibrary)
-	if err != nil {
+	if c.CheckpointAPI == nil {
+		return Support{Reason: "not checked"}
+	}
+	if err := c.CheckpointAPI(); err != nil {
 		return Support{Reason: err.Error()}
 	}
-	_ = d.Close()
 	return Support{Available: true}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -112,7 +113,8 @@ func TestLabelsAreValidNFDFeatures(t *testing.T) {
 // TestCollectThisNode reads the real facts of this machine, which has no
 // NVIDIA driver: a valid node without GPUs.
 func TestCollectThisNode(t *testing.T) {
-	f, err := Collector{Runtime: runtime.Info{Name: "gvisor", Version: "test"}}.Collect(context.Background())
+	noDriver := errors.New("no libcuda.so.1 here")
+	f, err := Collector{Runtime: runtime.Info{Name: "gvisor", Version: "test"}, CheckpointAPI: func() error { return noDriver }}.Collect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +124,12 @@ func TestCollectThisNode(t *testing.T) {
 	if f.GPU.Available || f.GPU.Reason == "" {
 		t.Fatalf("GPU facts without a source: %+v", f.GPU)
 	}
-	if _, err := os.Stat("/proc/driver/nvidia/version"); err != nil && (f.CheckpointAPI.Available || f.CheckpointAPI.Reason == "") {
-		t.Fatalf("checkpoint API on a node without a driver: %+v", f.CheckpointAPI)
+	if f.CheckpointAPI.Available || f.CheckpointAPI.Reason != noDriver.Error() {
+		t.Fatalf("checkpoint API whose probe failed: %+v", f.CheckpointAPI)
+	}
+	unchecked, err := Collector{Runtime: runtime.Info{Name: "gvisor", Version: "test"}}.Collect(context.Background())
+	if err != nil || unchecked.CheckpointAPI.Available || unchecked.CheckpointAPI.Reason != "not checked" {
+		t.Fatalf("checkpoint API without a probe: %+v %v", unchecked.CheckpointAPI, err)
 	}
 	if _, err := (Collector{ProcDir: t.TempDir()}).Collect(context.Background()); err == nil {
 		t.Fatal("collect without /proc files worked")

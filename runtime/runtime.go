@@ -10,8 +10,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/stasis-run/stasis/cuda"
-	"github.com/stasis-run/stasis/cuda/group"
+	"github.com/stasis-run/stasis/gpu"
 )
 
 // Status is where a sandbox's container stands, in OCI terms.
@@ -106,8 +105,10 @@ type Runtime interface {
 	Checkpoint(ctx context.Context, id string, opts CheckpointOptions) error
 	// Restore creates container id from a checkpoint image and starts it.
 	Restore(ctx context.Context, id string, opts RestoreOptions) error
+	// Pause freezes every process of the container; Unpause lets them run
+	// again. Neither touches memory or devices.
 	Pause(ctx context.Context, id string) error
-	Resume(ctx context.Context, id string) error
+	Unpause(ctx context.Context, id string) error
 	// Stop kills every process of the container and waits until it stopped.
 	Stop(ctx context.Context, id string) error
 	// Delete frees the container whatever its state; deleting a container
@@ -141,8 +142,28 @@ type GPUAgent interface {
 	// GPUReady says whether the GPU steps can run in the sandbox.
 	GPUReady(ctx context.Context, id string) error
 	// GPUSuspend suspends every CUDA process of the sandbox, all or none.
-	GPUSuspend(ctx context.Context, id string, lockTimeout time.Duration) (group.Report, error)
+	GPUSuspend(ctx context.Context, id string, lockTimeout time.Duration) (GPUReport, error)
 	// GPUResume resumes every locked or checkpointed CUDA process, onto
 	// other GPUs by devices when it is not empty.
-	GPUResume(ctx context.Context, id string, devices cuda.DeviceMap) (group.Report, error)
+	GPUResume(ctx context.Context, id string, devices gpu.DeviceMap) (GPUReport, error)
+}
+
+// GPUReport is what a GPU step did inside a sandbox: the part of
+// stasis-cuda's --json report (cuda/group.Report) that the engine reads,
+// decoded from the same JSON.
+type GPUReport struct {
+	Op string `json:"op"`
+	// DriverVersion is the CUDA driver API version, such as 13000.
+	DriverVersion int          `json:"driverVersion"`
+	Outcomes      []GPUOutcome `json:"outcomes,omitempty"`
+	Error         string       `json:"error,omitempty"`
+	// Skipped says why nothing was done, when a micro-VM's guest agent
+	// finds no NVIDIA device in the guest.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// GPUOutcome is what a GPU step did to one CUDA process.
+type GPUOutcome struct {
+	PID int    `json:"pid"`
+	Err string `json:"error,omitempty"`
 }

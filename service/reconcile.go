@@ -98,7 +98,7 @@ func orDeleted(out outcome) string {
 // of a GPU actor is put back (a no-op when nothing is checkpointed).
 func (s *Service) thaw(ctx context.Context, o *operation, a journal.Actor, st runtime.Status) error {
 	if st == runtime.StatusPaused {
-		if err := s.rt.Resume(ctx, a.Sandbox); err != nil {
+		if err := s.rt.Unpause(ctx, a.Sandbox); err != nil {
 			return fmt.Errorf("resume the paused sandbox: %w", err)
 		}
 	}

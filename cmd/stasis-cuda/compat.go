@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/gpu"
 )
 
 // compatUsage mirrors cuda-checkpoint's help, plus Stasis's own verbs.
@@ -34,7 +35,7 @@ type compatArgs struct {
 	op        string // "toggle", "get-state", "get-restore-tid", or an action
 	pid       int
 	timeoutMs uint32
-	deviceMap cuda.DeviceMap
+	deviceMap gpu.DeviceMap
 	help      bool
 }
 
@@ -107,7 +108,7 @@ func parseCompat(args []string) (compatArgs, error) {
 		case "-d", "--device-map":
 			var v string
 			if v, err = needValue(); err == nil {
-				a.deviceMap, err = cuda.ParseDeviceMap(v)
+				a.deviceMap, err = gpu.ParseDeviceMap(v)
 			}
 		default:
 			err = fmt.Errorf("unknown option %q", arg)

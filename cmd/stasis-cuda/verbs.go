@@ -11,8 +11,8 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/cuda/group"
+	"github.com/stasis-run/stasis/gpu"
 )
 
 // defaultLockTimeout bounds the wait for in-flight GPU work in Stasis's own
@@ -26,14 +26,14 @@ func (c cli) verb(name string, args []string) int {
 	asJSON := fs.Bool("json", false, "print a JSON report on stdout")
 	procRoot := fs.String("proc", "/proc", "the procfs to scan")
 	var timeout time.Duration = defaultLockTimeout
-	var deviceMap cuda.DeviceMap
+	var deviceMap gpu.DeviceMap
 	if name == "suspend" {
 		fs.DurationVar(&timeout, "timeout", defaultLockTimeout, "how long a lock waits for running GPU work (0: no limit)")
 	}
 	if name == "resume" {
 		fs.Func("device-map", "restore onto other GPUs: OLD_UUID=NEW_UUID,... naming every checkpointed GPU", func(v string) error {
 			var err error
-			deviceMap, err = cuda.ParseDeviceMap(v)
+			deviceMap, err = gpu.ParseDeviceMap(v)
 			return err
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/gpu/nvml"
 	"github.com/stasis-run/stasis/internal/buildinfo"
@@ -121,7 +122,7 @@ func (g *globals) fingerprint(ctx context.Context) (node.Fingerprint, error) {
 	if err != nil {
 		return node.Fingerprint{}, err
 	}
-	return node.Collector{GPU: nvml.New(), Runtime: rt.Info()}.Collect(ctx)
+	return node.Collector{GPU: nvml.New(), Runtime: rt.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
 }
 
 // emit writes one JSON line on stderr, for machines following progress.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/gpu"
 )
 
 func newResume(g *globals) *cobra.Command {
@@ -21,7 +21,7 @@ func newResume(g *globals) *cobra.Command {
 		Short: "Verify a snapshot and resume the actor from it in a new sandbox",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			devices, err := cuda.ParseDeviceMap(deviceMap)
+			devices, err := gpu.ParseDeviceMap(deviceMap)
 			if err != nil {
 				return fmt.Errorf("--device-map: %w", err)
 			}

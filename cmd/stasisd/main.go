@@ -21,6 +21,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/gpu/nvml"
 	"github.com/stasis-run/stasis/internal/buildinfo"
@@ -114,7 +115,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		Log:       log,
 		Failpoint: os.Getenv("STASIS_FAILPOINT"),
 		Node: func(ctx context.Context) (node.Fingerprint, error) {
-			return node.Collector{GPU: gpus, Runtime: rt.Info()}.Collect(ctx)
+			return node.Collector{GPU: gpus, Runtime: rt.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
 		},
 	})
 	if err != nil {

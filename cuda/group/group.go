@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/gpu"
 )
 
 // Options tune a group operation.
@@ -17,7 +18,7 @@ type Options struct {
 	// work; zero waits as long as it takes.
 	LockTimeout time.Duration
 	// DeviceMap sends state checkpointed on one GPU to another at resume.
-	DeviceMap cuda.DeviceMap
+	DeviceMap gpu.DeviceMap
 	// Progress, when set, hears of each process as its step ends, from the
 	// goroutine that did it.
 	Progress func(Outcome)
@@ -145,7 +146,7 @@ func Resume(ctx context.Context, d Driver, procs []Process, opt Options) ([]Outc
 	return run(ctx, "resume", procs, forward, undo, opt.Progress)
 }
 
-func toRunning(d Driver, pid int, reached *cuda.ProcessState, devices cuda.DeviceMap) error {
+func toRunning(d Driver, pid int, reached *cuda.ProcessState, devices gpu.DeviceMap) error {
 	if *reached == cuda.StateCheckpointed {
 		if err := d.Restore(pid, devices); err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/cuda/group"
+	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/fakecuda"
 )
 
@@ -127,7 +128,7 @@ func TestSuspendFinishesPartialCheckpoint(t *testing.T) {
 
 func TestResumeUnlocksLockedAndPassesDeviceMap(t *testing.T) {
 	d, lib, procs := setup(t, map[int]int{61: checkpointed, 62: locked})
-	m, _ := cuda.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100")
+	m, _ := gpu.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100")
 	if _, err := group.Resume(context.Background(), d, procs, group.Options{DeviceMap: m}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/gpu"
 )
 
 // Driver is the part of *cuda.Driver the group operations use.
@@ -20,7 +21,7 @@ type Driver interface {
 	State(pid int) (cuda.ProcessState, error)
 	Lock(pid int, timeoutMs uint32) error
 	Checkpoint(pid int) error
-	Restore(pid int, devices cuda.DeviceMap) error
+	Restore(pid int, devices gpu.DeviceMap) error
 	Unlock(pid int) error
 }
 

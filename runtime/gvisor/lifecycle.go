@@ -88,7 +88,7 @@ func (r *Runsc) Pause(ctx context.Context, id string) error {
 	return err
 }
 
-func (r *Runsc) Resume(ctx context.Context, id string) error {
+func (r *Runsc) Unpause(ctx context.Context, id string) error {
 	_, err := r.run(ctx, invocation{args: []string{"resume", id}})
 	return err
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stasis-run/stasis/cuda"
-	"github.com/stasis-run/stasis/cuda/group"
+	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/microvm/agent"
 )
 
@@ -21,17 +21,17 @@ func (r *Runtime) GPUReady(ctx context.Context, id string) error {
 
 // GPUStatus has the guest agent report where every CUDA process in the
 // guest stands (running, locked, checkpointed), changing nothing.
-func (r *Runtime) GPUStatus(ctx context.Context, id string) (group.Report, error) {
+func (r *Runtime) GPUStatus(ctx context.Context, id string) (runtime.GPUReport, error) {
 	return r.gpuStep(ctx, id, agent.Request{Op: agent.OpGPUStatus})
 }
 
 // GPUSuspend has the guest agent suspend every CUDA process in the guest.
-func (r *Runtime) GPUSuspend(ctx context.Context, id string, lockTimeout time.Duration) (group.Report, error) {
+func (r *Runtime) GPUSuspend(ctx context.Context, id string, lockTimeout time.Duration) (runtime.GPUReport, error) {
 	return r.gpuStep(ctx, id, agent.Request{Op: agent.OpGPUSuspend, LockTimeout: lockTimeout})
 }
 
 // GPUResume has the guest agent resume every CUDA process in the guest.
-func (r *Runtime) GPUResume(ctx context.Context, id string, devices cuda.DeviceMap) (group.Report, error) {
+func (r *Runtime) GPUResume(ctx context.Context, id string, devices gpu.DeviceMap) (runtime.GPUReport, error) {
 	req := agent.Request{Op: agent.OpGPUResume}
 	if len(devices) > 0 {
 		req.DeviceMap = devices.String()
@@ -39,8 +39,8 @@ func (r *Runtime) GPUResume(ctx context.Context, id string, devices cuda.DeviceM
 	return r.gpuStep(ctx, id, req)
 }
 
-func (r *Runtime) gpuStep(ctx context.Context, id string, req agent.Request) (group.Report, error) {
-	rep := group.Report{Op: req.Op}
+func (r *Runtime) gpuStep(ctx context.Context, id string, req agent.Request) (runtime.GPUReport, error) {
+	rep := runtime.GPUReport{Op: req.Op}
 	reply, err := r.call(ctx, id, req)
 	if len(reply.Report) > 0 {
 		if jerr := json.Unmarshal(reply.Report, &rep); jerr != nil && err == nil {

@@ -292,7 +292,7 @@ func (r *Runtime) qmpCommand(ctx context.Context, id, command string) error {
 func (r *Runtime) Pause(ctx context.Context, id string) error { return r.qmpCommand(ctx, id, "stop") }
 
 // Resume lets a paused VM's CPUs run again.
-func (r *Runtime) Resume(ctx context.Context, id string) error { return r.qmpCommand(ctx, id, "cont") }
+func (r *Runtime) Unpause(ctx context.Context, id string) error { return r.qmpCommand(ctx, id, "cont") }
 
 // Stop kills QEMU and waits until it is gone.
 func (r *Runtime) Stop(ctx context.Context, id string) error {

@@ -1,4 +1,4 @@
-package cuda
+package gpu
 
 import "testing"
 
@@ -28,13 +28,5 @@ func TestParseDeviceMap(t *testing.T) {
 	}
 	if m, err := ParseDeviceMap(""); err != nil || len(m) != 0 {
 		t.Errorf("empty map: %v %v", m, err)
-	}
-}
-
-func TestFormatVersion(t *testing.T) {
-	for v, want := range map[int]string{13000: "13.0", 12080: "12.8", 12090: "12.9"} {
-		if got := FormatVersion(v); got != want {
-			t.Errorf("FormatVersion(%d) = %q, want %q", v, got, want)
-		}
 	}
 }
