@@ -3,6 +3,11 @@
 // is written before the step starts, so that after a crash the service
 // knows exactly where each interrupted operation stood and can finish it or
 // roll it back (service.Reconcile).
+//
+// The journal keeps a reserve of disk space beside its file. When a write
+// finds the disk full, the reserve is given up and the write tried again,
+// so that the end of an operation can always be recorded: an actor is never
+// left in a transitional state because its disk filled up.
 package journal
 
 import (
@@ -10,13 +15,22 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // schemaVersion is the journal format this package writes and reads.
-const schemaVersion = 1
+// Version 1 journals (no error codes, no deadlines) are upgraded on open.
+const schemaVersion = 2
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -74,21 +88,68 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_actor ON events(actor, seq);
 `
 
+// upgrades take a journal from version N-1 to N (index N-2).
+var upgrades = []string{
+	`ALTER TABLE operations ADD COLUMN error_code TEXT NOT NULL DEFAULT '';
+	 ALTER TABLE operations ADD COLUMN deadline TEXT NOT NULL DEFAULT '';`,
+}
+
+// DefaultReserve is the disk space kept beside the journal for the writes
+// that end operations when the disk is full. An operation's end is a few
+// KiB; the rest is room for SQLite's write-ahead log to grow.
+const DefaultReserve = 16 << 20
+
 // Journal is an open journal file. It is safe for concurrent use.
 type Journal struct {
 	db *sql.DB
+
+	reservePath string
+	reserveSize int64
+	// reserveMu guards reserved, which says whether the reserve file is
+	// in place.
+	reserveMu sync.Mutex
+	reserved  bool
 }
 
 // ErrNotFound is returned (wrapped) for a record that does not exist.
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = errdefs.New(errdefs.ErrNotFound, "not found")
 
 // ErrBusy is returned by Begin when the actor already has a running
 // operation; the error names it.
-var ErrBusy = errors.New("busy")
+var ErrBusy = errdefs.New(errdefs.ErrBusy, "busy")
 
-// Open opens or creates the journal at path. A journal written by another
-// schema version is refused.
-func Open(ctx context.Context, path string) (*Journal, error) {
+// ErrExists is returned (wrapped) when creating a record whose name is
+// taken.
+var ErrExists = errdefs.New(errdefs.ErrAlreadyExists, "already exists")
+
+// Options tune Open.
+type Options struct {
+	// Reserve is the disk space kept for the writes that end operations;
+	// DefaultReserve when zero, none when negative.
+	Reserve int64
+}
+
+// Open opens or creates the journal at path, readable by its owner only.
+// A journal written by a newer schema version is refused; an older one is
+// upgraded.
+func Open(ctx context.Context, path string, opts Options) (*Journal, error) {
+	// SQLite gives its -wal and -shm files the database file's mode, so
+	// creating the file 0600 first keeps all three private whatever the
+	// umask.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	chmodErr := f.Chmod(0o600)
+	f.Close()
+	if chmodErr != nil {
+		return nil, fmt.Errorf("journal %s: %w", path, chmodErr)
+	}
+	for _, side := range []string{"-wal", "-shm"} {
+		if err := os.Chmod(path+side, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("journal %s: %w", path+side, err)
+		}
+	}
 	// WAL lets readers (ps, events) run beside a writer; synchronous=FULL
 	// makes every committed step survive a power cut, which is the point
 	// of the journal. One connection serialises writers without
@@ -99,11 +160,15 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	j := &Journal{db: db}
+	j := &Journal{db: db, reservePath: path + ".reserve", reserveSize: opts.Reserve}
+	if j.reserveSize == 0 {
+		j.reserveSize = DefaultReserve
+	}
 	if err := j.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
+	j.keepReserve()
 	return j, nil
 }
 
@@ -111,17 +176,31 @@ func (j *Journal) migrate(ctx context.Context) error {
 	if _, err := j.db.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("create schema (is this a SQLite file?): %w", err)
 	}
-	var v string
-	err := j.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'schema'`).Scan(&v)
+	var v int
+	err := j.db.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema'`).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
-		_, err = j.db.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES ('schema', ?)`, fmt.Sprint(schemaVersion))
+		// A new journal: the schema above plus every upgrade.
+		v = 1
+		if _, err := j.db.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES ('schema', '1')`); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
-	if err != nil {
-		return err
+	if v > schemaVersion || v < 1 {
+		return fmt.Errorf("journal schema version %d, this stasisd reads versions 1 to %d (use the stasisd that wrote it)", v, schemaVersion)
 	}
-	if v != fmt.Sprint(schemaVersion) {
-		return fmt.Errorf("journal schema version %s, this stasisd reads version %d (use the stasisd that wrote it)", v, schemaVersion)
+	for ; v < schemaVersion; v++ {
+		err := j.tx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, upgrades[v-1]); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'schema'`, fmt.Sprint(v+1))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("upgrade the journal from schema version %d: %w", v, err)
+		}
 	}
 	return nil
 }
@@ -136,21 +215,112 @@ func parseTime(s string) time.Time {
 	return t
 }
 
-// ErrExists is returned (wrapped) when creating a record whose name is
-// taken.
-var ErrExists = errors.New("already exists")
+// write runs fn, a write to the database. When the disk is full, the
+// reserve is given up and fn runs once more: the writes that end
+// operations must get through.
+func (j *Journal) write(fn func() error) error {
+	err := fn()
+	if diskFull(err) && j.releaseReserve() {
+		err = fn()
+	}
+	if err == nil {
+		j.keepReserve()
+	}
+	return err
+}
 
-// tx runs fn in one transaction.
+// tx runs fn in one transaction, as a write.
 func (j *Journal) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := j.db.BeginTx(ctx, nil)
+	return j.write(func() error {
+		tx, err := j.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
+// exec runs one statement as a write.
+func (j *Journal) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	var res sql.Result
+	err := j.write(func() error {
+		var err error
+		res, err = j.db.ExecContext(ctx, query, args...)
+		return err
+	})
+	return res, err
+}
+
+// diskFull tells SQLITE_FULL (and ENOSPC) from other failures.
+func diskFull(err error) bool {
+	if err == nil {
+		return false
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) && coded.Code()&0xff == 13 {
+		return true
+	}
+	return errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "database or disk is full")
+}
+
+// releaseReserve removes the reserve file; it says whether there was one
+// to remove.
+func (j *Journal) releaseReserve() bool {
+	j.reserveMu.Lock()
+	defer j.reserveMu.Unlock()
+	if !j.reserved {
+		return false
+	}
+	j.reserved = false
+	return os.Remove(j.reservePath) == nil
+}
+
+// keepReserve puts the reserve file in place when it is missing and the
+// disk has room for it and as much again.
+func (j *Journal) keepReserve() {
+	if j.reserveSize <= 0 {
+		return
+	}
+	j.reserveMu.Lock()
+	defer j.reserveMu.Unlock()
+	if j.reserved {
+		return
+	}
+	if st, err := os.Stat(j.reservePath); err == nil && st.Size() >= j.reserveSize {
+		j.reserved = true
+		return
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(j.reservePath), &fs); err != nil || int64(fs.Bavail)*fs.Bsize < 2*j.reserveSize {
+		return
+	}
+	f, err := os.OpenFile(j.reservePath, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
-		return err
+		return
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
+	defer f.Close()
+	// fallocate takes the blocks without writing them; a filesystem
+	// without it gets zeros.
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, j.reserveSize); err != nil {
+		if _, err := f.WriteAt(make([]byte, j.reserveSize), 0); err != nil {
+			_ = os.Remove(j.reservePath)
+			return
+		}
 	}
-	return tx.Commit()
+	if f.Sync() == nil {
+		j.reserved = true
+	}
+}
+
+// Reserved tells whether the journal's disk reserve is in place.
+func (j *Journal) Reserved() bool {
+	j.reserveMu.Lock()
+	defer j.reserveMu.Unlock()
+	return j.reserved
 }
 
 func notFound(err error, what, id string) error {

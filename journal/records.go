@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // Template is a recipe for actors; Spec is the service's own JSON.
@@ -32,6 +34,11 @@ type Actor struct {
 	Snapshot  string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+
+	// Latest is the record of Snapshot and Running the operation in
+	// flight, when there are; read with the actor in one query.
+	Latest  *Snapshot
+	Running *Operation
 }
 
 // Snapshot is one snapshot the service made.
@@ -57,10 +64,15 @@ type Operation struct {
 	Kind      string
 	RequestID string
 	// State is running, done or failed.
-	State     string
-	Step      string
-	Args      []byte
+	State string
+	Step  string
+	Args  []byte
+	// Error is a failed operation's error, and ErrorCode its category
+	// (errdefs), so that a replayed request answers as the first did.
 	Error     string
+	ErrorCode string
+	// Deadline is when a running operation is cut short.
+	Deadline  time.Time
 	StartedAt time.Time
 	EndedAt   time.Time
 }
@@ -84,13 +96,15 @@ const (
 	OpFailed  = "failed"
 )
 
+type scanner interface{ Scan(...any) error }
+
 func isUnique(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
 // PutTemplate records a new template.
 func (j *Journal) PutTemplate(ctx context.Context, t Template) error {
-	_, err := j.db.ExecContext(ctx, `INSERT INTO templates(name, spec, golden, created_at) VALUES (?, ?, ?, ?)`, t.Name, string(t.Spec), t.Golden, now())
+	_, err := j.exec(ctx, `INSERT INTO templates(name, spec, golden, created_at) VALUES (?, ?, ?, ?)`, t.Name, string(t.Spec), t.Golden, now())
 	if isUnique(err) {
 		return fmt.Errorf("template %q: %w", t.Name, ErrExists)
 	}
@@ -102,8 +116,40 @@ func (j *Journal) SetGolden(ctx context.Context, name, snapshot string) error {
 	return j.update(ctx, "template", name, `UPDATE templates SET golden = ? WHERE name = ?`, snapshot, name)
 }
 
+// DeleteTemplate forgets a template that no actor uses; it answers a
+// failed precondition naming the actors that still do.
+func (j *Journal) DeleteTemplate(ctx context.Context, name string) error {
+	return j.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM actors WHERE template = ? ORDER BY id`, name)
+		if err != nil {
+			return err
+		}
+		var users []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			users = append(users, id)
+		}
+		rows.Close()
+		if len(users) > 0 {
+			return fmt.Errorf("%w: template %s is used by actor(s) %s; delete them first", errdefs.ErrFailedPrecondition, name, strings.Join(users, ", "))
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM templates WHERE name = ?`, name)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("template %q: %w", name, ErrNotFound)
+		}
+		return nil
+	})
+}
+
 func (j *Journal) update(ctx context.Context, what, id, query string, args ...any) error {
-	res, err := j.db.ExecContext(ctx, query, args...)
+	res, err := j.exec(ctx, query, args...)
 	if err != nil {
 		return err
 	}
@@ -115,7 +161,7 @@ func (j *Journal) update(ctx context.Context, what, id, query string, args ...an
 
 const templateCols = `name, spec, golden, created_at`
 
-func scanTemplate(row interface{ Scan(...any) error }) (Template, error) {
+func scanTemplate(row scanner) (Template, error) {
 	var t Template
 	var spec, created string
 	err := row.Scan(&t.Name, &spec, &t.Golden, &created)
@@ -134,7 +180,9 @@ func (j *Journal) Templates(ctx context.Context) ([]Template, error) {
 	return list(ctx, j.db, scanTemplate, `SELECT `+templateCols+` FROM templates ORDER BY name`)
 }
 
-func list[T any](ctx context.Context, db *sql.DB, scan func(interface{ Scan(...any) error }) (T, error), query string, args ...any) ([]T, error) {
+func list[T any](ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -153,7 +201,7 @@ func list[T any](ctx context.Context, db *sql.DB, scan func(interface{ Scan(...a
 
 const actorCols = `id, template, state, reason, sandbox, snapshot, created_at, updated_at`
 
-func scanActor(row interface{ Scan(...any) error }) (Actor, error) {
+func scanActor(row scanner) (Actor, error) {
 	var a Actor
 	var created, updated string
 	err := row.Scan(&a.ID, &a.Template, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated)
@@ -161,15 +209,54 @@ func scanActor(row interface{ Scan(...any) error }) (Actor, error) {
 	return a, err
 }
 
-// Actor reads one actor.
+// actorView reads an actor with its latest snapshot and its running
+// operation in one query.
+const actorView = `SELECT a.id, a.template, a.state, a.reason, a.sandbox, a.snapshot, a.created_at, a.updated_at,
+	s.id, s.actor, s.template, s.kind, s.scope, s.dir, s.stored, s.size, s.created_at,
+	o.id, o.actor, o.kind, o.request_id, o.state, o.step, o.args, o.error, o.error_code, o.deadline, o.started_at, o.ended_at
+	FROM actors a
+	LEFT JOIN snapshots s ON s.id = a.snapshot AND a.snapshot != ''
+	LEFT JOIN operations o ON o.actor = a.id AND o.state = 'running'`
+
+func scanActorView(row scanner) (Actor, error) {
+	var a Actor
+	var created, updated string
+	var s struct {
+		id, actor, template, kind, scope, dir, stored, created sql.NullString
+		size                                                   sql.NullInt64
+	}
+	var o struct {
+		id, actor, kind, requestID, state, step, args, err, code, deadline, started, ended sql.NullString
+	}
+	err := row.Scan(&a.ID, &a.Template, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated,
+		&s.id, &s.actor, &s.template, &s.kind, &s.scope, &s.dir, &s.stored, &s.size, &s.created,
+		&o.id, &o.actor, &o.kind, &o.requestID, &o.state, &o.step, &o.args, &o.err, &o.code, &o.deadline, &o.started, &o.ended)
+	if err != nil {
+		return a, err
+	}
+	a.CreatedAt, a.UpdatedAt = parseTime(created), parseTime(updated)
+	if s.id.Valid {
+		a.Latest = &Snapshot{ID: s.id.String, Actor: s.actor.String, Template: s.template.String, Kind: s.kind.String, Scope: s.scope.String,
+			Dir: s.dir.String, Stored: s.stored.String, Size: s.size.Int64, CreatedAt: parseTime(s.created.String)}
+	}
+	if o.id.Valid {
+		a.Running = &Operation{ID: o.id.String, Actor: o.actor.String, Kind: o.kind.String, RequestID: o.requestID.String, State: o.state.String,
+			Step: o.step.String, Args: []byte(o.args.String), Error: o.err.String, ErrorCode: o.code.String,
+			Deadline: parseTime(o.deadline.String), StartedAt: parseTime(o.started.String), EndedAt: parseTime(o.ended.String)}
+	}
+	return a, nil
+}
+
+// Actor reads one actor, with its latest snapshot and running operation.
 func (j *Journal) Actor(ctx context.Context, id string) (Actor, error) {
-	a, err := scanActor(j.db.QueryRowContext(ctx, `SELECT `+actorCols+` FROM actors WHERE id = ?`, id))
+	a, err := scanActorView(j.db.QueryRowContext(ctx, actorView+` WHERE a.id = ?`, id))
 	return a, notFound(err, "actor", id)
 }
 
-// Actors lists every actor by id.
+// Actors lists every actor by id, each with its latest snapshot and
+// running operation.
 func (j *Journal) Actors(ctx context.Context) ([]Actor, error) {
-	return list(ctx, j.db, scanActor, `SELECT `+actorCols+` FROM actors ORDER BY id`)
+	return list(ctx, j.db, scanActorView, actorView+` ORDER BY a.id`)
 }
 
 // SetActor records where an actor stands, outside any operation (the
@@ -183,27 +270,42 @@ func (j *Journal) SetActorSnapshot(ctx context.Context, id, snapshot string) err
 	return j.update(ctx, "actor", id, `UPDATE actors SET snapshot = ?, updated_at = ? WHERE id = ?`, snapshot, now(), id)
 }
 
-// DeleteActor forgets an actor and its operations and events; its
-// snapshots' records stay until deleted themselves.
-func (j *Journal) DeleteActor(ctx context.Context, id string) error {
+// DeleteActor forgets an actor, its events and its operations, all but
+// keep (the operation deleting it, so that a retry of that request answers
+// as it did); its snapshots' records stay until deleted themselves.
+func (j *Journal) DeleteActor(ctx context.Context, id, keep string) error {
 	return j.tx(ctx, func(tx *sql.Tx) error {
-		for _, q := range []string{`DELETE FROM events WHERE actor = ?`, `DELETE FROM operations WHERE actor = ?`, `DELETE FROM actors WHERE id = ?`} {
+		for _, q := range []string{`DELETE FROM events WHERE actor = ?`, `DELETE FROM actors WHERE id = ?`} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}
 		}
-		return nil
+		_, err := tx.ExecContext(ctx, `DELETE FROM operations WHERE actor = ? AND id != ?`, id, keep)
+		return err
 	})
 }
 
 // Start describes an operation that begins: the actor moves from one of
-// From (or is created, when Create is set) to To in the same transaction
-// that records the operation.
+// From (any state when From is empty) to To, or is created in state To
+// when Create is set, in the same transaction that records the operation.
 type Start struct {
 	Op     Operation
 	From   []string
 	To     string
 	Create *Actor
+	// Args, when set, makes the operation's arguments from the actor as it
+	// stands inside the transaction, so that they are recorded from the
+	// same state that was checked.
+	Args func(before Actor) ([]byte, error)
+}
+
+// Began is an operation that Begin started, or found already there.
+type Began struct {
+	Op Operation
+	// Actor is the actor as it stood before the operation began.
+	Actor Actor
+	// Replay says Op is an earlier operation of the same request.
+	Replay bool
 }
 
 // BusyError says which operation holds the actor.
@@ -232,16 +334,21 @@ func (e *StateError) Error() string {
 	return fmt.Sprintf("actor %s is %s; %s needs it %s", e.Actor, e.State, e.Kind, strings.Join(e.From, " or "))
 }
 
-// Begin starts an operation. When one with the same actor, kind and request
-// id exists, it is returned instead with replay true (a retried request).
-// An actor with another running operation gives a *BusyError, one in a
-// state not in From a *StateError.
-func (j *Journal) Begin(ctx context.Context, s Start) (op Operation, replay bool, err error) {
-	err = j.tx(ctx, func(tx *sql.Tx) error {
+func (e *StateError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// Begin starts an operation, deciding in one transaction, in this order:
+// an operation of the same actor, kind and request id is a replay and is
+// returned as it stands; an actor with another running operation is busy
+// (*BusyError); an actor in a state not in From is refused (*StateError);
+// otherwise the actor moves to To and the operation is recorded running.
+func (j *Journal) Begin(ctx context.Context, s Start) (Began, error) {
+	var b Began
+	err := j.tx(ctx, func(tx *sql.Tx) error {
+		b = Began{}
 		if s.Op.RequestID != "" {
 			prev, err := scanOp(tx.QueryRowContext(ctx, `SELECT `+opCols+` FROM operations WHERE actor = ? AND kind = ? AND request_id = ?`, s.Op.Actor, s.Op.Kind, s.Op.RequestID))
 			if err == nil {
-				op, replay = prev, true
+				b.Op, b.Replay = prev, true
 				return nil
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
@@ -255,7 +362,7 @@ func (j *Journal) Begin(ctx context.Context, s Start) (op Operation, replay bool
 		}
 		ts := now()
 		if s.Create != nil {
-			a := s.Create
+			a := *s.Create
 			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, s.To, a.Reason, a.Sandbox, a.Snapshot, ts, ts)
 			if isUnique(err) {
 				return fmt.Errorf("actor %q: %w", a.ID, ErrExists)
@@ -263,6 +370,8 @@ func (j *Journal) Begin(ctx context.Context, s Start) (op Operation, replay bool
 			if err != nil {
 				return err
 			}
+			a.State = s.To
+			b.Actor = a
 		} else {
 			a, err := scanActor(tx.QueryRowContext(ctx, `SELECT `+actorCols+` FROM actors WHERE id = ?`, s.Op.Actor))
 			if err != nil {
@@ -274,17 +383,30 @@ func (j *Journal) Begin(ctx context.Context, s Start) (op Operation, replay bool
 			if _, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, updated_at = ? WHERE id = ?`, s.To, ts, a.ID); err != nil {
 				return err
 			}
+			b.Actor = a
 		}
-		op = s.Op
+		op := s.Op
 		op.State, op.StartedAt = OpRunning, parseTime(ts)
+		if s.Args != nil {
+			args, err := s.Args(b.Actor)
+			if err != nil {
+				return err
+			}
+			op.Args = args
+		}
 		if op.Args == nil {
 			op.Args = []byte("{}")
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO operations(id, actor, kind, request_id, state, step, args, started_at) VALUES (?, ?, ?, ?, ?, '', ?, ?)`,
-			op.ID, op.Actor, op.Kind, op.RequestID, op.State, string(op.Args), ts)
+		deadline := ""
+		if !op.Deadline.IsZero() {
+			deadline = op.Deadline.UTC().Format(time.RFC3339Nano)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO operations(id, actor, kind, request_id, state, step, args, deadline, started_at) VALUES (?, ?, ?, ?, ?, '', ?, ?, ?)`,
+			op.ID, op.Actor, op.Kind, op.RequestID, op.State, string(op.Args), deadline, ts)
+		b.Op = op
 		return err
 	})
-	return op, replay, err
+	return b, err
 }
 
 // Step records that an operation is about to run step; it is durable when
@@ -293,29 +415,44 @@ func (j *Journal) Step(ctx context.Context, opID, step string) error {
 	return j.update(ctx, "operation", opID, `UPDATE operations SET step = ? WHERE id = ?`, step, opID)
 }
 
-// End closes an operation and sets its actor's state, in one transaction.
-// An empty actorState leaves the actor alone (it was deleted).
-func (j *Journal) End(ctx context.Context, opID, opState, opErr, actorID, actorState, reason string) error {
-	return j.tx(ctx, func(tx *sql.Tx) error {
-		ts := now()
-		if _, err := tx.ExecContext(ctx, `UPDATE operations SET state = ?, error = ?, ended_at = ? WHERE id = ?`, opState, opErr, ts, opID); err != nil {
-			return err
-		}
-		if actorState == "" {
-			return nil
-		}
-		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, actorState, reason, ts, actorID)
-		return err
-	})
+// End is how an operation ended.
+type End struct {
+	OpID string
+	// State is OpDone or OpFailed, with the error and its category.
+	State, Error, ErrorCode string
+	Actor                   string
+	// ActorState is where the actor stands now; "" leaves it alone (it
+	// was deleted).
+	ActorState, Reason string
 }
 
-const opCols = `id, actor, kind, request_id, state, step, args, error, started_at, ended_at`
+// End closes an operation and sets its actor's state, in one transaction,
+// and returns the actor as it stands then (not found when it was deleted).
+func (j *Journal) End(ctx context.Context, e End) (Actor, error) {
+	err := j.tx(ctx, func(tx *sql.Tx) error {
+		ts := now()
+		if _, err := tx.ExecContext(ctx, `UPDATE operations SET state = ?, error = ?, error_code = ?, ended_at = ? WHERE id = ?`, e.State, e.Error, e.ErrorCode, ts, e.OpID); err != nil {
+			return err
+		}
+		if e.ActorState == "" {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, e.ActorState, e.Reason, ts, e.Actor)
+		return err
+	})
+	if err != nil {
+		return Actor{}, err
+	}
+	return j.Actor(ctx, e.Actor)
+}
 
-func scanOp(row interface{ Scan(...any) error }) (Operation, error) {
+const opCols = `id, actor, kind, request_id, state, step, args, error, error_code, deadline, started_at, ended_at`
+
+func scanOp(row scanner) (Operation, error) {
 	var o Operation
-	var args, started, ended string
-	err := row.Scan(&o.ID, &o.Actor, &o.Kind, &o.RequestID, &o.State, &o.Step, &args, &o.Error, &started, &ended)
-	o.Args, o.StartedAt, o.EndedAt = []byte(args), parseTime(started), parseTime(ended)
+	var args, deadline, started, ended string
+	err := row.Scan(&o.ID, &o.Actor, &o.Kind, &o.RequestID, &o.State, &o.Step, &args, &o.Error, &o.ErrorCode, &deadline, &started, &ended)
+	o.Args, o.Deadline, o.StartedAt, o.EndedAt = []byte(args), parseTime(deadline), parseTime(started), parseTime(ended)
 	return o, err
 }
 
@@ -333,7 +470,7 @@ func (j *Journal) Running(ctx context.Context) ([]Operation, error) {
 
 // AddEvent appends to an actor's history.
 func (j *Journal) AddEvent(ctx context.Context, e Event) (int64, error) {
-	res, err := j.db.ExecContext(ctx, `INSERT INTO events(actor, operation, step, message, error, duration_ns, at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	res, err := j.exec(ctx, `INSERT INTO events(actor, operation, step, message, error, duration_ns, at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		e.Actor, e.Operation, e.Step, e.Message, e.Error, int64(e.Duration), now())
 	if err != nil {
 		return 0, err
@@ -341,9 +478,10 @@ func (j *Journal) AddEvent(ctx context.Context, e Event) (int64, error) {
 	return res.LastInsertId()
 }
 
-// Events lists an actor's history after seq, oldest first.
-func (j *Journal) Events(ctx context.Context, actor string, after int64) ([]Event, error) {
-	return list(ctx, j.db, func(row interface{ Scan(...any) error }) (Event, error) {
+// Events lists an actor's history after seq, oldest first, and the
+// sequence number of its newest event (0 when it has none).
+func (j *Journal) Events(ctx context.Context, actor string, after int64) ([]Event, int64, error) {
+	events, err := list(ctx, j.db, func(row scanner) (Event, error) {
 		var e Event
 		var d int64
 		var at string
@@ -351,11 +489,17 @@ func (j *Journal) Events(ctx context.Context, actor string, after int64) ([]Even
 		e.Duration, e.At = time.Duration(d), parseTime(at)
 		return e, err
 	}, `SELECT seq, actor, operation, step, message, error, duration_ns, at FROM events WHERE actor = ? AND seq > ? ORDER BY seq`, actor, after)
+	if err != nil {
+		return nil, 0, err
+	}
+	var last int64
+	err = j.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE actor = ?`, actor).Scan(&last)
+	return events, last, err
 }
 
 const snapCols = `id, actor, template, kind, scope, dir, stored, size, created_at`
 
-func scanSnapshot(row interface{ Scan(...any) error }) (Snapshot, error) {
+func scanSnapshot(row scanner) (Snapshot, error) {
 	var s Snapshot
 	var created string
 	err := row.Scan(&s.ID, &s.Actor, &s.Template, &s.Kind, &s.Scope, &s.Dir, &s.Stored, &s.Size, &created)
@@ -363,10 +507,11 @@ func scanSnapshot(row interface{ Scan(...any) error }) (Snapshot, error) {
 	return s, err
 }
 
-// PutSnapshot records a snapshot, or updates the record with that id.
+// PutSnapshot records a snapshot, or updates the record with that id
+// (everything but its actor, template and creation time).
 func (j *Journal) PutSnapshot(ctx context.Context, s Snapshot) error {
-	_, err := j.db.ExecContext(ctx, `INSERT INTO snapshots(`+snapCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT(id) DO UPDATE SET dir = excluded.dir, stored = excluded.stored, size = excluded.size`,
+	_, err := j.exec(ctx, `INSERT INTO snapshots(`+snapCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, scope = excluded.scope, dir = excluded.dir, stored = excluded.stored, size = excluded.size`,
 		s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Size, now())
 	return err
 }
@@ -384,6 +529,6 @@ func (j *Journal) Snapshots(ctx context.Context, actor string) ([]Snapshot, erro
 
 // DeleteSnapshot forgets a snapshot.
 func (j *Journal) DeleteSnapshot(ctx context.Context, id string) error {
-	_, err := j.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	_, err := j.exec(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
 	return err
 }
