@@ -11,13 +11,13 @@ import (
 
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
+	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
 // suspendData copies the actor's durable folders, with the sandbox paused so
 // the copy is consistent, then stops the sandbox.
-func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snapshot.Manifest, err error) {
-	o := op{e: e, actor: a.ID, name: "suspend"}
+func (e *Engine) suspendData(ctx context.Context, o op, a Actor, dir string) (m *snapshot.Manifest, err error) {
 	var sources map[string]string
 	err = o.step("preflight", func() (string, error) {
 		if len(a.DurableDirs) == 0 {
@@ -27,12 +27,17 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 		if sources, err = durableSources(a); err != nil {
 			return "", err
 		}
+		if st, err := e.Runtime.State(ctx, a.ID); err != nil {
+			return "", err
+		} else if st.Status != runtime.StatusRunning {
+			return "", fmt.Errorf("%w: the sandbox is %s, not running", ErrRefused, st.Status)
+		}
 		if err := prepareDir(dir); err != nil {
 			return "", err
 		}
 		var need uint64
 		for _, src := range sources {
-			n, err := treeSize(src)
+			n, err := treeSize(ctx, src)
 			if err != nil {
 				return "", err
 			}
@@ -64,7 +69,7 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 	copyErr := o.step("copy", func() (string, error) {
 		for i, d := range a.DurableDirs {
 			rel := "data/" + strconv.Itoa(i)
-			if err := copyTree(sources[d], filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+			if err := copyTree(ctx, sources[d], filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
 				return "", fmt.Errorf("durable folder %s: %w", d, err)
 			}
 			manifest.DurableDirs[d] = rel
@@ -83,8 +88,11 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 	}
 	err = o.step("commit", func() (string, error) {
 		var err error
-		m, err = snapshot.Commit(dir, manifest)
-		return "", err
+		m, err = snapshot.Commit(ctx, dir, manifest)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d files synced and hashed", len(m.Files)), nil
 	})
 	if err != nil {
 		return nil, err
@@ -97,8 +105,8 @@ func (e *Engine) suspendData(ctx context.Context, a Actor, dir string) (m *snaps
 
 // restoreDurable replaces each durable folder's host contents with its copy
 // in the snapshot. The new contents are built beside the folder and swapped
-// in, so a failure leaves the folder as it was.
-func restoreDurable(a Actor, dir string, m *snapshot.Manifest) error {
+// in, so a failure (or a cancelled ctx) leaves the folder as it was.
+func restoreDurable(ctx context.Context, a Actor, dir string, m *snapshot.Manifest) error {
 	sources, err := durableSources(a)
 	if err != nil {
 		return err
@@ -111,7 +119,7 @@ func restoreDurable(a Actor, dir string, m *snapshot.Manifest) error {
 		staging := src + ".stasis-restore"
 		old := src + ".stasis-old"
 		_ = os.RemoveAll(staging)
-		if err := copyTree(filepath.Join(dir, filepath.FromSlash(rel)), staging); err != nil {
+		if err := copyTree(ctx, filepath.Join(dir, filepath.FromSlash(rel)), staging); err != nil {
 			_ = os.RemoveAll(staging)
 			return fmt.Errorf("durable folder %s: %w", d, err)
 		}
@@ -130,10 +138,14 @@ func restoreDurable(a Actor, dir string, m *snapshot.Manifest) error {
 
 // copyTree copies the regular files and folders under src into dst, which
 // must not exist. Symlinks and special files are refused: a snapshot holds
-// data, not references to places outside it.
-func copyTree(src, dst string) error {
+// data, not references to places outside it. A cancelled ctx stops it at
+// the next file.
+func copyTree(ctx context.Context, src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(src, p)
@@ -149,16 +161,19 @@ func copyTree(src, dst string) error {
 		case d.IsDir():
 			return os.MkdirAll(target, info.Mode().Perm()|0o700)
 		case !d.Type().IsRegular():
-			return fmt.Errorf("%s is a %s; durable folders may hold only files and folders", p, d.Type())
+			return fmt.Errorf("%w: %s is %s; durable folders may hold only files and folders", ErrRefused, p, fsutil.DescribeType(d.Type()))
 		}
 		return fsutil.CopyFile(p, target, info.Mode().Perm())
 	})
 }
 
-func treeSize(dir string) (uint64, error) {
+func treeSize(ctx context.Context, dir string) (uint64, error) {
 	var n uint64
 	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if d.Type().IsRegular() {

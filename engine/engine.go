@@ -13,15 +13,16 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
 )
 
 // Actor is one sandbox the engine manages.
@@ -41,14 +42,23 @@ type Actor struct {
 	ConsoleLog string
 }
 
-// Event is one step of an operation, reported as it ends.
-type Event struct {
+// Step is one step of an operation: reported to an Observer's Before as it
+// starts (no duration, message or error yet) and to its After as it ends.
+type Step struct {
 	Actor    string        `json:"actor"`
 	Op       string        `json:"op"`
-	Step     string        `json:"step"`
+	Name     string        `json:"step"`
 	Duration time.Duration `json:"durationNs"`
 	Message  string        `json:"message,omitempty"`
 	Err      string        `json:"error,omitempty"`
+}
+
+// Observer hears of the steps of one call: Before as each starts, so that a
+// journal can record where an operation stands before it gets there, and
+// After as each ends. Either may be nil.
+type Observer struct {
+	Before func(Step)
+	After  func(Step)
 }
 
 // Engine runs suspends and resumes on one runtime.
@@ -60,11 +70,6 @@ type Engine struct {
 	// LockTimeout bounds how long the GPU suspend waits for running GPU
 	// work; 30 s when zero.
 	LockTimeout time.Duration
-	// Events hears of every step as it ends; nil discards them.
-	Events func(Event)
-	// BeforeStep hears of every step before it starts, so that a journal
-	// can record where an operation stands before it gets there.
-	BeforeStep func(Event)
 	// GPU reads this node's GPUs and the device memory each process holds:
 	// a suspend records them and sizes the GPU state by them, a resume
 	// checks them. Nil (or a node without NVML) leaves GPU facts out, and
@@ -88,6 +93,22 @@ type SuspendOptions struct {
 	// Dir receives the snapshot. It must be empty or absent.
 	Dir   string
 	Scope snapshot.Scope
+	// Push, when set, stores the committed snapshot once the sandbox is
+	// stopped.
+	Push     *Transfer
+	Observer Observer
+}
+
+// Transfer names a stored snapshot: the repository and the name in it, with
+// how to report the transfer's progress.
+type Transfer struct {
+	Repo    *store.Repository
+	Name    string
+	Options store.Options
+	// OnStored, when set, runs inside the push step once the store holds
+	// the snapshot, so that a journal records it before the step is over;
+	// its error fails the step.
+	OnStored func(m *snapshot.Manifest) error
 }
 
 // Probe says when a resumed actor is ready: a command that exits 0 inside
@@ -98,15 +119,23 @@ type Probe struct {
 	Timeout time.Duration
 }
 
-// Verification is how much of a snapshot Resume reads before restoring it.
+// Verification is how Resume proves a snapshot whole.
 type Verification int
 
 const (
-	// VerifyBlocks reads every file and checks every block's SHA-256.
+	// VerifyBlocks reads every file and checks every block's SHA-256
+	// before anything is restored.
 	VerifyBlocks Verification = iota
+	// VerifyWhileRestoring checks the files and sizes first, then hashes
+	// every block on every core while the runtime restores, and refuses
+	// the snapshot, removing the new sandbox, before it is reported ready:
+	// a corrupt snapshot never resumes, and the hashing hides behind the
+	// restore and the GPU step.
+	VerifyWhileRestoring
 	// VerifySizes checks the manifest, the file list and the sizes only
-	// (snapshot.Check): for snapshots whose bytes were checked when they
-	// arrived, where reading them again only delays the restore.
+	// (snapshot.Check): for snapshots whose bytes were hash-checked as
+	// they arrived (a pull from a store), where reading them again only
+	// delays the restore.
 	VerifySizes
 )
 
@@ -120,6 +149,12 @@ type ResumeOptions struct {
 	// compatibility check chose is used.
 	DeviceMap gpu.DeviceMap
 	Probe     Probe
+	// Pull, when set, fetches the snapshot from a store into the (empty or
+	// absent) folder first: its stored manifest is checked against this
+	// node before any byte is fetched, and every chunk against its hash as
+	// it arrives, so the folder is then checked by size only.
+	Pull     *Transfer
+	Observer Observer
 }
 
 func (e *Engine) helperPath() string {
@@ -146,20 +181,20 @@ func (e *Engine) cleanupContext(ctx context.Context) (context.Context, context.C
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// op runs an operation's steps and reports each.
+// op runs an operation's steps and reports each to its observer.
 type op struct {
-	e     *Engine
 	actor string
 	name  string
+	obs   Observer
 }
 
 func (o op) step(name string, fn func() (string, error)) error {
-	if o.e.BeforeStep != nil {
-		o.e.BeforeStep(Event{Actor: o.actor, Op: o.name, Step: name})
+	if o.obs.Before != nil {
+		o.obs.Before(Step{Actor: o.actor, Op: o.name, Name: name})
 	}
 	start := time.Now()
 	msg, err := fn()
-	ev := Event{Actor: o.actor, Op: o.name, Step: name, Duration: time.Since(start), Message: msg}
+	ev := Step{Actor: o.actor, Op: o.name, Name: name, Duration: time.Since(start), Message: msg}
 	if err != nil {
 		ev.Err = err.Error()
 		err = fmt.Errorf("%s %s: %s: %w", o.name, o.actor, name, err)
@@ -168,15 +203,15 @@ func (o op) step(name string, fn func() (string, error)) error {
 	return err
 }
 
-func (o op) notify(ev Event) {
-	if o.e.Events != nil {
-		o.e.Events(ev)
+func (o op) notify(ev Step) {
+	if o.obs.After != nil {
+		o.obs.After(ev)
 	}
 }
 
 func (o op) note(msg string) {
-	o.notify(Event{Actor: o.actor, Op: o.name, Step: "note", Message: msg})
+	o.notify(Step{Actor: o.actor, Op: o.name, Name: "note", Message: msg})
 }
 
 // ErrRefused marks a request refused before anything was touched.
-var ErrRefused = errors.New("refused")
+var ErrRefused = errdefs.New(errdefs.ErrFailedPrecondition, "refused")

@@ -29,7 +29,8 @@ type fixture struct {
 	t      *testing.T
 	rt     *gvisor.Runsc
 	eng    *engine.Engine
-	events []engine.Event
+	obs    engine.Observer
+	events []engine.Step
 	mu     sync.Mutex
 }
 
@@ -46,11 +47,12 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, rt: rt}
-	f.eng = &engine.Engine{Runtime: rt, Events: func(ev engine.Event) {
+	f.obs = engine.Observer{After: func(ev engine.Step) {
 		f.mu.Lock()
 		f.events = append(f.events, ev)
 		f.mu.Unlock()
 	}}
+	f.eng = &engine.Engine{Runtime: rt}
 	return f
 }
 
@@ -123,7 +125,7 @@ func TestFullSuspendResumeCycles(t *testing.T) {
 	ctx := context.Background()
 	for cycle := 1; cycle <= 3; cycle++ {
 		dir := filepath.Join(t.TempDir(), "snap")
-		m, err := f.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir, Scope: snapshot.ScopeFull})
+		m, err := f.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: f.obs, Dir: dir, Scope: snapshot.ScopeFull})
 		if err != nil {
 			t.Fatalf("cycle %d: %v", cycle, err)
 		}
@@ -131,7 +133,7 @@ func TestFullSuspendResumeCycles(t *testing.T) {
 			t.Fatalf("manifest %+v", m)
 		}
 		f.requireGone(a.ID)
-		opts := engine.ResumeOptions{Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}}
+		opts := engine.ResumeOptions{Observer: f.obs, Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}}
 		if cycle == 3 {
 			opts.ID = "cycles-moved"
 		}
@@ -150,7 +152,7 @@ func TestFullSuspendResumeCycles(t *testing.T) {
 	}
 	steps := map[string]bool{}
 	for _, ev := range f.events {
-		steps[ev.Op+"/"+ev.Step] = true
+		steps[ev.Op+"/"+ev.Name] = true
 	}
 	for _, s := range []string{"suspend/preflight", "suspend/checkpoint", "suspend/commit", "suspend/stop", "resume/verify", "resume/restore", "resume/probe"} {
 		if !steps[s] {
@@ -171,7 +173,7 @@ func TestDataScopeRestoresFolders(t *testing.T) {
 	a := f.start("data", testactor.Options{Durable: map[string]string{"/data": host}})
 	inst, _ := instanceAndValue(f.incr(a.ID, 2))
 	dir := filepath.Join(t.TempDir(), "snap")
-	m, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir, Scope: snapshot.ScopeData})
+	m, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir, Scope: snapshot.ScopeData})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +188,7 @@ func TestDataScopeRestoresFolders(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(host, "stray"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}}); err != nil {
+	if err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}}); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(host, "sub", "notes.txt"))
@@ -218,12 +220,12 @@ func TestPreflightRefusesTooLittleDisk(t *testing.T) {
 	a := f.start("preflight", testactor.Options{})
 	f.incr(a.ID, 1)
 	dir := filepath.Join(tinyTmpfs(t), "snap")
-	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if !errors.Is(err, engine.ErrRefused) || !strings.Contains(err.Error(), "short") {
 		t.Fatalf("got %v; want a refusal naming the shortfall", err)
 	}
 	for _, ev := range f.events {
-		if ev.Step == "checkpoint" {
+		if ev.Name == "checkpoint" {
 			t.Fatal("a refused suspend reached the checkpoint")
 		}
 	}
@@ -239,7 +241,7 @@ func TestCheckpointOutOfSpaceKeepsActorRunning(t *testing.T) {
 	// Let preflight pass so that the checkpoint itself runs out of space.
 	f.eng.FreeDisk = func(string) (uint64, error) { return 1 << 40, nil }
 	dir := filepath.Join(tinyTmpfs(t), "snap")
-	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if err == nil || !strings.Contains(err.Error(), "checkpoint") || !strings.Contains(err.Error(), "GPU state resumed") {
 		t.Fatalf("got %v; want a checkpoint failure with the GPU state resumed", err)
 	}
@@ -256,10 +258,10 @@ func TestCheckpointOutOfSpaceKeepsActorRunning(t *testing.T) {
 	// A retry into a folder with room works.
 	f.eng.FreeDisk = nil
 	good := filepath.Join(t.TempDir(), "snap")
-	if _, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: good}); err != nil {
+	if _, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: good}); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if err := f.eng.Resume(context.Background(), a, good, engine.ResumeOptions{}); err != nil {
+	if err := f.eng.Resume(context.Background(), a, good, engine.ResumeOptions{Observer: f.obs}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.counter(a.ID, "incr"); got != inst+" 6" {
@@ -277,7 +279,7 @@ func TestHelperFailureRollsBack(t *testing.T) {
 	a.GPU = true
 	inst, _ := instanceAndValue(f.incr(a.ID, 2))
 	dir := filepath.Join(t.TempDir(), "snap")
-	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if err == nil || !strings.Contains(err.Error(), "gpu-suspend") || !strings.Contains(err.Error(), "injected failure") {
 		t.Fatalf("got %v; want the helper's failure", err)
 	}
@@ -294,7 +296,7 @@ func TestMissingHelperRefused(t *testing.T) {
 	f := newFixture(t)
 	a := f.start("nohelper", testactor.Options{})
 	a.GPU = true
-	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: filepath.Join(t.TempDir(), "snap")})
+	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: filepath.Join(t.TempDir(), "snap")})
 	if !errors.Is(err, engine.ErrRefused) || !strings.Contains(err.Error(), "helper") {
 		t.Fatalf("got %v", err)
 	}
@@ -338,7 +340,7 @@ func TestCheckpointKilledMidwayLeavesActorRunning(t *testing.T) {
 	eng := *f.eng
 	eng.Runtime = killingRuntime{f.rt, t}
 	dir := filepath.Join(t.TempDir(), "snap")
-	_, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	_, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if err == nil {
 		t.Fatal("the suspend whose checkpoint was killed succeeded")
 	}
@@ -346,7 +348,7 @@ func TestCheckpointKilledMidwayLeavesActorRunning(t *testing.T) {
 	if got := f.counter(a.ID, "incr"); got != inst+" 3" {
 		t.Fatalf("counter after the killed checkpoint: %q", got)
 	}
-	if _, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: filepath.Join(t.TempDir(), "again")}); err != nil {
+	if _, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: filepath.Join(t.TempDir(), "again")}); err != nil {
 		t.Fatalf("a suspend after the killed one: %v", err)
 	}
 }
@@ -356,7 +358,7 @@ func TestCorruptSnapshotRefusedBeforeAnySandbox(t *testing.T) {
 	a := f.start("corrupt", testactor.Options{})
 	f.incr(a.ID, 1)
 	dir := filepath.Join(t.TempDir(), "snap")
-	m, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	m, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +370,7 @@ func TestCorruptSnapshotRefusedBeforeAnySandbox(t *testing.T) {
 	if err := os.Truncate(target, info.Size()-1); err != nil {
 		t.Fatal(err)
 	}
-	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{})
+	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
 	if !errors.Is(err, engine.ErrRefused) || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("got %v; want a refusal naming the truncated file", err)
 	}
@@ -377,7 +379,7 @@ func TestCorruptSnapshotRefusedBeforeAnySandbox(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, snapshot.ManifestName)); err != nil {
 		t.Fatal(err)
 	}
-	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{})
+	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
 	if !errors.Is(err, snapshot.ErrNoManifest) {
 		t.Fatalf("got %v; want ErrNoManifest", err)
 	}
@@ -389,21 +391,21 @@ func TestFailedResumeCleansUpAndKeepsSnapshot(t *testing.T) {
 	a := f.start("probefail", testactor.Options{})
 	inst, _ := instanceAndValue(f.incr(a.ID, 5))
 	dir := filepath.Join(t.TempDir(), "snap")
-	if _, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir}); err != nil {
+	if _, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	bad := engine.Probe{Command: []string{"/counter", "no-such-command"}, Timeout: 300e6}
-	err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Probe: bad})
+	err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: bad})
 	if err == nil || !strings.Contains(err.Error(), "probe") {
 		t.Fatalf("got %v; want a probe failure", err)
 	}
 	f.requireGone(a.ID)
-	if _, err := snapshot.Verify(dir); err != nil {
+	if _, err := snapshot.Verify(context.Background(), dir); err != nil {
 		t.Fatalf("the snapshot changed: %v", err)
 	}
 	ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	defer ready.Close()
-	if err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Probe: engine.Probe{URL: ready.URL}}); err != nil {
+	if err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: engine.Probe{URL: ready.URL}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.counter(a.ID, "incr"); got != inst+" 6" {
@@ -424,14 +426,14 @@ func TestFailedStopKeepsSnapshotAndActor(t *testing.T) {
 	eng := *f.eng
 	eng.Runtime = failingStop{f.rt}
 	dir := filepath.Join(t.TempDir(), "snap")
-	m, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	m, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if err == nil || !strings.Contains(err.Error(), "was committed") || !strings.Contains(err.Error(), "keeps running") {
 		t.Fatalf("got %v; want the committed snapshot and the running actor named", err)
 	}
 	if m == nil {
 		t.Fatal("no manifest returned for the committed snapshot")
 	}
-	if _, err := snapshot.Verify(dir); err != nil {
+	if _, err := snapshot.Verify(context.Background(), dir); err != nil {
 		t.Fatalf("the committed snapshot was not kept whole: %v", err)
 	}
 	f.requireRunning(a.ID)

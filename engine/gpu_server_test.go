@@ -120,7 +120,7 @@ func TestGPUServerBench(t *testing.T) {
 		g.takeEvents()
 		var m *snapshot.Manifest
 		suspendS, err := g.timed(func() (err error) {
-			m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+			m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
 			return err
 		})
 		if err != nil {
@@ -133,12 +133,12 @@ func TestGPUServerBench(t *testing.T) {
 		// does, timed on its own; the resume itself checks sizes, as stasisd's
 		// resumes of snapshots it committed or pulled do.
 		dropCaches()
-		if result["fullVerifyS"], err = g.timed(func() error { _, err := snapshot.Verify(dir); return err }); err != nil {
+		if result["fullVerifyS"], err = g.timed(func() error { _, err := snapshot.Verify(context.Background(), dir); return err }); err != nil {
 			t.Fatal(err)
 		}
 		dropForResume()
 		start = time.Now()
-		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Verify: engine.VerifySizes}); err != nil {
+		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifySizes}); err != nil {
 			t.Fatal(err)
 		}
 		resumed := mustLLM(a.ID, "/token")

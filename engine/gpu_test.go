@@ -49,13 +49,14 @@ type gpuEnv struct {
 	t       *testing.T
 	rt      *gvisor.Runsc
 	eng     *engine.Engine
+	obs     engine.Observer
 	helper  string
 	scripts string
 	python  string
 	work    string
 	out     *os.File
 	mu      sync.Mutex
-	events  []engine.Event
+	events  []engine.Step
 }
 
 func getenv(k, def string) string {
@@ -89,12 +90,13 @@ func newGPUEnv(t *testing.T) *gpuEnv {
 	}
 	t.Cleanup(func() { out.Close() })
 	g := &gpuEnv{t: t, rt: rt, helper: helper, scripts: scripts, python: python, work: work, out: out}
-	g.eng = &engine.Engine{Runtime: rt, GPU: nvml.New(), Events: func(ev engine.Event) {
+	g.obs = engine.Observer{After: func(ev engine.Step) {
 		g.mu.Lock()
 		g.events = append(g.events, ev)
 		g.mu.Unlock()
-		t.Logf("event %s/%s %s %s %s", ev.Op, ev.Step, ev.Duration.Round(time.Millisecond), ev.Message, ev.Err)
+		t.Logf("event %s/%s %s %s %s", ev.Op, ev.Name, ev.Duration.Round(time.Millisecond), ev.Message, ev.Err)
 	}}
+	g.eng = &engine.Engine{Runtime: rt, GPU: nvml.New()}
 	return g
 }
 
@@ -106,7 +108,7 @@ func (g *gpuEnv) record(kind string, fields map[string]any) {
 	g.t.Logf("RESULT %s", data)
 }
 
-func (g *gpuEnv) takeEvents() []engine.Event {
+func (g *gpuEnv) takeEvents() []engine.Step {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ev := g.events
@@ -215,7 +217,7 @@ func TestGPUActor(t *testing.T) {
 	for cycle := 1; cycle <= 3; cycle++ {
 		dir := filepath.Join(g.work, fmt.Sprintf("snap-%d", cycle))
 		start := time.Now()
-		m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+		m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
 		suspend := time.Since(start)
 		if err != nil {
 			t.Fatalf("cycle %d suspend: %v", cycle, err)
@@ -230,7 +232,7 @@ func TestGPUActor(t *testing.T) {
 		size := m.Size()
 		suspendEvents := g.takeEvents()
 		start = time.Now()
-		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}); err != nil {
+		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
 			t.Fatalf("cycle %d resume: %v", cycle, err)
 		}
 		resume := time.Since(start)
@@ -260,7 +262,7 @@ func TestGPUActor(t *testing.T) {
 	defer unix.Unmount(tiny, unix.MNT_DETACH)
 	eng := *g.eng
 	eng.FreeDisk = func(string) (uint64, error) { return 1 << 50, nil }
-	_, err = eng.Suspend(ctx, a, engine.SuspendOptions{Dir: filepath.Join(tiny, "snap")})
+	_, err = eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: filepath.Join(tiny, "snap")})
 	verify, verr := g.ask(a.ID, "verify")
 	g.record("failed-checkpoint", map[string]any{"err": fmt.Sprint(err), "verifyAfter": verify, "verifyErr": fmt.Sprint(verr), "steps": steps(g.takeEvents())})
 	if err == nil || !strings.Contains(err.Error(), "GPU state resumed") {
@@ -271,11 +273,11 @@ func TestGPUActor(t *testing.T) {
 	}
 }
 
-func steps(evs []engine.Event) map[string]float64 {
+func steps(evs []engine.Step) map[string]float64 {
 	m := map[string]float64{}
 	for _, ev := range evs {
-		if ev.Step != "note" {
-			m[ev.Op+"/"+ev.Step] += ev.Duration.Seconds()
+		if ev.Name != "note" {
+			m[ev.Op+"/"+ev.Name] += ev.Duration.Seconds()
 		}
 	}
 	return m
@@ -428,7 +430,7 @@ func TestGPUBench(t *testing.T) {
 		dir := filepath.Join(g.work, a.ID+"-engine")
 		var m *snapshot.Manifest
 		result["engineSuspendS"], err = g.timed(func() (err error) {
-			m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+			m, err = g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
 			return err
 		})
 		if err != nil {
@@ -436,7 +438,7 @@ func TestGPUBench(t *testing.T) {
 		}
 		result["imageBytes"] = m.Size()
 		result["suspendSteps"] = steps(g.takeEvents())
-		resumeS, err := g.timed(func() error { return g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}) })
+		resumeS, err := g.timed(func() error { return g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}) })
 		if err != nil {
 			t.Fatalf("%s engine resume: %v", a.ID, err)
 		}
@@ -534,7 +536,7 @@ func TestGPUCompatAndPlan(t *testing.T) {
 
 	// A real snapshot, checked against this node and edited copies of it.
 	dir := filepath.Join(g.work, "snap-compat")
-	m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir})
+	m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +573,7 @@ func TestGPUCompatAndPlan(t *testing.T) {
 			t.Errorf("%s: %+v; want a refusal containing %q", c.name, res, c.want)
 		}
 	}
-	if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{}); err != nil {
+	if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := g.ask(a.ID, "verify"); err != nil {
@@ -623,7 +625,7 @@ func TestGPUStoreDedup(t *testing.T) {
 		a := g.startActor(id, gib)
 		g.mustAsk(a.ID, "info")
 		dir := filepath.Join(g.work, id)
-		if _, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir}); err != nil {
+		if _, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir}); err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
 		dirs = append(dirs, dir)
@@ -637,7 +639,7 @@ func TestGPUStoreDedup(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, dir := range dirs {
-		m, err := snapshot.Check(dir)
+		m, err := snapshot.Check(context.Background(), dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -72,7 +72,7 @@ func (p *Plan) Refused() error {
 func (e *Engine) Plan(ctx context.Context, a Actor, dir string) (*Plan, error) {
 	p := &Plan{Actor: a.ID}
 	var err error
-	if p.Node, err = e.fingerprint(ctx); err != nil {
+	if p.Node, err = e.Fingerprint(ctx); err != nil {
 		return nil, err
 	}
 	st, err := e.Runtime.State(ctx, a.ID)
@@ -206,7 +206,10 @@ func existingAncestor(dir string) string {
 	}
 }
 
-func (e *Engine) fingerprint(ctx context.Context) (node.Fingerprint, error) {
+// Fingerprint reads this node's facts as a suspend records them and a
+// resume checks them: its GPUs (through the engine's GPU source) and the
+// engine's runtime.
+func (e *Engine) Fingerprint(ctx context.Context) (node.Fingerprint, error) {
 	return node.Collector{GPU: e.GPU, Runtime: e.Runtime.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
 }
 

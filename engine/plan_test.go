@@ -89,7 +89,7 @@ func TestPlanSizesGPUStateAndRefusesOverLimit(t *testing.T) {
 		t.Fatalf("no checkpoint-api refusal on a node without a CUDA driver: %v", failed)
 	}
 
-	_, err = f.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: filepath.Join(t.TempDir(), "snap")})
+	_, err = f.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: f.obs, Dir: filepath.Join(t.TempDir(), "snap")})
 	if !errors.Is(err, engine.ErrRefused) || !strings.Contains(err.Error(), "memory-limit") {
 		t.Fatalf("suspend: %v; want a memory-limit refusal", err)
 	}
@@ -107,7 +107,7 @@ func TestResumeRefusesAnotherPlatform(t *testing.T) {
 	a := f.start("platform", testactor.Options{})
 	f.incr(a.ID, 1)
 	dir := filepath.Join(t.TempDir(), "snap")
-	m, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	m, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestResumeRefusesAnotherPlatform(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, snapshot.ManifestName), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{})
+	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
 	if !errors.Is(err, engine.ErrRefused) || !strings.Contains(err.Error(), "runtime platform kvm needed, node runs systrap") {
 		t.Fatalf("got %v; want a refusal naming the platform", err)
 	}

@@ -10,37 +10,136 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
 // Resume brings the actor back from the snapshot in dir, in a new sandbox
-// (opts.ID, or the actor's own id). The snapshot is verified (every block's
-// hash, or with VerifySizes its files and sizes) and checked against this
-// node before any sandbox is created. On failure the new sandbox is removed and the snapshot is left
-// as it was.
+// (opts.ID, or the actor's own id); with opts.Pull it fetches the snapshot
+// into dir first. Before any sandbox exists the snapshot is checked (see
+// Verification) and compared with this node; a corrupt or incompatible one
+// is refused with the reason. On failure the new sandbox is removed and
+// the snapshot is left as it was.
 func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
-	o := op{e: e, actor: a.ID, name: "resume"}
+	o := op{actor: a.ID, name: "resume", obs: opts.Observer}
 	id := opts.ID
 	if id == "" {
 		id = a.ID
 	}
 	var m *snapshot.Manifest
-	err = o.step("verify", func() (string, error) {
-		verify, how := snapshot.Verify, "every block hashed"
-		if opts.Verify == VerifySizes {
-			verify, how = snapshot.Check, "sizes checked"
+	if opts.Pull != nil {
+		if m, err = e.pull(ctx, o, a, id, dir, *opts.Pull, &opts); err != nil {
+			return err
 		}
-		var err error
-		if m, err = verify(dir); err != nil {
-			return "", fmt.Errorf("%w: %w", ErrRefused, err)
+	} else {
+		err = o.step("verify", func() (string, error) {
+			var err error
+			if m, err = snapshot.Check(ctx, dir); err != nil {
+				return "", fmt.Errorf("%w: %w", ErrRefused, err)
+			}
+			how := "sizes checked"
+			switch opts.Verify {
+			case VerifyBlocks:
+				if err := snapshot.VerifyContents(ctx, dir, m); err != nil {
+					return "", fmt.Errorf("%w: %w", ErrRefused, err)
+				}
+				how = "every block hashed"
+			case VerifyWhileRestoring:
+				how = "sizes checked; every block is hashed while it restores"
+			}
+			return fmt.Sprintf("%s snapshot, %d files (%s), %s", m.Scope, len(m.Files), units.Bytes(m.Size()), how), nil
+		})
+		if err != nil {
+			return err
 		}
-		return fmt.Sprintf("%s snapshot, %d files, %s", m.Scope, len(m.Files), how), nil
-	})
+		if err := e.checkCompatible(ctx, o, a, id, m, &opts); err != nil {
+			return err
+		}
+	}
+	// The hashing runs beside the restore; a mismatch cuts the restore
+	// short (its context is cancelled with the cause) and fails the resume.
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var hashed chan error
+	if opts.Pull == nil && opts.Verify == VerifyWhileRestoring {
+		hashed = make(chan error, 1)
+		go func() {
+			err := snapshot.VerifyContents(rctx, dir, m)
+			if err != nil {
+				stop(err)
+			}
+			hashed <- err
+		}()
+	}
+	defer func() {
+		if err != nil {
+			if hashed != nil {
+				stop(err)
+				<-hashed
+			}
+			cctx, cancel := e.cleanupContext(ctx)
+			defer cancel()
+			_ = o.step("cleanup", func() (string, error) {
+				return "the new sandbox was removed; the snapshot is as it was", e.Runtime.Delete(cctx, id)
+			})
+		}
+	}()
+	if m.Scope == snapshot.ScopeData {
+		err = e.resumeData(rctx, o, a, id, dir, m)
+	} else {
+		err = e.resumeFull(rctx, o, a, id, dir, opts)
+	}
+	// The sandbox is not reported ready, nor probed, before its snapshot
+	// is proven whole; a restore cut short by a mismatch reports it.
+	if hashed != nil && (err == nil || context.Cause(rctx) != nil) {
+		herr := o.step("verify-blocks", func() (string, error) {
+			if err := <-hashed; err != nil {
+				return "", errdefs.Mark(fmt.Errorf("%w: %w", ErrRefused, err), errdefs.ErrCorrupt)
+			}
+			return "every block matches its SHA-256", nil
+		})
+		hashed = nil
+		if herr != nil {
+			return herr
+		}
+	}
 	if err != nil {
 		return err
 	}
-	err = o.step("compatibility", func() (string, error) {
+	return e.waitReady(ctx, o, id, opts.Probe)
+}
+
+// pull fetches a stored snapshot into dir: its stored manifest is read once
+// and checked against this node before any chunk is fetched, and every
+// chunk is hash-checked as it arrives.
+func (e *Engine) pull(ctx context.Context, o op, a Actor, id, dir string, t Transfer, opts *ResumeOptions) (*snapshot.Manifest, error) {
+	stored, err := t.Repo.Snapshot(ctx, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	m, err := snapshot.Parse(stored.Meta)
+	if err != nil {
+		return nil, errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", t.Name, err), errdefs.ErrCorrupt)
+	}
+	if err := e.checkCompatible(ctx, o, a, id, m, opts); err != nil {
+		return nil, err
+	}
+	err = o.step("pull", func() (string, error) {
+		if err := t.Repo.RestoreSnapshot(ctx, stored, dir, t.Options); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s (%s) fetched from %s, every chunk hash-checked", t.Name, units.Bytes(stored.Size()), t.Repo.Backend().Location()), nil
+	})
+	return m, err
+}
+
+// checkCompatible is the compatibility step: the snapshot against this
+// node, whose device map is used unless the caller gave one, and the
+// container id free for the new sandbox.
+func (e *Engine) checkCompatible(ctx context.Context, o op, a Actor, id string, m *snapshot.Manifest, opts *ResumeOptions) error {
+	return o.step("compatibility", func() (string, error) {
 		res, err := e.Compatible(ctx, a, m)
 		if err != nil {
 			return "", err
@@ -57,31 +156,6 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 		}
 		return msg, e.idFree(ctx, id)
 	})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			cctx, cancel := e.cleanupContext(ctx)
-			defer cancel()
-			_ = o.step("cleanup", func() (string, error) { return "", e.Runtime.Delete(cctx, id) })
-		}
-	}()
-	if m.Scope == snapshot.ScopeData {
-		err = e.resumeData(ctx, o, a, id, dir, m)
-	} else {
-		err = e.resumeFull(ctx, o, a, id, dir, opts)
-	}
-	if err != nil {
-		return err
-	}
-	return e.waitReady(ctx, o, id, opts.Probe)
-}
-
-// WaitReady runs the readiness probe, if any, against a sandbox that was
-// just booted, as Resume does after a restore.
-func (e *Engine) WaitReady(ctx context.Context, a Actor, id string, p Probe) error {
-	return e.waitReady(ctx, op{e: e, actor: a.ID, name: "boot"}, id, p)
 }
 
 func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error {
@@ -89,23 +163,6 @@ func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error 
 		return nil
 	}
 	return o.step("probe", func() (string, error) { return e.probe(ctx, id, p) })
-}
-
-// ThawGPU attaches the devices a runtime detached, and resumes every CUDA
-// process of a running sandbox that is locked or checkpointed; it does
-// nothing when none is: a journal that finds an operation cut short between
-// the GPU steps calls it to make sure no workload stays frozen.
-func (e *Engine) ThawGPU(ctx context.Context, a Actor, id string) error {
-	o := op{e: e, actor: a.ID, name: "thaw"}
-	if h, ok := e.Runtime.(runtime.DeviceHolder); ok {
-		if err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
-			return err
-		}
-	}
-	return o.step("gpu-resume", func() (string, error) {
-		rep, err := e.gpuResume(ctx, id, nil)
-		return summary(rep), err
-	})
 }
 
 func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, opts ResumeOptions) error {
@@ -133,25 +190,20 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 }
 
 func (e *Engine) resumeData(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest) error {
-	if err := o.step("restore-data", func() (string, error) { return "", restoreDurable(a, dir, m) }); err != nil {
+	if err := o.step("restore-data", func() (string, error) { return "", restoreDurable(ctx, a, dir, m) }); err != nil {
 		return err
 	}
-	return o.step("boot", func() (string, error) {
-		if err := e.Runtime.Create(ctx, id, a.Bundle, runtime.CreateOptions{ConsoleLog: a.ConsoleLog, Notify: o.note}); err != nil {
-			return "", err
-		}
-		return "", e.Runtime.Start(ctx, id)
-	})
+	return o.step("boot", func() (string, error) { return e.create(ctx, a, id, o) })
 }
 
 // Compatible refuses a snapshot this node cannot restore, with every
-// reason; Resume runs it before any sandbox exists, and a caller about to
-// fetch a snapshot can run it on the stored manifest first.
+// reason; Resume runs it before any sandbox exists (and before a pull
+// fetches any byte).
 func (e *Engine) Compatible(ctx context.Context, a Actor, m *snapshot.Manifest) (compat.Result, error) {
 	if m.Scope == snapshot.ScopeFull && m.GPU != nil && !a.GPU {
 		return compat.Result{}, fmt.Errorf("%w: the snapshot holds GPU state, and the actor is not a GPU actor here", ErrRefused)
 	}
-	n, err := e.fingerprint(ctx)
+	n, err := e.Fingerprint(ctx)
 	if err != nil {
 		return compat.Result{}, err
 	}

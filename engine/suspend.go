@@ -11,26 +11,77 @@ import (
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
 )
 
 // imageDir is the snapshot subfolder that holds a Full snapshot's image.
 const imageDir = "image"
 
-// Suspend snapshots the actor into opts.Dir and stops its sandbox. On
-// failure the actor keeps running as it was, its GPU state back on the GPU,
+// Suspend snapshots the actor into opts.Dir and stops its sandbox, then
+// stores the snapshot when opts.Push says where. On failure before the
+// commit the actor keeps running as it was, its GPU state back on the GPU,
 // opts.Dir holds no snapshot, and the error names the step and the cause.
+// A committed snapshot is returned even when a later step failed: with a
+// *NotStoredError only the push did, and the sandbox is gone.
 func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*snapshot.Manifest, error) {
+	o := op{actor: a.ID, name: "suspend", obs: opts.Observer}
+	var m *snapshot.Manifest
+	var err error
 	switch opts.Scope {
 	case snapshot.ScopeFull, "":
-		return e.suspendFull(ctx, a, opts.Dir)
+		m, err = e.suspendFull(ctx, o, a, opts.Dir)
 	case snapshot.ScopeData:
-		return e.suspendData(ctx, a, opts.Dir)
+		m, err = e.suspendData(ctx, o, a, opts.Dir)
+	default:
+		return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.ID, ErrRefused, opts.Scope)
 	}
-	return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.ID, ErrRefused, opts.Scope)
+	if err != nil || opts.Push == nil {
+		return m, err
+	}
+	if _, err := e.push(ctx, o, opts.Dir, m, *opts.Push); err != nil {
+		return m, &NotStoredError{Dir: opts.Dir, Err: err}
+	}
+	return m, nil
 }
 
-func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snapshot.Manifest, err error) {
-	o := op{e: e, actor: a.ID, name: "suspend"}
+// NotStoredError is a suspend whose snapshot is whole and whose sandbox is
+// stopped, but whose push to the store failed: the snapshot is on this
+// node only.
+type NotStoredError struct {
+	Dir string
+	Err error
+}
+
+func (e *NotStoredError) Error() string {
+	return fmt.Sprintf("the snapshot %s is whole on this node, but it was not stored: %v", e.Dir, e.Err)
+}
+
+func (e *NotStoredError) Unwrap() error { return e.Err }
+
+// Push stores the committed snapshot in dir, whose manifest is m, under
+// t.Name: the step the suspend of a running actor ends with, and all that
+// storing a paused actor's snapshot needs.
+func (e *Engine) Push(ctx context.Context, actor, dir string, m *snapshot.Manifest, t Transfer, obs Observer) (*store.Snapshot, error) {
+	return e.push(ctx, op{actor: actor, name: "push", obs: obs}, dir, m, t)
+}
+
+func (e *Engine) push(ctx context.Context, o op, dir string, m *snapshot.Manifest, t Transfer) (*store.Snapshot, error) {
+	var stored *store.Snapshot
+	err := o.step("push", func() (string, error) {
+		var err error
+		if stored, err = t.Repo.SaveManifest(ctx, t.Name, dir, m, t.Options); err != nil {
+			return "", err
+		}
+		msg := fmt.Sprintf("stored as %s in %s", t.Name, t.Repo.Backend().Location())
+		if t.OnStored != nil {
+			return msg, t.OnStored(m)
+		}
+		return msg, nil
+	})
+	return stored, err
+}
+
+func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m *snapshot.Manifest, err error) {
 	var plan *Plan
 	err = o.step("preflight", func() (msg string, err error) {
 		plan, msg, err = e.preflightFull(ctx, a, dir)
@@ -53,7 +104,7 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 	if a.GPU {
 		err := o.step("gpu-suspend", func() (string, error) {
 			rep, err := e.gpuSuspend(ctx, a.ID)
-			manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: rep.DriverVersion, Processes: len(rep.Outcomes), Devices: plan.GPUs}
+			manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: rep.DriverVersion, NvproxyABI: plan.Node.Runtime.GPUABI, Processes: len(rep.Outcomes), Devices: plan.GPUs}
 			return summary(rep), err
 		})
 		if err != nil {
@@ -75,7 +126,7 @@ func (e *Engine) suspendFull(ctx context.Context, a Actor, dir string) (m *snaps
 	if err == nil {
 		err = o.step("commit", func() (string, error) {
 			var err error
-			m, err = snapshot.Commit(dir, manifest)
+			m, err = snapshot.Commit(ctx, dir, manifest)
 			if err != nil {
 				return "", err
 			}
@@ -133,23 +184,17 @@ func (e *Engine) undoSuspend(ctx context.Context, o op, a Actor, detached bool, 
 }
 
 // preflightFull refuses, before anything is touched, a suspend that cannot
-// work (see Plan), and a snapshot folder that is in use.
+// work (see Plan: the sandbox must be running, among the rest), and a
+// snapshot folder that is in use.
 func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (*Plan, string, error) {
-	st, err := e.Runtime.State(ctx, a.ID)
-	if err != nil {
-		return nil, "", err
-	}
-	if st.Status != runtime.StatusRunning {
-		return nil, "", fmt.Errorf("%w: the sandbox is %s, not running", ErrRefused, st.Status)
-	}
-	if err := prepareDir(dir); err != nil {
-		return nil, "", err
-	}
 	p, err := e.Plan(ctx, a, dir)
 	if err != nil {
 		return nil, "", err
 	}
 	if err := p.Refused(); err != nil {
+		return nil, "", err
+	}
+	if err := prepareDir(dir); err != nil {
 		return nil, "", err
 	}
 	msg := fmt.Sprintf("sandbox memory %s, GPU memory %s, disk free %s", units.Bytes(p.SandboxMemory), units.Bytes(p.GPUMemory), units.Bytes(p.DiskFree))

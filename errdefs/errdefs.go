@@ -42,6 +42,9 @@ var (
 	ErrResourceExhausted = errors.New("resource exhausted")
 	// ErrCanceled: the caller gave up.
 	ErrCanceled = errors.New("canceled")
+	// ErrPermissionDenied: a policy forbids the request (a template that
+	// reaches host paths it may not).
+	ErrPermissionDenied = errors.New("permission denied")
 )
 
 // Category is one of the categories above, with the names it has at the
@@ -71,6 +74,7 @@ var Categories = []Category{
 	{ErrDeadlineExceeded, "deadline_exceeded", 9},
 	{ErrResourceExhausted, "resource_exhausted", 10},
 	{ErrCanceled, "canceled", 11},
+	{ErrPermissionDenied, "permission_denied", 12},
 }
 
 // Of is err's category: the outermost one in its chain (so a Mark wins

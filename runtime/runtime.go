@@ -7,9 +7,9 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"time"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/gpu"
 )
 
@@ -32,7 +32,7 @@ type State struct {
 }
 
 // ErrNotFound is returned (wrapped) for a container the runtime does not know.
-var ErrNotFound = errors.New("container not found")
+var ErrNotFound = errdefs.New(errdefs.ErrNotFound, "container not found")
 
 // CreateOptions tune Create.
 type CreateOptions struct {

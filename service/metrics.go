@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/stasis-run/stasis/api"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -50,12 +52,12 @@ func (c *actorStates) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(actorsDesc, err)
 		return
 	}
-	counts := map[State]int{}
-	for _, st := range []State{Creating, Running, Pausing, Paused, Suspending, Suspended, Resuming, Deleting, Crashed} {
+	counts := map[api.State]int{}
+	for _, st := range api.States {
 		counts[st] = 0
 	}
 	for _, a := range actors {
-		counts[State(a.State)]++
+		counts[api.State(a.State)]++
 	}
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(actorsDesc, prometheus.GaugeValue, float64(n), string(st))

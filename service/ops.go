@@ -2,12 +2,15 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
@@ -15,133 +18,115 @@ import (
 	"github.com/stasis-run/stasis/store"
 )
 
-// Snapshot kinds.
-const (
-	KindPause  = "pause"
-	KindCommit = "commit"
-	KindGolden = "golden"
-)
-
-// RunRequest starts a new actor.
-type RunRequest struct {
-	Template string `json:"template"`
-	// ID names the actor; one is made up when empty.
-	ID        string `json:"id,omitempty"`
-	RequestID string `json:"requestId,omitempty"`
-	// Cold boots the actor even when the template has a golden snapshot.
-	Cold bool `json:"cold,omitempty"`
-}
-
 // Run starts an actor of a template: from the template's golden snapshot
 // when this node can restore it, by booting it otherwise (the reason says
 // why). A failed start leaves the actor CRASHED, its sandbox removed.
-func (s *Service) Run(ctx context.Context, req RunRequest) (Actor, error) {
+func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error) {
 	t, err := s.Template(ctx, req.Template)
 	if err != nil {
-		return Actor{}, err
+		return api.Actor{}, err
 	}
 	if req.ID == "" {
 		req.ID = newID(t.Name)
+		if req.RequestID != "" {
+			// A retry must name the same actor to be recognised.
+			sum := sha256.Sum256([]byte(req.RequestID))
+			req.ID = t.Name + "-" + hex.EncodeToString(sum[:6])
+		}
 	}
 	if err := checkName("actor", req.ID); err != nil {
-		return Actor{}, err
+		return api.Actor{}, err
 	}
-	start := journal.Start{Op: journal.Operation{Actor: req.ID, Kind: "run", RequestID: req.RequestID}, To: string(Creating),
-		Create: &journal.Actor{ID: req.ID, Template: t.Name, Sandbox: req.ID}}
-	return s.run(ctx, start, opArgs{Snapshot: t.Golden}, func(ctx context.Context, o *operation) (outcome, error) {
-		var a engine.Actor
-		err := s.step(ctx, o, "bundle", func() (string, error) {
-			var err error
-			a, err = s.writeBundle(t, o.actor)
-			return a.Bundle, err
-		})
-		if err != nil {
-			return s.createFailed(ctx, o, err)
-		}
-		reason := ""
-		if t.Golden != "" && !req.Cold {
-			err := s.fromGolden(ctx, o, t, a)
-			if err == nil {
-				return outcome{state: Running, reason: "started from the golden snapshot " + t.Golden}, nil
+	a, err := s.run(ctx, request{kind: opRun, actor: req.ID, requestID: req.RequestID,
+		create:  &journal.Actor{ID: req.ID, Template: t.Name, Sandbox: req.ID},
+		prepare: func(journal.Actor) (opArgs, error) { return opArgs{Snapshot: t.Golden}, nil },
+		body: func(ctx context.Context, o *operation) (outcome, error) {
+			var ea engine.Actor
+			err := o.step("bundle", func() (string, error) {
+				var err error
+				ea, err = s.writeBundle(t, req.ID)
+				return ea.Bundle, err
+			})
+			if err != nil {
+				return didNotStart(err), err
 			}
-			reason = fmt.Sprintf("cold boot: the golden snapshot %s could not be used: %v", t.Golden, err)
-			s.event(ctx, o.actor, o.id, "note", reason, 0, nil)
-		}
-		if err := s.boot(ctx, o, t, a); err != nil {
-			return s.createFailed(ctx, o, err)
-		}
-		return outcome{state: Running, reason: reason}, nil
-	})
+			reason := ""
+			if t.Golden != "" && !req.Cold {
+				err := s.fromGolden(ctx, o, t, ea)
+				if err == nil {
+					return outcome{state: api.Running, reason: "started from the golden snapshot " + t.Golden}, nil
+				}
+				reason = fmt.Sprintf("cold boot: the golden snapshot %s could not be used: %v", t.Golden, err)
+				o.note(reason)
+			}
+			if err := s.eng.Boot(ctx, ea, engine.BootOptions{Probe: probeOf(t.Probe), Observer: o.observer()}); err != nil {
+				return didNotStart(err), err
+			}
+			return outcome{state: api.Running, reason: reason}, nil
+		}})
+	return actorOf(a), err
 }
 
-func (s *Service) boot(ctx context.Context, o *operation, t Template, a engine.Actor) error {
-	err := s.step(ctx, o, "boot", func() (string, error) {
-		if err := s.rt.Create(ctx, a.ID, a.Bundle, runtime.CreateOptions{ConsoleLog: a.ConsoleLog}); err != nil {
-			return "", err
-		}
-		return "sandbox started", s.rt.Start(ctx, a.ID)
-	})
-	if err != nil {
-		return err
-	}
-	return s.cfg.Engine.WaitReady(ctx, a, a.ID, t.Probe.engine())
+func didNotStart(err error) outcome {
+	return outcome{state: api.Crashed, reason: fmt.Sprintf("the actor did not start: %v; delete it and run it again", err)}
 }
 
 // fromGolden restores the template's golden snapshot into the new actor's
 // sandbox, fetching it from the store when it is not on this node. The
 // engine refuses a snapshot this node cannot restore before any sandbox
 // exists.
-func (s *Service) fromGolden(ctx context.Context, o *operation, t Template, a engine.Actor) error {
+func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, a engine.Actor) error {
 	snap, err := s.journal.Snapshot(ctx, t.Golden)
 	if err != nil {
 		return err
 	}
-	dir, err := s.localCopy(ctx, o, a, snap)
-	if err != nil {
-		return err
-	}
-	return s.cfg.Engine.Resume(ctx, a, dir, engine.ResumeOptions{ID: a.ID, Probe: t.Probe.engine(), Verify: engine.VerifySizes})
+	return s.restore(ctx, o, a, snap, a.ID, t.Probe)
 }
 
-// localCopy is the folder of a snapshot on this node, pulled from the store
-// (and verified chunk by chunk) when it is not here. The stored manifest is
-// checked against this node first, so that a snapshot it cannot restore is
-// refused before gigabytes are fetched.
-func (s *Service) localCopy(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot) (string, error) {
-	if manifestOf(snap.Dir) != nil {
-		return snap.Dir, nil
+// restore brings snap back into sandbox id: from its folder on this node,
+// hashed while it restores; or, when it is not here, pulled from the store
+// (its stored manifest checked against this node before any byte moves,
+// every chunk hash-checked on arrival) and recorded as here once pulled. A
+// local copy whose manifest is damaged is refused with the cause, unless a
+// stored copy can replace it.
+func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, id string, p api.Probe) error {
+	opts := engine.ResumeOptions{ID: id, Probe: probeOf(p), Verify: engine.VerifyWhileRestoring, Observer: o.observer()}
+	dir := snap.Dir
+	if dir != "" {
+		_, err := snapshot.Load(dir)
+		switch {
+		case err == nil:
+			return s.eng.Resume(ctx, a, dir, opts)
+		case snap.Stored == "" || s.cfg.Repo == nil:
+			if errors.Is(err, snapshot.ErrNoManifest) {
+				return fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
+			}
+			return fmt.Errorf("snapshot %s is damaged on this node and in no store: %w", snap.ID, err)
+		}
+		o.note(fmt.Sprintf("the copy of %s on this node cannot be used (%v); fetching the stored one", snap.ID, err))
 	}
 	if snap.Stored == "" || s.cfg.Repo == nil {
-		return "", fmt.Errorf("snapshot %s is neither on this node nor in a store", snap.ID)
+		return fmt.Errorf("%w: snapshot %s is neither on this node nor in a store", errdefs.ErrNotFound, snap.ID)
 	}
-	stored, err := s.cfg.Repo.Snapshot(ctx, snap.Stored)
-	if err != nil {
-		return "", err
+	dir = s.snapshotDir(snap.ID)
+	if err := removeDir(dir); err != nil {
+		return err
 	}
-	m, err := snapshot.Parse(stored.Meta)
-	if err != nil {
-		return "", fmt.Errorf("stored snapshot %s: %w", snap.Stored, err)
-	}
-	if _, err := s.cfg.Engine.Compatible(ctx, a, m); err != nil {
-		return "", err
-	}
-	dir := s.snapshotDir(snap.ID)
-	err = s.step(ctx, o, "pull", func() (string, error) {
-		if err := removeDir(dir); err != nil {
-			return "", err
-		}
-		if err := s.cfg.Repo.Restore(ctx, snap.Stored, dir, s.transferEvents(ctx, o, "pull")); err != nil {
-			return "", err
-		}
+	opts.Pull = &engine.Transfer{Repo: s.cfg.Repo, Name: snap.Stored, Options: s.transferEvents(o, "pull")}
+	err := s.eng.Resume(ctx, a, dir, opts)
+	if _, lerr := snapshot.Load(dir); lerr == nil {
+		// The pulled copy is whole: later resumes use it.
 		snap.Dir = dir
-		return fmt.Sprintf("%s fetched from %s", snap.Stored, s.cfg.Repo.Backend().Location()), s.journal.PutSnapshot(ctx, snap)
-	})
-	return dir, err
+		if jerr := s.journal.PutSnapshot(context.WithoutCancel(ctx), snap); jerr != nil && err == nil {
+			err = jerr
+		}
+	}
+	return err
 }
 
 // transferEvents reports a transfer's progress in the actor's history,
 // every 10% or so.
-func (s *Service) transferEvents(ctx context.Context, o *operation, verb string) store.Options {
+func (s *Service) transferEvents(o *operation, verb string) store.Options {
 	last := -1
 	return store.Options{Progress: func(p store.Progress) {
 		if p.Bytes <= 0 {
@@ -152,40 +137,33 @@ func (s *Service) transferEvents(ctx context.Context, o *operation, verb string)
 			return
 		}
 		last = tenth
-		s.event(ctx, o.actor, o.id, verb, fmt.Sprintf("%s of %s", units.Bytes(p.BytesDone), units.Bytes(p.Bytes)), 0, nil)
+		o.progress(verb, fmt.Sprintf("%s of %s", units.Bytes(p.BytesDone), units.Bytes(p.Bytes)))
 	}}
-}
-
-func (s *Service) createFailed(ctx context.Context, o *operation, err error) (outcome, error) {
-	_ = s.rt.Delete(ctx, o.actor)
-	return outcome{state: Crashed, reason: fmt.Sprintf("the actor did not start: %v; delete it and run it again", err)}, err
-}
-
-// OpRequest names an actor and the request, for idempotent retries.
-type OpRequest struct {
-	ID        string `json:"id"`
-	RequestID string `json:"requestId,omitempty"`
-	// Purge also deletes the actor's stored snapshots (delete only).
-	Purge bool `json:"purge,omitempty"`
 }
 
 // Pause snapshots a running actor (the template's onPause scope) into a
 // snapshot kept on this node, and stops its sandbox: PAUSED. On failure the
 // actor keeps running.
-func (s *Service) Pause(ctx context.Context, req OpRequest) (Actor, error) {
-	a, t, err := s.actorAndTemplate(ctx, req.ID)
-	if err != nil {
-		return Actor{}, err
-	}
-	snapID := newID("snap")
-	args := opArgs{Previous: Running, Snapshot: snapID, Dir: s.snapshotDir(snapID)}
-	start := journal.Start{Op: journal.Operation{Actor: a.ID, Kind: "pause", RequestID: req.RequestID}, From: []string{string(Running)}, To: string(Pausing)}
-	return s.run(ctx, start, args, func(ctx context.Context, o *operation) (outcome, error) {
-		if _, err := s.take(ctx, o, t, KindPause, t.Snapshots.OnPause); err != nil {
-			return s.afterFailure(ctx, a.Sandbox, err), err
-		}
-		return outcome{state: Paused}, nil
-	})
+func (s *Service) Pause(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	a, err := s.run(ctx, request{kind: opPause, actor: req.ID, requestID: req.RequestID, prepare: s.newSnapshotArgs,
+		body: func(ctx context.Context, o *operation) (outcome, error) {
+			t, err := s.Template(ctx, o.actor.Template)
+			if err != nil {
+				return s.afterFailure(ctx, o, err), err
+			}
+			if _, err := s.take(ctx, o, t, t.Snapshots.OnPause, nil); err != nil {
+				return s.afterFailure(ctx, o, err), err
+			}
+			return outcome{state: api.Paused}, nil
+		}})
+	return actorOf(a), err
+}
+
+// newSnapshotArgs are the arguments of an operation that snapshots a
+// running actor into a new folder.
+func (s *Service) newSnapshotArgs(before journal.Actor) (opArgs, error) {
+	id := newID("snap")
+	return opArgs{Previous: api.State(before.State), Snapshot: id, Dir: s.snapshotDir(id)}, nil
 }
 
 // Suspend commits an actor: a snapshot (the template's onCommit scope) goes
@@ -193,90 +171,99 @@ func (s *Service) Pause(ctx context.Context, req OpRequest) (Actor, error) {
 // snapshot is stored as it is; a suspended actor whose push failed is
 // pushed again. When the push fails, the actor is SUSPENDED with its
 // snapshot on this node only, and the reason says so.
-func (s *Service) Suspend(ctx context.Context, req OpRequest) (Actor, error) {
-	a, t, err := s.actorAndTemplate(ctx, req.ID)
-	if err != nil {
-		return Actor{}, err
-	}
-	from := []string{string(Running), string(Paused), string(Suspended)}
-	if !slices.Contains(from, string(a.State)) {
-		return Actor{}, &journal.StateError{Actor: a.ID, State: string(a.State), Kind: "suspend", From: from}
-	}
-	args := opArgs{Previous: a.State}
-	if a.State == Running {
-		args.Snapshot = newID("snap")
-		args.Dir = s.snapshotDir(args.Snapshot)
-	} else if a.Snapshot != nil {
-		args.Snapshot, args.Dir = a.Snapshot.ID, a.Snapshot.Dir
-	}
-	start := journal.Start{Op: journal.Operation{Actor: a.ID, Kind: "suspend", RequestID: req.RequestID}, From: []string{string(a.State)}, To: string(Suspending)}
-	return s.run(ctx, start, args, func(ctx context.Context, o *operation) (outcome, error) {
-		var snap journal.Snapshot
-		if a.State == Running {
-			var err error
-			if snap, err = s.take(ctx, o, t, KindCommit, t.Snapshots.OnCommit); err != nil {
-				return s.afterFailure(ctx, a.Sandbox, err), err
+func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	a, err := s.run(ctx, request{kind: opSuspend, actor: req.ID, requestID: req.RequestID,
+		prepare: func(before journal.Actor) (opArgs, error) {
+			if api.State(before.State) == api.Running {
+				return s.newSnapshotArgs(before)
 			}
-		} else {
-			if args.Snapshot == "" {
-				return outcome{state: a.State, reason: a.Reason}, fmt.Errorf("actor %s is %s without a snapshot to store", a.ID, a.State)
+			return opArgs{Previous: api.State(before.State), Snapshot: before.Snapshot}, nil
+		},
+		body: func(ctx context.Context, o *operation) (outcome, error) {
+			if o.args.Previous != api.Running {
+				return s.storeExisting(ctx, o)
 			}
-			var err error
-			if snap, err = s.journal.Snapshot(ctx, args.Snapshot); err != nil {
-				return outcome{state: a.State, reason: a.Reason}, err
+			t, err := s.Template(ctx, o.actor.Template)
+			if err != nil {
+				return s.afterFailure(ctx, o, err), err
 			}
-		}
-		return s.push(ctx, o, snap)
-	})
+			snap, err := s.take(ctx, o, t, t.Snapshots.OnCommit, s.pushTo(o))
+			var notStored *engine.NotStoredError
+			switch {
+			case errors.As(err, &notStored):
+				return outcome{state: api.Suspended, reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", snap.Dir, notStored.Err)}, err
+			case err != nil:
+				return s.afterFailure(ctx, o, err), err
+			case s.cfg.Repo == nil:
+				return outcome{state: api.Suspended, reason: "no store is configured: the snapshot is kept on this node only"}, nil
+			}
+			return outcome{state: api.Suspended}, nil
+		}})
+	return actorOf(a), err
 }
 
-// push stores a snapshot as the actor's commit.
-func (s *Service) push(ctx context.Context, o *operation, snap journal.Snapshot) (outcome, error) {
+// pushTo is where a commit of o's actor is stored, recorded in the journal
+// inside the push step so that a crash after the step finds it stored; nil
+// when no store is configured.
+func (s *Service) pushTo(o *operation) *engine.Transfer {
 	if s.cfg.Repo == nil {
-		return outcome{state: Suspended, reason: "no store is configured: the snapshot is kept on this node only"}, nil
+		return nil
+	}
+	name := o.actor.ID + "." + o.args.Snapshot
+	return &engine.Transfer{Repo: s.cfg.Repo, Name: name, Options: s.transferEvents(o, "push"), OnStored: func(m *snapshot.Manifest) error {
+		return s.journal.PutSnapshot(context.Background(), journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: o.actor.Template, Kind: string(api.KindCommit),
+			Scope: string(m.Scope), Dir: o.args.Dir, Stored: name, Size: m.Size()})
+	}}
+}
+
+// storeExisting stores the snapshot of a PAUSED actor, or of a SUSPENDED
+// one whose push failed: nothing runs, so nothing but the store changes.
+func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, error) {
+	back := outcome{state: o.args.Previous, reason: o.actor.Reason}
+	if o.args.Snapshot == "" {
+		return back, fmt.Errorf("%w: actor %s is %s without a snapshot to store", errdefs.ErrFailedPrecondition, o.actor.ID, o.args.Previous)
+	}
+	snap, err := s.journal.Snapshot(ctx, o.args.Snapshot)
+	if err != nil {
+		return back, err
+	}
+	if s.cfg.Repo == nil {
+		return outcome{state: api.Suspended, reason: "no store is configured: the snapshot is kept on this node only"}, nil
 	}
 	if snap.Stored != "" {
-		return outcome{state: Suspended}, nil
+		return outcome{state: api.Suspended}, nil
 	}
-	err := s.save(ctx, o, &snap, snap.Actor+"."+snap.ID, func() error {
-		snap.Kind = KindCommit
-		return s.journal.PutSnapshot(ctx, snap)
-	})
+	m, err := snapshot.Load(snap.Dir)
 	if err != nil {
-		return outcome{state: Suspended, reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", snap.Dir, err)}, err
+		return back, fmt.Errorf("snapshot %s cannot be stored: %w", snap.ID, err)
 	}
-	return outcome{state: Suspended}, nil
+	t := s.pushTo(o)
+	t.OnStored = func(*snapshot.Manifest) error {
+		snap.Kind, snap.Stored = string(api.KindCommit), t.Name
+		return s.journal.PutSnapshot(context.Background(), snap)
+	}
+	if _, err := s.eng.Push(ctx, o.actor.ID, snap.Dir, m, *t, o.observer()); err != nil {
+		return outcome{state: api.Suspended, reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", snap.Dir, err)}, err
+	}
+	return outcome{state: api.Suspended}, nil
 }
 
-// save runs the push step: the snapshot goes into the store under name,
-// and record (when set) journals it inside the step, so that a crash after
-// the step finds it recorded.
-func (s *Service) save(ctx context.Context, o *operation, snap *journal.Snapshot, name string, record func() error) error {
-	return s.step(ctx, o, "push", func() (string, error) {
-		if _, err := s.cfg.Repo.Save(ctx, name, snap.Dir, s.transferEvents(ctx, o, "push")); err != nil {
-			return "", err
-		}
-		snap.Stored = name
-		msg := fmt.Sprintf("stored as %s in %s", name, s.cfg.Repo.Backend().Location())
-		if record == nil {
-			return msg, nil
-		}
-		return msg, record()
-	})
-}
-
-// take snapshots a running actor into the operation's snapshot folder,
-// makes it the actor's latest snapshot and removes the older local ones.
-// The engine leaves the actor running on failure.
-func (s *Service) take(ctx context.Context, o *operation, t Template, kind string, scope snapshot.Scope) (journal.Snapshot, error) {
-	a := s.engineActor(t, o.actor)
-	m, err := s.cfg.Engine.Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: scope})
+// take snapshots a running actor into the operation's snapshot folder
+// (pushing it when push is set), makes it the actor's latest snapshot and
+// removes the older local ones. The engine leaves the actor running on
+// failure; a snapshot that was committed is adopted even when a later step
+// failed.
+func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope api.Scope, push *engine.Transfer) (journal.Snapshot, error) {
+	a := s.engineActor(t, o.actor.ID)
+	m, err := s.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Push: push, Observer: o.observer()})
 	if m == nil {
 		_ = removeDir(o.args.Dir)
 		return journal.Snapshot{}, err
 	}
-	// A committed snapshot is whole even when a later step failed.
-	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor, Template: t.Name, Kind: kind, Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
+	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: t.Name, Kind: string(o.kind.snapshot), Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
+	if push != nil && err == nil {
+		snap.Stored = push.Name
+	}
 	if jerr := s.adopt(ctx, snap); jerr != nil && err == nil {
 		err = jerr
 	}
@@ -286,6 +273,7 @@ func (s *Service) take(ctx context.Context, o *operation, t Template, kind strin
 // adopt records a new snapshot as the actor's latest and removes the local
 // folders of its older ones (stored ones stay in the store).
 func (s *Service) adopt(ctx context.Context, snap journal.Snapshot) error {
+	ctx = context.WithoutCancel(ctx)
 	if err := s.journal.PutSnapshot(ctx, snap); err != nil {
 		return err
 	}
@@ -297,7 +285,7 @@ func (s *Service) adopt(ctx context.Context, snap journal.Snapshot) error {
 		return err
 	}
 	for _, old := range older {
-		if old.ID == snap.ID || old.Kind == KindGolden || old.Dir == "" {
+		if old.ID == snap.ID || old.Kind == string(api.KindGolden) || old.Dir == "" {
 			continue
 		}
 		if err := removeDir(old.Dir); err != nil {
@@ -319,80 +307,76 @@ func (s *Service) adopt(ctx context.Context, snap journal.Snapshot) error {
 // Resume brings a PAUSED, SUSPENDED or CRASHED actor back from its latest
 // snapshot, fetched from the store when it is not on this node. On failure
 // the actor is left as it was, its snapshot intact.
-func (s *Service) Resume(ctx context.Context, req OpRequest) (Actor, error) {
-	a, t, err := s.actorAndTemplate(ctx, req.ID)
-	if err != nil {
-		return Actor{}, err
-	}
-	from := []string{string(Paused), string(Suspended), string(Crashed)}
-	if !slices.Contains(from, string(a.State)) {
-		return Actor{}, &journal.StateError{Actor: a.ID, State: string(a.State), Kind: "resume", From: from}
-	}
-	if a.Snapshot == nil {
-		return Actor{}, fmt.Errorf("%w: actor %s has no snapshot to resume from; delete it and run a new one", engine.ErrRefused, a.ID)
-	}
-	args := opArgs{Previous: a.State, Snapshot: a.Snapshot.ID}
-	start := journal.Start{Op: journal.Operation{Actor: a.ID, Kind: "resume", RequestID: req.RequestID}, From: []string{string(a.State)}, To: string(Resuming)}
-	return s.run(ctx, start, args, func(ctx context.Context, o *operation) (outcome, error) {
-		back := outcome{state: a.State, reason: a.Reason}
-		snap, err := s.journal.Snapshot(ctx, a.Snapshot.ID)
-		if err != nil {
-			return back, err
-		}
-		ea := s.engineActor(t, a.ID)
-		dir, err := s.localCopy(ctx, o, ea, snap)
-		if err == nil {
-			err = s.cfg.Engine.Resume(ctx, ea, dir, engine.ResumeOptions{ID: a.Sandbox, Probe: t.Probe.engine(), Verify: engine.VerifySizes})
-		}
-		if err != nil {
-			back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", snap.ID, err)
-			return back, err
-		}
-		return outcome{state: Running}, nil
-	})
+func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	a, err := s.run(ctx, request{kind: opResume, actor: req.ID, requestID: req.RequestID,
+		prepare: func(before journal.Actor) (opArgs, error) {
+			if before.Snapshot == "" {
+				return opArgs{}, fmt.Errorf("%w: actor %s has no snapshot to resume from; delete it and run a new one", errdefs.ErrFailedPrecondition, before.ID)
+			}
+			return opArgs{Previous: api.State(before.State), Snapshot: before.Snapshot}, nil
+		},
+		body: func(ctx context.Context, o *operation) (outcome, error) {
+			back := outcome{state: o.args.Previous, reason: o.actor.Reason}
+			t, err := s.Template(ctx, o.actor.Template)
+			if err != nil {
+				return back, err
+			}
+			snap, err := s.journal.Snapshot(ctx, o.args.Snapshot)
+			if err == nil {
+				err = s.restore(ctx, o, s.engineActor(t, o.actor.ID), snap, o.actor.Sandbox, t.Probe)
+			}
+			if err != nil {
+				back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", o.args.Snapshot, err)
+				return back, err
+			}
+			return outcome{state: api.Running}, nil
+		}})
+	return actorOf(a), err
 }
 
 // Delete removes an actor from any stable state: its sandbox (which frees
 // its memory and GPUs), its folders and local snapshots. Stored snapshots
 // stay unless Purge is set.
-func (s *Service) Delete(ctx context.Context, req OpRequest) (Actor, error) {
-	a, err := s.journal.Actor(ctx, req.ID)
+func (s *Service) Delete(ctx context.Context, req api.DeleteRequest) (api.Deleted, error) {
+	var kept []string
+	_, err := s.run(ctx, request{kind: opDelete, actor: req.ID, requestID: req.RequestID,
+		prepare: func(before journal.Actor) (opArgs, error) {
+			return opArgs{Previous: api.State(before.State), Purge: req.Purge}, nil
+		},
+		body: func(ctx context.Context, o *operation) (outcome, error) {
+			var err error
+			if kept, err = s.finishDelete(ctx, o); err != nil {
+				return outcome{state: api.Crashed, reason: fmt.Sprintf("delete failed, run it again: %v", err)}, err
+			}
+			return outcome{deleted: true}, nil
+		}})
 	if err != nil {
-		return Actor{}, err
+		return api.Deleted{ID: req.ID}, err
 	}
-	start := journal.Start{Op: journal.Operation{Actor: a.ID, Kind: "delete", RequestID: req.RequestID}, To: string(Deleting)}
-	return s.run(ctx, start, opArgs{Previous: State(a.State), Purge: req.Purge}, func(ctx context.Context, o *operation) (outcome, error) {
-		if err := s.finishDelete(ctx, o, a.Sandbox, req.Purge); err != nil {
-			return outcome{state: Crashed, reason: fmt.Sprintf("delete failed, run it again: %v", err)}, err
-		}
-		return outcome{deleted: true}, nil
-	})
+	return api.Deleted{ID: req.ID, Deleted: true, KeptSnapshots: kept}, nil
 }
 
-func (s *Service) finishDelete(ctx context.Context, o *operation, sandbox string, purge bool) error {
-	err := s.step(ctx, o, "stop", func() (string, error) {
-		if err := s.rt.Stop(ctx, sandbox); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			return "", err
-		}
-		return "sandbox gone, memory and GPUs freed", s.rt.Delete(ctx, sandbox)
-	})
-	if err != nil {
-		return err
+// finishDelete removes the sandbox, the actor's files and local snapshots
+// (stored ones too with purge), then the actor's records; it returns the
+// stored snapshots kept.
+func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, error) {
+	if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+		return nil, err
 	}
-	err = s.step(ctx, o, "remove-files", func() (string, error) {
-		snaps, err := s.journal.Snapshots(ctx, o.actor)
+	var kept []string
+	err := o.step("remove-files", func() (string, error) {
+		snaps, err := s.journal.Snapshots(ctx, o.actor.ID)
 		if err != nil {
 			return "", err
 		}
-		kept := 0
 		for _, snap := range snaps {
-			if snap.Kind == KindGolden {
+			if snap.Kind == string(api.KindGolden) {
 				continue
 			}
 			if err := removeDir(snap.Dir); err != nil {
 				return "", err
 			}
-			if snap.Stored != "" && purge && s.cfg.Repo != nil {
+			if snap.Stored != "" && o.args.Purge && s.cfg.Repo != nil {
 				if err := s.cfg.Repo.Delete(ctx, snap.Stored); err != nil && !errors.Is(err, store.ErrNotExist) {
 					return "", err
 				}
@@ -402,29 +386,72 @@ func (s *Service) finishDelete(ctx context.Context, o *operation, sandbox string
 				err = s.journal.DeleteSnapshot(ctx, snap.ID)
 			} else {
 				snap.Dir = ""
-				kept++
+				kept = append(kept, snap.Stored)
 				err = s.journal.PutSnapshot(ctx, snap)
 			}
 			if err != nil {
 				return "", err
 			}
 		}
-		if err := os.RemoveAll(s.actorDir(o.actor)); err != nil {
+		if err := os.RemoveAll(s.actorDir(o.actor.ID)); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%d stored snapshot(s) kept", kept), nil
+		return fmt.Sprintf("%d stored snapshot(s) kept", len(kept)), nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.journal.DeleteActor(ctx, o.actor)
+	return kept, s.journal.DeleteActor(ctx, o.actor.ID, o.id)
 }
 
-func (s *Service) actorAndTemplate(ctx context.Context, id string) (Actor, Template, error) {
-	a, err := s.Actor(ctx, id)
-	if err != nil {
-		return a, Template{}, err
+// afterFailure says where a failed operation leaves an actor whose sandbox
+// should be running: RUNNING when it is, CRASHED when it is gone.
+func (s *Service) afterFailure(ctx context.Context, o *operation, err error) outcome {
+	sctx, cancel := s.settle(ctx)
+	defer cancel()
+	st, serr := s.eng.Status(sctx, o.actor.Sandbox)
+	if serr == nil && st == runtime.StatusRunning {
+		return outcome{state: api.Running, reason: fmt.Sprintf("last operation failed, the actor keeps running: %v", err)}
 	}
-	t, err := s.Template(ctx, a.Template)
-	return a, t, err
+	where := string(st)
+	if serr != nil {
+		where = "unknown (" + serr.Error() + ")"
+	}
+	return outcome{state: api.Crashed, reason: fmt.Sprintf("the sandbox is %s after a failed operation: %v%s", where, err, resumable(o.actor))}
+}
+
+func resumable(a journal.Actor) string {
+	if a.Snapshot != "" {
+		return fmt.Sprintf("; resume it from its last snapshot %s, or delete it", a.Snapshot)
+	}
+	return "; delete it"
+}
+
+func removeDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	return os.RemoveAll(dir)
+}
+
+// Exec runs a command inside a RUNNING actor's sandbox and waits for it.
+func (s *Service) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult, error) {
+	if len(req.Args) == 0 {
+		return api.ExecResult{}, fmt.Errorf("%w: exec needs a command", ErrInvalid)
+	}
+	a, err := s.journal.Actor(ctx, req.ID)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	if a.Running != nil {
+		return api.ExecResult{}, &journal.BusyError{Actor: a.ID, Op: *a.Running}
+	}
+	if api.State(a.State) != api.Running {
+		return api.ExecResult{}, &journal.StateError{Actor: a.ID, State: a.State, Kind: "exec", From: []string{string(api.Running)}}
+	}
+	res, err := s.eng.Exec(ctx, a.Sandbox, req.Args)
+	if err != nil {
+		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
+	}
+	return api.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
 }

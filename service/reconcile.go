@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
 )
 
 // Reconcile runs when stasisd starts, before it serves: every operation a
@@ -16,6 +19,10 @@ import (
 // RUNNING, PAUSED, SUSPENDED or CRASHED with the reason. Then every stable
 // actor is checked against its sandbox: a RUNNING actor whose sandbox
 // vanished is CRASHED, a leftover sandbox of a stopped actor is removed.
+// An actor that cannot be settled (its sandbox half deleted by a runtime
+// that was killed, a runtime that does not answer) is left CRASHED with the
+// reason, and the others are settled all the same: the daemon always
+// starts. Only a journal that cannot be read is an error.
 func (s *Service) Reconcile(ctx context.Context) error {
 	ops, err := s.journal.Running(ctx)
 	if err != nil {
@@ -23,7 +30,11 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	for _, rec := range ops {
 		if err := s.recover(ctx, rec); err != nil {
-			return fmt.Errorf("reconcile %s %s (operation %s): %w", rec.Kind, rec.Actor, rec.ID, err)
+			s.cfg.Log.Error("reconcile: an interrupted operation could not be settled", "kind", rec.Kind, "actor", rec.Actor, "operation", rec.ID, "error", err.Error())
+			reason := fmt.Sprintf("stasisd stopped during %s at step %q, and the operation could not be settled: %v; resume or delete the actor", rec.Kind, rec.Step, err)
+			if _, err := s.journal.End(ctx, journal.End{OpID: rec.ID, State: journal.OpFailed, Error: reason, ErrorCode: errdefs.Code(err), Actor: rec.Actor, ActorState: string(api.Crashed), Reason: reason}); err != nil && !errors.Is(err, journal.ErrNotFound) {
+				return fmt.Errorf("reconcile %s %s (operation %s): %w", rec.Kind, rec.Actor, rec.ID, err)
+			}
 		}
 	}
 	actors, err := s.journal.Actors(ctx)
@@ -32,133 +43,130 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	for _, a := range actors {
 		if err := s.check(ctx, a); err != nil {
-			return fmt.Errorf("reconcile actor %s: %w", a.ID, err)
+			s.cfg.Log.Error("reconcile: an actor could not be checked against its sandbox", "actor", a.ID, "error", err.Error())
+			reason := fmt.Sprintf("stasisd could not check its sandbox when it started: %v%s", err, resumable(a))
+			if a.State == string(api.Running) {
+				if err := s.journal.SetActor(ctx, a.ID, string(api.Crashed), reason); err != nil {
+					return fmt.Errorf("reconcile actor %s: %w", a.ID, err)
+				}
+			}
 		}
 	}
 	return nil
 }
 
 func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
+	k := kindNamed(rec.Kind)
+	if k == nil {
+		return fmt.Errorf("unknown operation kind %q (a newer stasisd wrote it?)", rec.Kind)
+	}
 	var args opArgs
 	if err := json.Unmarshal(rec.Args, &args); err != nil {
 		return fmt.Errorf("operation arguments: %w", err)
 	}
-	o := &operation{id: rec.ID, actor: rec.Actor, kind: rec.Kind, args: args}
 	a, err := s.journal.Actor(ctx, rec.Actor)
 	if errors.Is(err, journal.ErrNotFound) {
 		// A delete that had already forgotten the actor.
-		return s.journal.End(ctx, rec.ID, journal.OpDone, "", rec.Actor, "", "")
+		_, err := s.journal.End(ctx, journal.End{OpID: rec.ID, State: journal.OpDone, Actor: rec.Actor})
+		if errors.Is(err, journal.ErrNotFound) {
+			err = nil
+		}
+		return err
 	}
 	if err != nil {
 		return err
 	}
-	st, err := s.sandboxState(ctx, a.Sandbox)
+	o := &operation{s: s, id: rec.ID, kind: k, args: args, actor: a}
+	st, err := s.eng.Status(ctx, a.Sandbox)
 	if err != nil {
-		return err
+		return fmt.Errorf("the runtime cannot say where sandbox %s stands: %w", a.Sandbox, err)
 	}
 	at := fmt.Sprintf("stasisd stopped during %s at step %q", rec.Kind, rec.Step)
-	s.event(ctx, a.ID, rec.ID, "reconcile", at+"; sandbox "+string(st), 0, nil)
+	s.event(a.ID, rec.ID, "reconcile", at+"; sandbox "+string(st), 0, nil)
 	var out outcome
-	switch rec.Kind {
-	case "run":
-		out = s.recoverRun(ctx, o, a, st, at)
-	case "pause", "suspend", "golden":
-		out, err = s.recoverSnapshot(ctx, o, a, st, at)
-	case "resume":
-		out = s.recoverResume(ctx, o, a, st, at)
-	case "delete":
-		if err := s.finishDelete(ctx, o, a.Sandbox, args.Purge); err != nil {
-			out = outcome{state: Crashed, reason: fmt.Sprintf("%s; the delete could not be finished, run it again: %v", at, err)}
+	switch k.recovery {
+	case recoverStart:
+		out = s.recoverStart(ctx, o, st, at)
+	case recoverSnapshot:
+		out, err = s.recoverSnapshot(ctx, o, st, at)
+	case recoverResume:
+		out = s.recoverResume(ctx, o, st, at)
+	case recoverDelete:
+		if _, err := s.finishDelete(ctx, o); err != nil {
+			out = outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the delete could not be finished, run it again: %v", at, err)}
 		} else {
 			out = outcome{deleted: true}
 		}
-	default:
-		out = outcome{state: Crashed, reason: at + ": unknown operation kind"}
 	}
 	if err != nil {
 		return err
 	}
-	state := string(out.state)
+	end := journal.End{OpID: rec.ID, State: journal.OpFailed, Error: at, ErrorCode: errdefs.Code(errdefs.ErrUnavailable), Actor: a.ID, ActorState: string(out.state), Reason: out.reason}
 	if out.deleted {
-		state = ""
+		end.ActorState = ""
+		s.cfg.Log.Info("reconcile: the interrupted delete was finished", "actor", a.ID, "operation", rec.ID)
+	} else {
+		s.event(a.ID, rec.ID, "reconcile", fmt.Sprintf("ended %s: %s", out.state, out.reason), 0, nil)
+		s.cfg.Log.Info("reconcile: an interrupted operation was settled", "kind", rec.Kind, "actor", a.ID, "operation", rec.ID, "state", out.state, "reason", out.reason)
 	}
-	s.event(ctx, a.ID, rec.ID, "reconcile", fmt.Sprintf("ended %s", orDeleted(out)), 0, nil)
-	return s.journal.End(ctx, rec.ID, journal.OpFailed, at, a.ID, state, out.reason)
+	if _, err := s.journal.End(ctx, end); err != nil && !(out.deleted && errors.Is(err, journal.ErrNotFound)) {
+		return err
+	}
+	return nil
 }
 
-func orDeleted(out outcome) string {
-	if out.deleted {
-		return "deleted"
-	}
-	return string(out.state) + ": " + out.reason
-}
-
-// thaw makes sure a sandbox that may have been cut off mid-step runs: a
-// paused sandbox (a Data snapshot pauses it) is resumed, and the GPU state
-// of a GPU actor is put back (a no-op when nothing is checkpointed).
-func (s *Service) thaw(ctx context.Context, o *operation, a journal.Actor, st runtime.Status) error {
-	if st == runtime.StatusPaused {
-		if err := s.rt.Unpause(ctx, a.Sandbox); err != nil {
-			return fmt.Errorf("resume the paused sandbox: %w", err)
-		}
-	}
-	t, err := s.Template(ctx, a.Template)
+// thaw makes sure a sandbox that may have been cut off mid-step runs.
+func (s *Service) thaw(ctx context.Context, o *operation) error {
+	t, err := s.Template(ctx, o.actor.Template)
 	if err != nil {
 		return err
 	}
-	if t.GPUs == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	s.current[a.Sandbox] = o
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.current, a.Sandbox)
-		s.mu.Unlock()
-	}()
-	return s.cfg.Engine.ThawGPU(ctx, s.engineActor(t, a.ID), a.Sandbox)
+	return s.eng.Thaw(ctx, s.engineActor(t, o.actor.ID), o.actor.Sandbox, o.observer())
 }
 
-func (s *Service) recoverRun(ctx context.Context, o *operation, a journal.Actor, st runtime.Status, at string) outcome {
-	if st == runtime.StatusRunning || st == runtime.StatusPaused {
+func running(st runtime.Status) bool {
+	return st == runtime.StatusRunning || st == runtime.StatusPaused
+}
+
+func (s *Service) recoverStart(ctx context.Context, o *operation, st runtime.Status, at string) outcome {
+	if running(st) {
 		// It may have been restored from a golden snapshot with its GPU
 		// state still in host memory.
-		if err := s.thaw(ctx, o, a, st); err == nil {
-			return outcome{state: Running, reason: at + "; the sandbox was running and is kept"}
+		if err := s.thaw(ctx, o); err == nil {
+			return outcome{state: api.Running, reason: at + "; the sandbox was running and is kept"}
 		}
 	}
-	_ = s.rt.Delete(ctx, a.Sandbox)
-	return outcome{state: Crashed, reason: at + "; the actor did not start: delete it and run it again"}
+	_ = s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
+	return outcome{state: api.Crashed, reason: at + "; the actor did not start: delete it and run it again"}
 }
 
 // recoverSnapshot finishes a pause, suspend or golden whose snapshot was
 // committed, and rolls back one whose snapshot was not.
-func (s *Service) recoverSnapshot(ctx context.Context, o *operation, a journal.Actor, st runtime.Status, at string) (outcome, error) {
-	previous := o.args.Previous
-	t, err := s.Template(ctx, a.Template)
+func (s *Service) recoverSnapshot(ctx context.Context, o *operation, st runtime.Status, at string) (outcome, error) {
+	t, err := s.Template(ctx, o.actor.Template)
 	if err != nil {
 		return outcome{}, err
 	}
-	target := map[string]State{"pause": Paused, "suspend": Suspended, "golden": Suspended}[o.kind]
 	// A push that got as far as recording the stored name is done.
 	stored := ""
 	if rec, err := s.journal.Snapshot(ctx, o.args.Snapshot); err == nil {
 		stored = rec.Stored
 	}
 	onlyHere := ""
-	if o.kind == "suspend" && stored == "" {
+	if o.kind == opSuspend && stored == "" {
 		onlyHere = "; the snapshot is on this node only: suspend again to store it"
 	}
-	if previous != Running {
+	if o.args.Previous != api.Running {
 		// Storing the snapshot of a paused or suspended actor: nothing
 		// ran in the sandbox, the snapshot is as it was.
-		return outcome{state: Suspended, reason: at + onlyHere}, nil
+		return outcome{state: api.Suspended, reason: at + onlyHere}, nil
 	}
-	if m := manifestOf(o.args.Dir); m != nil {
-		kind := map[string]string{"pause": KindPause, "suspend": KindCommit, "golden": KindGolden}[o.kind]
-		snap := journal.Snapshot{ID: o.args.Snapshot, Actor: a.ID, Template: a.Template, Kind: kind, Scope: string(m.Scope), Dir: o.args.Dir, Stored: stored, Size: m.Size()}
-		if o.kind == "golden" {
+	if m, err := snapshot.Load(o.args.Dir); err == nil {
+		snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: o.actor.Template, Kind: string(o.kind.snapshot), Scope: string(m.Scope), Dir: o.args.Dir, Stored: stored, Size: m.Size()}
+		if stored != "" {
+			snap.Kind = string(api.KindCommit)
+		}
+		if o.kind == opGolden {
 			err = s.setGolden(ctx, t, snap)
 		} else {
 			err = s.adopt(ctx, snap)
@@ -167,66 +175,54 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, a journal.A
 			return outcome{}, err
 		}
 		// The snapshot is whole: finish by stopping the sandbox.
-		if err := s.rt.Stop(ctx, a.Sandbox); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			if terr := s.thaw(ctx, o, a, runtime.StatusRunning); terr == nil {
-				return outcome{state: Running, reason: fmt.Sprintf("%s; the snapshot %s was committed but the sandbox could not be stopped (%v), so the actor keeps running", at, snap.ID, err)}, nil
+		if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+			if terr := s.thaw(ctx, o); terr == nil {
+				return outcome{state: api.Running, reason: fmt.Sprintf("%s; the snapshot %s was committed but the sandbox could not be stopped (%v), so the actor keeps running", at, snap.ID, err)}, nil
 			}
-			return outcome{state: Crashed, reason: fmt.Sprintf("%s; the snapshot %s is whole, the sandbox could not be stopped: %v", at, snap.ID, err)}, nil
+			return outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the snapshot %s is whole, the sandbox could not be stopped: %v", at, snap.ID, err)}, nil
 		}
-		_ = s.rt.Delete(ctx, a.Sandbox)
-		return outcome{state: target, reason: at + "; the snapshot was committed, the operation was finished" + onlyHere}, nil
+		return outcome{state: o.kind.target, reason: at + "; the snapshot was committed, the operation was finished" + onlyHere}, nil
 	}
 	_ = removeDir(o.args.Dir)
-	if st == runtime.StatusRunning || st == runtime.StatusPaused {
-		if err := s.thaw(ctx, o, a, st); err != nil {
-			return outcome{state: Crashed, reason: fmt.Sprintf("%s; the snapshot was not committed and the workload could not be thawed: %v", at, err)}, nil
+	if running(st) {
+		if err := s.thaw(ctx, o); err != nil {
+			return outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the snapshot was not committed and the workload could not be thawed: %v", at, err)}, nil
 		}
-		return outcome{state: Running, reason: at + "; the snapshot was not committed, the actor was rolled back and keeps running"}, nil
+		return outcome{state: api.Running, reason: at + "; the snapshot was not committed, the actor was rolled back and keeps running"}, nil
 	}
-	_ = s.rt.Delete(ctx, a.Sandbox)
-	return outcome{state: Crashed, reason: at + "; the sandbox is gone and no new snapshot was committed" + resumable(a)}, nil
+	_ = s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
+	return outcome{state: api.Crashed, reason: at + "; the sandbox is gone and no new snapshot was committed" + resumable(o.actor)}, nil
 }
 
-func resumable(a journal.Actor) string {
-	if a.Snapshot != "" {
-		return fmt.Sprintf(": resume it from its last snapshot %s, or delete it", a.Snapshot)
-	}
-	return ": delete it"
-}
-
-func (s *Service) recoverResume(ctx context.Context, o *operation, a journal.Actor, st runtime.Status, at string) outcome {
-	back := outcome{state: o.args.Previous, reason: at + "; the resume was rolled back, the snapshot is intact"}
-	if st == runtime.StatusRunning || st == runtime.StatusPaused {
-		if err := s.thaw(ctx, o, a, st); err == nil {
-			return outcome{state: Running, reason: at + "; the restored sandbox was running, the resume was finished"}
+func (s *Service) recoverResume(ctx context.Context, o *operation, st runtime.Status, at string) outcome {
+	if running(st) {
+		if err := s.thaw(ctx, o); err == nil {
+			return outcome{state: api.Running, reason: at + "; the restored sandbox was running, the resume was finished"}
 		}
 	}
-	_ = s.rt.Delete(ctx, a.Sandbox)
-	return back
+	_ = s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
+	return outcome{state: o.args.Previous, reason: at + "; the resume was rolled back, the snapshot is intact"}
 }
 
 // check compares a stable actor with its sandbox.
 func (s *Service) check(ctx context.Context, a journal.Actor) error {
-	st, err := s.sandboxState(ctx, a.Sandbox)
+	st, err := s.eng.Status(ctx, a.Sandbox)
 	if err != nil {
 		return err
 	}
-	switch State(a.State) {
-	case Running:
+	switch api.State(a.State) {
+	case api.Running:
 		if st == runtime.StatusRunning {
 			return nil
 		}
-		_ = s.rt.Delete(ctx, a.Sandbox)
+		_ = s.eng.Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
 		reason := fmt.Sprintf("the sandbox vanished while the actor was running (runtime: %s)%s", st, resumable(a))
-		s.event(ctx, a.ID, "", "reconcile", reason, 0, nil)
-		return s.journal.SetActor(ctx, a.ID, string(Crashed), reason)
-	case Paused, Suspended, Crashed:
+		s.event(a.ID, "", "reconcile", reason, 0, nil)
+		return s.journal.SetActor(ctx, a.ID, string(api.Crashed), reason)
+	case api.Paused, api.Suspended, api.Crashed:
 		if st != runtime.StatusStopped {
-			s.event(ctx, a.ID, "", "reconcile", fmt.Sprintf("removed a leftover %s sandbox of a %s actor", st, a.State), 0, nil)
-			if err := s.rt.Stop(ctx, a.Sandbox); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				return err
-			}
-			return s.rt.Delete(ctx, a.Sandbox)
+			s.event(a.ID, "", "reconcile", fmt.Sprintf("removed a leftover %s sandbox of a %s actor", st, a.State), 0, nil)
+			return s.eng.Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
 		}
 	}
 	return nil

@@ -2,8 +2,10 @@
 // through their lifecycle by the engine, with every operation and every
 // step recorded in the journal before it starts. An actor is never left in
 // a transitional state: a failed operation ends in a stable state with the
-// reason, and after a crash Reconcile finishes or rolls back whatever was
-// interrupted (docs/service.md has the state machine).
+// reason, an operation that runs past its deadline is rolled back, and
+// after a crash Reconcile finishes or rolls back whatever was interrupted
+// (docs/service.md has the state machine). It speaks the API's types
+// (package api); package api/server puts it on the wire.
 package service
 
 import (
@@ -21,42 +23,16 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/node"
-	"github.com/stasis-run/stasis/runtime"
-	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 )
 
-// State is where an actor stands.
-type State string
-
-// The actor states. Those ending in -ING are transitional: an operation is
-// running, and only Reconcile after a crash ever sees one without it.
-const (
-	Creating   State = "CREATING"
-	Running    State = "RUNNING"
-	Pausing    State = "PAUSING"
-	Paused     State = "PAUSED"
-	Suspending State = "SUSPENDING"
-	Suspended  State = "SUSPENDED"
-	Resuming   State = "RESUMING"
-	Deleting   State = "DELETING"
-	Crashed    State = "CRASHED"
-)
-
-// Transitional tells whether an operation is in flight in state s.
-func (s State) Transitional() bool {
-	switch s {
-	case Creating, Pausing, Suspending, Resuming, Deleting:
-		return true
-	}
-	return false
-}
-
 // Config is what a Service runs on.
 type Config struct {
-	// DataDir holds the journal, actor folders and local snapshots.
+	// DataDir holds the journal, actor folders and local snapshots. It and
+	// everything in it is made readable by its owner only.
 	DataDir string
 	Engine  *engine.Engine
 	// Repo is the durable snapshot store; commits and golden snapshots go
@@ -71,50 +47,67 @@ type Config struct {
 	Failpoint string
 	// Node reads this node's fingerprint (NodeInfo, golden compatibility).
 	Node func(context.Context) (node.Fingerprint, error)
+	// Deadlines override the operation kinds' deadlines, by kind name
+	// (KindNames, ParseDeadlines).
+	Deadlines map[string]time.Duration
+	// CleanupTimeout bounds the checks and rollbacks after an operation
+	// failed or ran out of time; 2 minutes when zero.
+	CleanupTimeout time.Duration
+	// HostPaths is what host paths templates may give their sandboxes.
+	HostPaths HostPolicy
+	// JournalReserve is the disk space kept for the journal's writes that
+	// end operations; journal.DefaultReserve when zero, none when negative.
+	JournalReserve int64
+}
+
+func (c Config) cleanupTimeout() time.Duration {
+	if c.CleanupTimeout > 0 {
+		return c.CleanupTimeout
+	}
+	return 2 * time.Minute
 }
 
 // Service runs actors. It is safe for concurrent use.
 type Service struct {
 	cfg     Config
-	rt      runtime.Runtime
+	eng     *engine.Engine
 	journal *journal.Journal
 	metrics *Metrics
 
 	mu sync.Mutex
-	// current maps a sandbox id to the operation running on it, so that
-	// engine steps are journaled against the right operation.
-	current map[string]*operation
 	// done is closed when the operation with that id ends in this process;
 	// a retried request waits on it.
 	done map[string]chan struct{}
 }
 
-// New opens the journal under cfg.DataDir. Call Reconcile before serving.
+// New opens the journal under cfg.DataDir, making the folders it uses
+// private. Call Reconcile before serving.
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.HostPaths.check(); err != nil {
+		return nil, err
 	}
 	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "actors"), filepath.Join(cfg.DataDir, "snapshots")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data folder: %w", err)
 		}
+		// Actor state, process memory and secrets live here: owner only,
+		// whatever the folder was made with.
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, fmt.Errorf("data folder: %w", err)
+		}
 	}
-	j, err := journal.Open(ctx, filepath.Join(cfg.DataDir, "journal.db"))
+	j, err := journal.Open(ctx, filepath.Join(cfg.DataDir, "journal.db"), journal.Options{Reserve: cfg.JournalReserve})
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, rt: cfg.Engine.Runtime, journal: j, current: map[string]*operation{}, done: map[string]chan struct{}{}}
-	s.metrics = newMetrics(s)
-	eng := *cfg.Engine
-	eng.BeforeStep = func(ev engine.Event) { s.engineStep(ev, false) }
-	events := cfg.Engine.Events
-	eng.Events = func(ev engine.Event) {
-		s.engineStep(ev, true)
-		if events != nil {
-			events(ev)
-		}
+	if !j.Reserved() && cfg.JournalReserve >= 0 {
+		cfg.Log.Warn("the journal's disk reserve could not be made (the disk is nearly full); an operation that ends on a full disk may not be recorded until there is room", "data", cfg.DataDir)
 	}
-	s.cfg.Engine = &eng
+	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}}
+	s.metrics = newMetrics(s)
 	return s, nil
 }
 
@@ -137,7 +130,7 @@ func checkName(what, name string) error {
 }
 
 // ErrInvalid marks a request that is malformed.
-var ErrInvalid = errors.New("invalid request")
+var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid request")
 
 func newID(prefix string) string {
 	var b [6]byte
@@ -150,7 +143,7 @@ func (s *Service) actorDir(id string) string { return filepath.Join(s.cfg.DataDi
 func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.DataDir, "snapshots", id) }
 
 // event appends a line to an actor's history and logs it.
-func (s *Service) event(ctx context.Context, actor, opID, step, msg string, d time.Duration, err error) {
+func (s *Service) event(actor, opID, step, msg string, d time.Duration, err error) {
 	e := journal.Event{Actor: actor, Operation: opID, Step: step, Message: msg, Duration: d}
 	attrs := []any{"actor", actor, "operation", opID, "duration", d.String(), "message", msg}
 	level := slog.LevelInfo
@@ -158,51 +151,22 @@ func (s *Service) event(ctx context.Context, actor, opID, step, msg string, d ti
 		e.Error = err.Error()
 		attrs, level = append(attrs, "error", e.Error), slog.LevelWarn
 	}
-	if _, jerr := s.journal.AddEvent(context.WithoutCancel(ctx), e); jerr != nil {
+	if _, jerr := s.journal.AddEvent(context.Background(), e); jerr != nil {
 		s.cfg.Log.Error("journal event", "actor", actor, "error", jerr)
 	}
-	s.cfg.Log.Log(ctx, level, step, attrs...)
+	s.cfg.Log.Log(context.Background(), level, step, attrs...)
 }
 
-// step journals that an operation is about to run a step, then runs it.
-func (s *Service) step(ctx context.Context, o *operation, name string, fn func() (string, error)) error {
-	s.beforeStep(ctx, o.actor, o.id, o.kind, name)
-	start := time.Now()
-	msg, err := fn()
-	s.event(ctx, o.actor, o.id, name, msg, time.Since(start), err)
-	s.failpoint(o.kind, name, true)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
-}
-
-func (s *Service) beforeStep(ctx context.Context, actor, opID, kind, name string) {
-	if err := s.journal.Step(context.WithoutCancel(ctx), opID, name); err != nil {
-		s.cfg.Log.Error("journal step", "actor", actor, "step", name, "error", err)
-	}
-	s.failpoint(kind, name, false)
-}
-
-// engineStep journals the engine's own steps against the operation that
-// runs on that sandbox.
-func (s *Service) engineStep(ev engine.Event, ended bool) {
-	s.mu.Lock()
-	o := s.current[ev.Actor]
-	s.mu.Unlock()
-	if o == nil {
-		return
-	}
-	if !ended {
-		s.beforeStep(context.Background(), o.actor, o.id, o.kind, ev.Step)
-		return
-	}
-	var stepErr error
-	if ev.Err != "" {
-		stepErr = errors.New(ev.Err)
-	}
-	s.event(context.Background(), o.actor, o.id, ev.Step, ev.Message, ev.Duration, stepErr)
-	s.failpoint(o.kind, ev.Step, true)
+// noteObserver records the engine's steps in an actor's history outside
+// any operation (the reconciler's removal of a leftover sandbox).
+func (s *Service) noteObserver(actor string) engine.Observer {
+	return engine.Observer{After: func(st engine.Step) {
+		var err error
+		if st.Err != "" {
+			err = errors.New(st.Err)
+		}
+		s.event(actor, "", st.Name, st.Message, st.Duration, err)
+	}}
 }
 
 // failpoint kills this process when the configured failpoint is reached.
@@ -219,19 +183,6 @@ func (s *Service) failpoint(kind, step string, after bool) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL is not delivered synchronously; never go on
 	}
-}
-
-// manifestOf loads a committed snapshot's manifest, or nil when the folder
-// holds none (an uncommitted or removed snapshot).
-func manifestOf(dir string) *snapshot.Manifest {
-	if dir == "" {
-		return nil
-	}
-	m, err := snapshot.Load(dir)
-	if err != nil {
-		return nil
-	}
-	return m
 }
 
 // NodeInfo is this node's fingerprint, for placement across nodes.

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,57 +12,21 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/journal"
-	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
 )
 
-// Template is a recipe for actors.
-type Template struct {
-	Name string `json:"name"`
-	// Bundle is an OCI bundle folder (config.json and its rootfs) the
-	// actors run; or Rootfs and Args describe the process directly.
-	Bundle string   `json:"bundle,omitempty"`
-	Rootfs string   `json:"rootfs,omitempty"`
-	Args   []string `json:"args,omitempty"`
-	Env    []string `json:"env,omitempty"`
-	// GPUs gives actors the node's NVIDIA devices and the stasis-cuda
-	// helper; a GPU suspend moves their device memory into host memory.
-	GPUs int `json:"gpus,omitempty"`
-	// MemoryBytes is the sandbox's memory limit; 0 leaves it unlimited.
-	MemoryBytes int64 `json:"memoryBytes,omitempty"`
-	// Durable are folders inside the sandbox that live on the host, per
-	// actor, and that Data snapshots keep.
-	Durable   []string       `json:"durable,omitempty"`
-	Probe     Probe          `json:"probe"`
-	Snapshots SnapshotConfig `json:"snapshots"`
-	// Golden is the snapshot new actors start from, once warmed.
-	Golden    string    `json:"golden,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// Probe says when an actor is ready: a command that exits 0 inside the
-// sandbox, or a URL that answers 2xx.
-type Probe struct {
-	Command        []string `json:"command,omitempty"`
-	URL            string   `json:"url,omitempty"`
-	TimeoutSeconds float64  `json:"timeoutSeconds,omitempty"`
-}
-
-func (p Probe) engine() engine.Probe {
+func probeOf(p api.Probe) engine.Probe {
 	return engine.Probe{Command: p.Command, URL: p.URL, Timeout: time.Duration(p.TimeoutSeconds * float64(time.Second))}
 }
 
-// SnapshotConfig picks the scope of each kind of snapshot: pause keeps one
-// on this node for a fast resume, commit (suspend) stores one durably.
-// Golden snapshots are always Full.
-type SnapshotConfig struct {
-	OnPause  snapshot.Scope `json:"onPause,omitempty"`
-	OnCommit snapshot.Scope `json:"onCommit,omitempty"`
-}
-
-func (t *Template) validate(helper string) error {
+// validate checks a template and fills in its defaults; the host paths it
+// names are checked against the policy.
+func (s *Service) validate(t *api.Template) error {
 	if err := checkName("template", t.Name); err != nil {
 		return err
 	}
@@ -72,8 +37,8 @@ func (t *Template) validate(helper string) error {
 		if !filepath.IsAbs(t.Bundle) {
 			return fmt.Errorf("%w: template %s: bundle %q must be an absolute path", ErrInvalid, t.Name, t.Bundle)
 		}
-		if _, err := bundle.Load(t.Bundle); err != nil {
-			return fmt.Errorf("%w: template %s: %w", ErrInvalid, t.Name, err)
+		if _, err := s.loadBundle(*t); err != nil {
+			return fmt.Errorf("template %s: %w", t.Name, err)
 		}
 	default:
 		if !filepath.IsAbs(t.Rootfs) || len(t.Args) == 0 {
@@ -82,11 +47,14 @@ func (t *Template) validate(helper string) error {
 		if st, err := os.Stat(t.Rootfs); err != nil || !st.IsDir() {
 			return fmt.Errorf("%w: template %s: rootfs %s is not a folder", ErrInvalid, t.Name, t.Rootfs)
 		}
+		if err := s.cfg.HostPaths.allows("rootfs", t.Rootfs, false); err != nil {
+			return fmt.Errorf("template %s: %w", t.Name, err)
+		}
 	}
 	if t.GPUs < 0 || t.MemoryBytes < 0 || t.Probe.TimeoutSeconds < 0 {
 		return fmt.Errorf("%w: template %s: gpus, memoryBytes and probe.timeoutSeconds cannot be negative", ErrInvalid, t.Name)
 	}
-	if t.GPUs > 0 && helper == "" {
+	if t.GPUs > 0 && s.cfg.Helper == "" {
 		return fmt.Errorf("%w: template %s wants GPUs, and stasisd has no stasis-cuda helper to mount (start it with --helper)", ErrInvalid, t.Name)
 	}
 	for i, d := range t.Durable {
@@ -94,12 +62,12 @@ func (t *Template) validate(helper string) error {
 			return fmt.Errorf("%w: template %s: durable folder %q must be a clean absolute path other than /, given once", ErrInvalid, t.Name, d)
 		}
 	}
-	for _, sc := range []*snapshot.Scope{&t.Snapshots.OnPause, &t.Snapshots.OnCommit} {
+	for _, sc := range []*api.Scope{&t.Snapshots.OnPause, &t.Snapshots.OnCommit} {
 		switch *sc {
 		case "":
-			*sc = snapshot.ScopeFull
-		case snapshot.ScopeFull:
-		case snapshot.ScopeData:
+			*sc = api.ScopeFull
+		case api.ScopeFull:
+		case api.ScopeData:
 			if len(t.Durable) == 0 {
 				return fmt.Errorf("%w: template %s: Data snapshots keep the durable folders, and it has none", ErrInvalid, t.Name)
 			}
@@ -111,9 +79,10 @@ func (t *Template) validate(helper string) error {
 }
 
 // CreateTemplate validates and records a template.
-func (s *Service) CreateTemplate(ctx context.Context, t Template) (Template, error) {
+func (s *Service) CreateTemplate(ctx context.Context, t api.Template) (api.Template, error) {
 	t.Golden, t.CreatedAt = "", time.Time{}
-	if err := t.validate(s.cfg.Helper); err != nil {
+	if err := s.validate(&t); err != nil {
+		s.cfg.Log.Info("template refused", "template", t.Name, "code", errdefs.Code(err), "error", err.Error())
 		return t, err
 	}
 	spec, err := json.Marshal(t)
@@ -127,21 +96,21 @@ func (s *Service) CreateTemplate(ctx context.Context, t Template) (Template, err
 }
 
 // Template reads one template.
-func (s *Service) Template(ctx context.Context, name string) (Template, error) {
+func (s *Service) Template(ctx context.Context, name string) (api.Template, error) {
 	rec, err := s.journal.Template(ctx, name)
 	if err != nil {
-		return Template{}, err
+		return api.Template{}, err
 	}
 	return templateOf(rec)
 }
 
 // Templates lists every template.
-func (s *Service) Templates(ctx context.Context) ([]Template, error) {
+func (s *Service) Templates(ctx context.Context) ([]api.Template, error) {
 	recs, err := s.journal.Templates(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Template, 0, len(recs))
+	out := make([]api.Template, 0, len(recs))
 	for _, r := range recs {
 		t, err := templateOf(r)
 		if err != nil {
@@ -152,8 +121,47 @@ func (s *Service) Templates(ctx context.Context) ([]Template, error) {
 	return out, nil
 }
 
-func templateOf(r journal.Template) (Template, error) {
-	var t Template
+// DeleteTemplate removes a template that no actor uses, with its golden
+// snapshot (here and in the store).
+func (s *Service) DeleteTemplate(ctx context.Context, name string) error {
+	t, err := s.Template(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := s.journal.DeleteTemplate(ctx, name); err != nil {
+		return err
+	}
+	if t.Golden == "" {
+		return nil
+	}
+	if err := s.dropSnapshot(ctx, t.Golden); err != nil {
+		return fmt.Errorf("template %s was deleted, but its golden snapshot %s was not: %w", name, t.Golden, err)
+	}
+	return nil
+}
+
+// dropSnapshot removes a snapshot's folder, its stored copy and its record.
+func (s *Service) dropSnapshot(ctx context.Context, id string) error {
+	snap, err := s.journal.Snapshot(ctx, id)
+	if errors.Is(err, journal.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := removeDir(snap.Dir); err != nil {
+		return err
+	}
+	if snap.Stored != "" && s.cfg.Repo != nil {
+		if err := s.cfg.Repo.Delete(ctx, snap.Stored); err != nil && !errors.Is(err, store.ErrNotExist) {
+			s.cfg.Log.Warn("a dropped snapshot stays in the store", "snapshot", snap.Stored, "error", err)
+		}
+	}
+	return s.journal.DeleteSnapshot(ctx, id)
+}
+
+func templateOf(r journal.Template) (api.Template, error) {
+	var t api.Template
 	if err := json.Unmarshal(r.Spec, &t); err != nil {
 		return t, fmt.Errorf("template %s in the journal: %w", r.Name, err)
 	}
@@ -161,10 +169,30 @@ func templateOf(r journal.Template) (Template, error) {
 	return t, nil
 }
 
+// loadBundle reads a bundle template's spec, its root made absolute, and
+// checks it against the host path policy: at creation, and again at every
+// run, since the folder may have changed since.
+func (s *Service) loadBundle(t api.Template) (*specs.Spec, error) {
+	if err := s.cfg.HostPaths.allows("bundle", t.Bundle, false); err != nil {
+		return nil, err
+	}
+	spec, err := bundle.Load(t.Bundle)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := s.cfg.HostPaths.checkSpec(spec, t.Bundle); err != nil {
+		return nil, err
+	}
+	if spec.Root != nil && !filepath.IsAbs(spec.Root.Path) {
+		spec.Root.Path = filepath.Join(t.Bundle, spec.Root.Path)
+	}
+	return spec, nil
+}
+
 // writeBundle writes the actor's OCI bundle under its folder: the
 // template's process and rootfs, its memory limit, a host folder per
 // durable folder, and for GPU templates the NVIDIA devices and the helper.
-func (s *Service) writeBundle(t Template, id string) (engine.Actor, error) {
+func (s *Service) writeBundle(t api.Template, id string) (engine.Actor, error) {
 	dir := s.actorDir(id)
 	bundleDir := filepath.Join(dir, "bundle")
 	if err := os.MkdirAll(bundleDir, 0o700); err != nil {
@@ -173,13 +201,13 @@ func (s *Service) writeBundle(t Template, id string) (engine.Actor, error) {
 	var spec *specs.Spec
 	if t.Bundle != "" {
 		var err error
-		if spec, err = bundle.Load(t.Bundle); err != nil {
+		if spec, err = s.loadBundle(t); err != nil {
 			return engine.Actor{}, err
 		}
-		if spec.Root != nil && !filepath.IsAbs(spec.Root.Path) {
-			spec.Root.Path = filepath.Join(t.Bundle, spec.Root.Path)
-		}
 	} else {
+		if err := s.cfg.HostPaths.allows("rootfs", t.Rootfs, false); err != nil {
+			return engine.Actor{}, err
+		}
 		spec = &specs.Spec{
 			Version:  specs.Version,
 			Process:  &specs.Process{Args: t.Args, Cwd: "/", Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
@@ -204,7 +232,7 @@ func (s *Service) writeBundle(t Template, id string) (engine.Actor, error) {
 	}
 	for i, d := range t.Durable {
 		host := filepath.Join(dir, "durable", fmt.Sprint(i))
-		if err := os.MkdirAll(host, 0o755); err != nil {
+		if err := os.MkdirAll(host, 0o700); err != nil {
 			return engine.Actor{}, err
 		}
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: d, Source: host, Type: "bind", Options: []string{"rbind", "rw"}})
@@ -220,6 +248,6 @@ func (s *Service) writeBundle(t Template, id string) (engine.Actor, error) {
 	return s.engineActor(t, id), nil
 }
 
-func (s *Service) engineActor(t Template, id string) engine.Actor {
+func (s *Service) engineActor(t api.Template, id string) engine.Actor {
 	return engine.Actor{ID: id, Bundle: filepath.Join(s.actorDir(id), "bundle"), GPU: t.GPUs > 0, DurableDirs: t.Durable, ConsoleLog: filepath.Join(s.actorDir(id), "console.log")}
 }

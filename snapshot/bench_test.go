@@ -1,6 +1,7 @@
 package snapshot_test
 
 import (
+	"context"
 	"crypto/rand"
 	"os"
 	"path/filepath"
@@ -42,7 +43,7 @@ func BenchmarkCommit(b *testing.B) {
 		b.StopTimer()
 		dir := benchFolder(b)
 		b.StartTimer()
-		if _, err := snapshot.Commit(dir, snapshot.Manifest{Scope: snapshot.ScopeFull}); err != nil {
+		if _, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -52,12 +53,12 @@ func BenchmarkCommit(b *testing.B) {
 // the page cache), the verify step of a resume.
 func BenchmarkVerify(b *testing.B) {
 	dir := benchFolder(b)
-	if _, err := snapshot.Commit(dir, snapshot.Manifest{Scope: snapshot.ScopeFull}); err != nil {
+	if _, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull}); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(benchSize)
 	for b.Loop() {
-		if _, err := snapshot.Verify(dir); err != nil {
+		if _, err := snapshot.Verify(context.Background(), dir); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -18,11 +19,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/fsutil"
 )
 
 // ErrNoManifest means a folder is not a complete snapshot.
-var ErrNoManifest = errors.New("no manifest: the snapshot is incomplete or was never written")
+var ErrNoManifest = errdefs.New(errdefs.ErrNotFound, "no manifest: the snapshot is incomplete or was never written")
 
 // maxFileSize bounds what a manifest may claim for one file (16 TiB); larger
 // sizes are corruption, not snapshots.
@@ -30,13 +32,14 @@ const maxFileSize = 16 << 40
 
 // Commit syncs every file under dir, hashes it, and writes m, with the file
 // list filled in, as dir's manifest: last, and atomically. Only regular files
-// and folders may be in dir.
-func Commit(dir string, m Manifest) (*Manifest, error) {
+// and folders may be in dir. A cancelled ctx stops it between blocks, with
+// no manifest written.
+func Commit(ctx context.Context, dir string, m Manifest) (*Manifest, error) {
 	paths, err := ListFiles(dir)
 	if err != nil {
 		return nil, err
 	}
-	files, err := hashFiles(dir, paths, true)
+	files, err := hashFiles(ctx, dir, paths, true)
 	if err != nil {
 		return nil, err
 	}
@@ -56,15 +59,25 @@ func Commit(dir string, m Manifest) (*Manifest, error) {
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = time.Now().UTC()
 	}
+	if err := WriteManifest(dir, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// WriteManifest writes m as dir's manifest through a temporary file and a
+// rename, then syncs dir: a reader sees the whole manifest or none. Commit
+// and a pull from a store both write manifests this way.
+func WriteManifest(dir string, m *Manifest) error {
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	data = append(data, '\n')
 	if err := fsutil.WriteAtomic(filepath.Join(dir, ManifestName), bytes.NewReader(data), int64(len(data))); err != nil {
-		return nil, fmt.Errorf("snapshot %s: write manifest: %w", dir, err)
+		return fmt.Errorf("snapshot %s: write manifest: %w", dir, err)
 	}
-	return &m, nil
+	return nil
 }
 
 // Load reads and checks dir's manifest without reading the files.
@@ -78,7 +91,7 @@ func Load(dir string) (*Manifest, error) {
 	}
 	m, err := Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+		return nil, errdefs.Mark(fmt.Errorf("snapshot %s: %w", dir, err), errdefs.ErrCorrupt)
 	}
 	return m, nil
 }
@@ -117,7 +130,13 @@ func Parse(data []byte) (*Manifest, error) {
 
 // Verify loads dir's manifest and reads every file, checking that the folder
 // holds exactly the files listed, with their sizes and digests.
-func Verify(dir string) (*Manifest, error) { return verify(dir, true) }
+func Verify(ctx context.Context, dir string) (*Manifest, error) {
+	m, err := Check(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return m, VerifyContents(ctx, dir, m)
+}
 
 // Check is Verify without reading the files: the manifest loads and the
 // folder holds exactly its files, each of the size the manifest says. It
@@ -125,16 +144,22 @@ func Verify(dir string) (*Manifest, error) { return verify(dir, true) }
 // snapshots whose bytes were checked when they arrived (committed on this
 // node, or pulled chunk by chunk from a store), where reading many
 // gigabytes again would only delay the restore.
-func Check(dir string) (*Manifest, error) { return verify(dir, false) }
-
-func verify(dir string, hash bool) (*Manifest, error) {
+func Check(ctx context.Context, dir string) (*Manifest, error) {
 	m, err := Load(dir)
 	if err != nil {
 		return nil, err
 	}
+	return m, CheckFiles(ctx, dir, m)
+}
+
+// CheckFiles is Check of a manifest already in hand.
+func CheckFiles(ctx context.Context, dir string, m *Manifest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	paths, err := ListFiles(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	listed := map[string]File{}
 	for _, f := range m.Files {
@@ -142,46 +167,59 @@ func verify(dir string, hash bool) (*Manifest, error) {
 	}
 	for _, p := range paths {
 		if _, ok := listed[p]; !ok {
-			return nil, fmt.Errorf("snapshot %s: file %s is not in the manifest", dir, p)
+			return corrupt("snapshot %s: file %s is not in the manifest", dir, p)
 		}
 	}
 	for _, f := range m.Files {
 		if !slices.Contains(paths, f.Path) {
-			return nil, fmt.Errorf("snapshot %s: file %s is missing", dir, f.Path)
+			return corrupt("snapshot %s: file %s is missing", dir, f.Path)
+		}
+		st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f.Path)))
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", dir, err)
+		}
+		if st.Size() != f.Size {
+			return sizeMismatch(dir, f.Path, st.Size(), f.Size)
 		}
 	}
-	if !hash {
-		for _, f := range m.Files {
-			st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f.Path)))
-			if err != nil {
-				return nil, fmt.Errorf("snapshot %s: %w", dir, err)
-			}
-			if st.Size() != f.Size {
-				return nil, sizeMismatch(dir, f.Path, st.Size(), f.Size)
-			}
-		}
-		return m, nil
+	return nil
+}
+
+// VerifyContents reads every file m lists under dir, on every core, and
+// checks each block against its SHA-256. It is the part of Verify that
+// reads the bytes, for a caller that checked the files (CheckFiles) and
+// hashes while it does something else with them.
+func VerifyContents(ctx context.Context, dir string, m *Manifest) error {
+	paths := make([]string, len(m.Files))
+	for i, f := range m.Files {
+		paths[i] = f.Path
 	}
-	got, err := hashFiles(dir, paths, false)
+	got, err := hashFiles(ctx, dir, paths, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for _, g := range got {
-		want := listed[g.Path]
+	for i, g := range got {
+		want := m.Files[i]
 		if g.Size != want.Size {
-			return nil, sizeMismatch(dir, g.Path, g.Size, want.Size)
+			return sizeMismatch(dir, g.Path, g.Size, want.Size)
 		}
-		for i := range want.Blocks {
-			if g.Blocks[i] != want.Blocks[i] {
-				return nil, fmt.Errorf("snapshot %s: file %s: bytes %d to %d do not match their SHA-256 (corrupt)", dir, g.Path, int64(i)*BlockSize, min(int64(i+1)*BlockSize, g.Size))
+		for b := range want.Blocks {
+			if g.Blocks[b] != want.Blocks[b] {
+				return corrupt("snapshot %s: file %s: bytes %d to %d do not match their SHA-256", dir, g.Path, int64(b)*BlockSize, min(int64(b+1)*BlockSize, g.Size))
 			}
 		}
 	}
-	return m, nil
+	return nil
 }
 
 func sizeMismatch(dir, path string, got, want int64) error {
-	return fmt.Errorf("snapshot %s: file %s is %d bytes, the manifest says %d (truncated or overwritten)", dir, path, got, want)
+	return corrupt("snapshot %s: file %s is %d bytes, the manifest says %d (truncated or overwritten)", dir, path, got, want)
+}
+
+// corrupt is an error of the corrupt category (errdefs.ErrCorrupt): the
+// folder is not the snapshot its manifest describes.
+func corrupt(format string, args ...any) error {
+	return errdefs.Mark(fmt.Errorf(format+" (corrupt)", args...), errdefs.ErrCorrupt)
 }
 
 // CheckPath refuses a file path that could reach outside a snapshot folder
@@ -221,7 +259,7 @@ func ListFiles(dir string) ([]string, error) {
 		case d.IsDir():
 			return nil
 		case !d.Type().IsRegular():
-			return fmt.Errorf("%s is a %s, not a regular file: snapshots hold only files and folders", rel, d.Type())
+			return errdefs.Mark(fmt.Errorf("%s is %s, not a regular file: snapshots hold only files and folders", rel, fsutil.DescribeType(d.Type())), errdefs.ErrCorrupt)
 		case rel == ManifestName || !strings.Contains(rel, "/") && strings.HasPrefix(rel, fsutil.TempPrefix):
 			return nil
 		}
@@ -248,8 +286,9 @@ type blockJob struct {
 }
 
 // hashFiles digests every block of every file on all cores. With durable it
-// also fsyncs each file, so the digests describe durable bytes.
-func hashFiles(dir string, paths []string, durable bool) ([]File, error) {
+// also fsyncs each file, so the digests describe durable bytes. A cancelled
+// ctx stops it at the next block.
+func hashFiles(ctx context.Context, dir string, paths []string, durable bool) ([]File, error) {
 	files := make([]File, len(paths))
 	handles := make([]*os.File, len(paths))
 	defer func() {
@@ -282,6 +321,10 @@ func hashFiles(dir string, paths []string, durable bool) ([]File, error) {
 		wg.Go(func() {
 			buf := make([]byte, 1<<20)
 			for j := range next {
+				if err := ctx.Err(); err != nil {
+					errs[j.file] = err
+					continue
+				}
 				h := sha256.New()
 				section := io.NewSectionReader(handles[j.file], j.block*BlockSize, BlockSize)
 				if _, err := io.CopyBuffer(h, section, buf); err != nil {
@@ -293,6 +336,9 @@ func hashFiles(dir string, paths []string, durable bool) ([]File, error) {
 		})
 	}
 	for _, j := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
 		next <- j
 	}
 	close(next)

@@ -1,6 +1,7 @@
 package snapshot_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -22,7 +23,7 @@ func makeSnapshot(t *testing.T) string {
 	must(t, os.WriteFile(filepath.Join(dir, "image", "pages.img"), big, 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("state"), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "empty"), nil, 0o644))
-	_, err := snapshot.Commit(dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a1", Runtime: snapshot.Runtime{Name: "gvisor", Version: "v0"}})
+	_, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a1", Runtime: snapshot.Runtime{Name: "gvisor", Version: "v0"}})
 	must(t, err)
 	return dir
 }
@@ -48,7 +49,7 @@ func wantErr(t *testing.T, err error, parts ...string) {
 
 func TestCommitThenVerify(t *testing.T) {
 	dir := makeSnapshot(t)
-	m, err := snapshot.Verify(dir)
+	m, err := snapshot.Verify(context.Background(), dir)
 	must(t, err)
 	if len(m.Files) != 3 || m.Files[1].Path != "image/checkpoint.img" {
 		t.Fatalf("files %+v", m.Files)
@@ -69,14 +70,14 @@ func TestVerifyFindsCorruptByte(t *testing.T) {
 	_, err = f.WriteAt([]byte{0xff}, snapshot.BlockSize+5)
 	must(t, err)
 	f.Close()
-	_, err = snapshot.Verify(dir)
+	_, err = snapshot.Verify(context.Background(), dir)
 	wantErr(t, err, "image/pages.img", "67108864 to", "corrupt", dir)
 }
 
 func TestVerifyFindsTruncation(t *testing.T) {
 	dir := makeSnapshot(t)
 	must(t, os.Truncate(filepath.Join(dir, "image", "pages.img"), 1000))
-	_, err := snapshot.Verify(dir)
+	_, err := snapshot.Verify(context.Background(), dir)
 	wantErr(t, err, "image/pages.img", "1000 bytes", "truncated")
 }
 
@@ -85,7 +86,7 @@ func TestVerifyFindsTruncation(t *testing.T) {
 // Verify finds.
 func TestCheckReadsNoBytes(t *testing.T) {
 	dir := makeSnapshot(t)
-	if _, err := snapshot.Check(dir); err != nil {
+	if _, err := snapshot.Check(context.Background(), dir); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "image", "pages.img"), os.O_WRONLY, 0)
@@ -93,32 +94,32 @@ func TestCheckReadsNoBytes(t *testing.T) {
 	_, err = f.WriteAt([]byte{0xff}, 5)
 	must(t, err)
 	f.Close()
-	if _, err := snapshot.Check(dir); err != nil {
+	if _, err := snapshot.Check(context.Background(), dir); err != nil {
 		t.Fatalf("Check read the bytes: %v", err)
 	}
 	must(t, os.Truncate(filepath.Join(dir, "image", "pages.img"), 1000))
-	_, err = snapshot.Check(dir)
+	_, err = snapshot.Check(context.Background(), dir)
 	wantErr(t, err, "image/pages.img", "1000 bytes", "truncated")
 	must(t, os.WriteFile(filepath.Join(dir, "image", "stray"), []byte("x"), 0o600))
-	_, err = snapshot.Check(dir)
+	_, err = snapshot.Check(context.Background(), dir)
 	wantErr(t, err, "image/stray", "not in the manifest")
 }
 
 func TestVerifyFindsExtraAndMissingFiles(t *testing.T) {
 	dir := makeSnapshot(t)
 	must(t, os.WriteFile(filepath.Join(dir, "image", "stray"), []byte("x"), 0o600))
-	_, err := snapshot.Verify(dir)
+	_, err := snapshot.Verify(context.Background(), dir)
 	wantErr(t, err, "image/stray", "not in the manifest")
 
 	dir = makeSnapshot(t)
 	must(t, os.Remove(filepath.Join(dir, "image", "checkpoint.img")))
-	_, err = snapshot.Verify(dir)
+	_, err = snapshot.Verify(context.Background(), dir)
 	wantErr(t, err, "image/checkpoint.img", "missing")
 }
 
 func TestNoManifestIsIncomplete(t *testing.T) {
 	dir := t.TempDir()
-	_, err := snapshot.Verify(dir)
+	_, err := snapshot.Verify(context.Background(), dir)
 	if !errors.Is(err, snapshot.ErrNoManifest) {
 		t.Fatalf("got %v", err)
 	}
@@ -170,7 +171,7 @@ func TestLoadRefusesBadManifests(t *testing.T) {
 func TestSymlinksAreRefused(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.Symlink("/etc/passwd", filepath.Join(dir, "link")))
-	_, err := snapshot.Commit(dir, snapshot.Manifest{Scope: snapshot.ScopeData})
+	_, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeData})
 	wantErr(t, err, "link", "not a regular file")
 	if _, statErr := os.Stat(filepath.Join(dir, snapshot.ManifestName)); statErr == nil {
 		t.Error("a manifest was written for a refused folder")
@@ -178,6 +179,6 @@ func TestSymlinksAreRefused(t *testing.T) {
 
 	dir = makeSnapshot(t)
 	must(t, os.Symlink("/etc/passwd", filepath.Join(dir, "image", "evil")))
-	_, err = snapshot.Verify(dir)
+	_, err = snapshot.Verify(context.Background(), dir)
 	wantErr(t, err, "evil", "not a regular file")
 }

@@ -2,8 +2,9 @@ package store
 
 import (
 	"context"
-	"errors"
 	"io"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // Backend is where a repository's objects live: a local folder, an S3
@@ -25,4 +26,4 @@ type Backend interface {
 }
 
 // ErrNotExist is returned (wrapped) for a key with no object.
-var ErrNotExist = errors.New("object does not exist")
+var ErrNotExist = errdefs.New(errdefs.ErrNotFound, "object does not exist")

@@ -10,15 +10,20 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Verify reads every chunk of the named snapshots (all when none are named)
-// and checks it against its hash.
+// Verify checks what Restore checks of the named snapshots (all when none
+// are named): every chunk indexed and adding up to its file, then read and
+// checked against its hash. Checking all of them also fails on every
+// damaged index or manifest, after checking the rest.
 func (r *Repository) Verify(ctx context.Context, names ...string) error {
 	var snaps []*Snapshot
+	var damaged error
 	if len(names) == 0 {
+		var bad []Damage
 		var err error
-		if snaps, err = r.snapshots(ctx); err != nil {
+		if snaps, bad, err = r.snapshots(ctx); err != nil {
 			return err
 		}
+		damaged = r.damage(bad)
 	}
 	for _, name := range names {
 		s, err := r.Snapshot(ctx, name)
@@ -33,7 +38,7 @@ func (r *Repository) Verify(ctx context.Context, names ...string) error {
 	}
 	defer chunks.close()
 	for _, s := range snaps {
-		if err := r.unindexed(s); err != nil {
+		if err := r.checkChunks(s); err != nil {
 			return err
 		}
 		g, gctx := errgroup.WithContext(ctx)
@@ -58,12 +63,15 @@ func (r *Repository) Verify(ctx context.Context, names ...string) error {
 			return err
 		}
 	}
-	return nil
+	return damaged
 }
 
 // Usage is what DU reports.
 type Usage struct {
 	Snapshots int `json:"snapshots"`
+	// Damaged counts the objects (indexes, manifests) that cannot be
+	// read, which the other figures leave out.
+	Damaged int `json:"damaged,omitempty"`
 	// Logical is the bytes of every file of every snapshot.
 	Logical int64 `json:"logical"`
 	// Unique is the bytes of the distinct chunks the snapshots use.
@@ -78,10 +86,11 @@ type Usage struct {
 // DU compares what the snapshots hold with what the backend stores.
 func (r *Repository) DU(ctx context.Context) (Usage, error) {
 	var u Usage
-	snaps, err := r.snapshots(ctx)
+	snaps, bad, err := r.snapshots(ctx)
 	if err != nil {
 		return u, err
 	}
+	u.Damaged = len(bad) + len(r.DamagedIndexes())
 	seen := map[string]bool{}
 	for _, s := range snaps {
 		u.Snapshots++
@@ -130,9 +139,15 @@ func (r *Repository) GC(ctx context.Context) (GCResult, error) {
 		return res, err
 	}
 	used := map[string]bool{} // packs
-	snaps, err := r.snapshots(ctx)
+	snaps, bad, err := r.snapshots(ctx)
 	if err != nil {
 		return res, err
+	}
+	// A damaged manifest may use any pack, and a damaged index hides
+	// which chunks its pack holds: deleting anything could lose a
+	// snapshot.
+	if err := r.damage(bad); err != nil {
+		return res, fmt.Errorf("gc refused, nothing was deleted: %w (delete the damaged manifests with stasis store rm, or put the objects back)", err)
 	}
 	for _, s := range snaps {
 		for _, f := range s.Files {

@@ -17,10 +17,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/restic/chunker"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // FormatVersion is the repository format this package writes. Format 1
@@ -65,6 +68,25 @@ type Repository struct {
 
 	mu    sync.Mutex
 	index map[string]blobLocation // chunk id -> where it is stored
+	// badIndexes are the index objects that could not be read: their
+	// chunks are unknown, so the snapshots that use them are refused and
+	// GC does not run.
+	badIndexes []Damage
+}
+
+// Damage is one repository object that could not be read, and why. The
+// rest of the repository is used as usual; GC refuses to run while any is
+// left, since it cannot tell what a damaged object refers to.
+type Damage struct {
+	Object string `json:"object"`
+	Reason string `json:"reason"`
+}
+
+// DamagedIndexes lists the index objects Open could not read.
+func (r *Repository) DamagedIndexes() []Damage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.badIndexes)
 }
 
 type blobLocation struct {
@@ -152,12 +174,20 @@ type packEntry struct {
 	Raw    int64  `json:"raw"`
 }
 
+// loadIndex reads every pack's index. One that cannot be read (truncated,
+// not JSON) is set aside as damaged rather than failing the repository: a
+// snapshot that needs its chunks is refused by name, every other works.
 func (r *Repository) loadIndex(ctx context.Context) error {
 	index := map[string]blobLocation{}
+	var bad []Damage
 	err := r.be.List(ctx, indexPrefix, func(key string, _ int64) error {
 		var pi packIndex
 		if err := getJSON(ctx, r.be, key, &pi); err != nil {
-			return fmt.Errorf("index %s: %w", key, err)
+			if ctx.Err() != nil || !isDamage(err) {
+				return fmt.Errorf("index %s: %w", key, err)
+			}
+			bad = append(bad, Damage{Object: key, Reason: err.Error()})
+			return nil
 		}
 		for _, b := range pi.Blobs {
 			index[b.ID] = blobLocation{Pack: pi.Pack, Offset: b.Offset, Length: b.Length, Raw: b.Raw}
@@ -168,10 +198,14 @@ func (r *Repository) loadIndex(ctx context.Context) error {
 		return fmt.Errorf("store %s: %w", r.be.Location(), err)
 	}
 	r.mu.Lock()
-	r.index = index
+	r.index, r.badIndexes = index, bad
 	r.mu.Unlock()
 	return nil
 }
+
+// isDamage tells an object that is there but unreadable as what it should
+// be from a backend that failed to answer.
+func isDamage(err error) bool { return errors.Is(err, errdefs.ErrCorrupt) }
 
 func (r *Repository) lookup(id string) (blobLocation, bool) {
 	r.mu.Lock()
@@ -212,12 +246,12 @@ func getJSON(ctx context.Context, be Backend, key string, v any) error {
 		return err
 	}
 	if len(data) > maxMetadataSize {
-		return fmt.Errorf("%s is larger than %d bytes: corrupt", key, maxMetadataSize)
+		return corrupt("%s is larger than %d bytes", key, maxMetadataSize)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s is not valid JSON (truncated or corrupt): %w", key, err)
+		return corrupt("%s is not valid JSON (truncated?): %v", key, err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -22,13 +23,21 @@ import (
 // absent: every chunk is fetched, decompressed and checked against its hash,
 // and the folder's manifest is written last, so dir becomes a snapshot
 // folder only when it is whole. On failure dir is emptied again.
-func (r *Repository) Restore(ctx context.Context, name, dir string, opts Options) (err error) {
+func (r *Repository) Restore(ctx context.Context, name, dir string, opts Options) error {
 	s, err := r.Snapshot(ctx, name)
 	if err != nil {
 		return err
 	}
-	// Every chunk must be known before anything is written.
-	if err := r.unindexed(s); err != nil {
+	return r.RestoreSnapshot(ctx, s, dir, opts)
+}
+
+// RestoreSnapshot is Restore of a stored manifest the caller read already
+// (with Snapshot, to check it before fetching anything).
+func (r *Repository) RestoreSnapshot(ctx context.Context, s *Snapshot, dir string, opts Options) (err error) {
+	name := s.Name
+	// Every chunk must be known, and add up to its file, before anything
+	// is written.
+	if err := r.checkChunks(s); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -64,7 +73,8 @@ func (r *Repository) Restore(ctx context.Context, name, dir string, opts Options
 		rep.add(0, 0, 1)
 	}
 	rep.finish()
-	if err := os.WriteFile(filepath.Join(dir, snapshot.ManifestName), s.Meta, 0o600); err != nil {
+	// The folder becomes a snapshot when its manifest appears, whole.
+	if err := fsutil.WriteAtomic(filepath.Join(dir, snapshot.ManifestName), bytes.NewReader(s.Meta), int64(len(s.Meta))); err != nil {
 		return err
 	}
 	_, err = snapshot.Load(dir)
@@ -88,9 +98,6 @@ func (r *Repository) restoreFile(ctx context.Context, f File, dir string, chunks
 		loc, _ := r.lookup(id)
 		at := offset
 		offset += loc.Raw
-		if offset > f.Size {
-			return fmt.Errorf("file %s: its chunks hold more than its %d bytes", f.Path, f.Size)
-		}
 		g.Go(func() error {
 			err := chunks.read(ctx, id, loc, func(data []byte) error {
 				_, err := out.WriteAt(data, at)
@@ -105,9 +112,6 @@ func (r *Repository) restoreFile(ctx context.Context, f File, dir string, chunks
 	}
 	if err := g.Wait(); err != nil {
 		return err
-	}
-	if offset != f.Size {
-		return fmt.Errorf("file %s: its chunks hold %d bytes, the manifest says %d", f.Path, offset, f.Size)
 	}
 	if err := out.Sync(); err != nil {
 		return err

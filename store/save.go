@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/snapshot"
 )
@@ -157,34 +159,32 @@ type blob struct {
 // refused. An interrupted Save leaves no snapshot; run again, it skips the
 // chunks already stored.
 func (r *Repository) Save(ctx context.Context, name, dir string, opts Options) (*Snapshot, error) {
+	m, err := snapshot.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot folder %s: %w", dir, err)
+	}
+	return r.SaveManifest(ctx, name, dir, m, opts)
+}
+
+// SaveManifest is Save of a snapshot folder whose manifest the caller holds
+// (the one Commit just wrote): the file list and sizes come from m, so the
+// folder is not listed or its files stat'ed again.
+func (r *Repository) SaveManifest(ctx context.Context, name, dir string, m *snapshot.Manifest, opts Options) (*Snapshot, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
 	if _, err := r.be.Size(ctx, snapshotsPrefix+name); err == nil {
-		return nil, fmt.Errorf("store %s: snapshot %q exists already; delete it first or pick another name", r.be.Location(), name)
+		return nil, fmt.Errorf("store %s: snapshot %q exists already; delete it first or pick another name: %w", r.be.Location(), name, errdefs.ErrAlreadyExists)
 	} else if !errors.Is(err, ErrNotExist) {
 		return nil, err
 	}
-	meta, err := os.ReadFile(filepath.Join(dir, snapshot.ManifestName))
-	if err != nil {
-		return nil, fmt.Errorf("snapshot folder %s: %w", dir, err)
-	}
-	if _, err := snapshot.Parse(meta); err != nil {
-		return nil, fmt.Errorf("snapshot folder %s: %w", dir, err)
-	}
-	paths, err := snapshot.ListFiles(dir)
+	meta, err := json.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
 	snap := &Snapshot{Version: manifestVersion, Name: name, CreatedAt: time.Now().UTC(), Meta: meta}
-	var total int64
-	for _, p := range paths {
-		st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p)))
-		if err != nil {
-			return nil, err
-		}
-		snap.Files = append(snap.Files, File{Path: p, Size: st.Size(), Mode: uint32(st.Mode().Perm())})
-		total += st.Size()
+	for _, f := range m.Files {
+		snap.Files = append(snap.Files, File{Path: f.Path, Size: f.Size, Mode: f.Mode})
 	}
 
 	unlock, err := r.lock(ctx, false)
@@ -193,7 +193,7 @@ func (r *Repository) Save(ctx context.Context, name, dir string, opts Options) (
 	}
 	defer unlock()
 
-	rep := newReporter(opts, Progress{Snapshot: name, Files: len(paths), Bytes: total})
+	rep := newReporter(opts, Progress{Snapshot: name, Files: len(snap.Files), Bytes: m.Size()})
 	if err := r.ingest(ctx, dir, snap, opts, rep); err != nil {
 		return nil, fmt.Errorf("store %s: save %s: %w", r.be.Location(), name, err)
 	}

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -58,7 +60,7 @@ func (r *Repository) Snapshot(ctx context.Context, name string) (*Snapshot, erro
 		return nil, fmt.Errorf("store %s: snapshot %s: %w", r.be.Location(), name, err)
 	}
 	if err := s.check(); err != nil {
-		return nil, fmt.Errorf("store %s: snapshot %s: %w", r.be.Location(), name, err)
+		return nil, corrupt("store %s: snapshot %s: %v", r.be.Location(), name, err)
 	}
 	return &s, nil
 }
@@ -102,56 +104,102 @@ func (s *Snapshot) check() error {
 	return nil
 }
 
-// Info is a stored snapshot in a listing.
+// Info is a stored snapshot in a listing; Damaged says why one whose
+// manifest cannot be read is left out of every use.
 type Info struct {
 	Name      string    `json:"name"`
-	CreatedAt time.Time `json:"createdAt"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
 	Files     int       `json:"files"`
 	Size      int64     `json:"size"`
+	Damaged   string    `json:"damaged,omitempty"`
 }
 
-// List reads every stored snapshot's manifest.
+// List reads every stored snapshot's manifest, oldest first; those that
+// cannot be read come last, each with its reason, and do not hide the rest.
 func (r *Repository) List(ctx context.Context) ([]Info, error) {
-	snaps, err := r.snapshots(ctx)
-	infos := make([]Info, len(snaps))
-	for i, s := range snaps {
-		infos[i] = Info{Name: s.Name, CreatedAt: s.CreatedAt, Files: len(s.Files), Size: s.Size()}
+	snaps, bad, err := r.snapshots(ctx)
+	infos := make([]Info, 0, len(snaps)+len(bad))
+	for _, s := range snaps {
+		infos = append(infos, Info{Name: s.Name, CreatedAt: s.CreatedAt, Files: len(s.Files), Size: s.Size()})
+	}
+	for _, d := range bad {
+		infos = append(infos, Info{Name: strings.TrimPrefix(d.Object, snapshotsPrefix), Damaged: d.Reason})
 	}
 	return infos, err
 }
 
-// snapshots reads every stored snapshot's manifest once, oldest first.
-func (r *Repository) snapshots(ctx context.Context) ([]*Snapshot, error) {
+// snapshots reads every stored snapshot's manifest once, oldest first, and
+// sets aside those that cannot be read (damaged).
+func (r *Repository) snapshots(ctx context.Context) ([]*Snapshot, []Damage, error) {
 	var snaps []*Snapshot
+	var bad []Damage
 	err := r.be.List(ctx, snapshotsPrefix, func(key string, _ int64) error {
 		s, err := r.Snapshot(ctx, key[len(snapshotsPrefix):])
 		if err != nil {
-			return err
+			if ctx.Err() != nil || !isDamage(err) {
+				return err
+			}
+			bad = append(bad, Damage{Object: key, Reason: err.Error()})
+			return nil
 		}
 		snaps = append(snaps, s)
 		return nil
 	})
 	slices.SortFunc(snaps, func(a, b *Snapshot) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	return snaps, err
+	return snaps, bad, err
 }
 
-// unindexed names the first chunk of s that no pack's index holds, so that
-// a read can refuse the snapshot before it starts.
-func (r *Repository) unindexed(s *Snapshot) error {
+// damage is every damaged object of the repository, as one error naming
+// each (nil when there is none).
+func (r *Repository) damage(manifests []Damage) error {
+	all := append(r.DamagedIndexes(), manifests...)
+	if len(all) == 0 {
+		return nil
+	}
+	lines := make([]string, len(all))
+	for i, d := range all {
+		lines[i] = d.Object + ": " + d.Reason
+	}
+	return corrupt("store %s: %d damaged object(s): %s", r.be.Location(), len(all), strings.Join(lines, "; "))
+}
+
+// checkChunks refuses, before anything is read, a snapshot that a restore
+// could not complete: a chunk no pack's index holds, or a file whose
+// chunks do not add up to its size. Restore and Verify both run it, so
+// that a snapshot Verify passes is one Restore takes.
+func (r *Repository) checkChunks(s *Snapshot) error {
 	for _, f := range s.Files {
+		var total int64
 		for i, id := range f.Chunks {
-			if _, ok := r.lookup(id); !ok {
-				return fmt.Errorf("store %s: snapshot %s: file %s: chunk %d (%s) is in no pack's index: the repository is damaged", r.be.Location(), s.Name, f.Path, i, id)
+			loc, ok := r.lookup(id)
+			if !ok {
+				return corrupt("store %s: snapshot %s: file %s: chunk %d (%s) is in no pack's index: the repository is damaged", r.be.Location(), s.Name, f.Path, i, id)
 			}
+			total += loc.Raw
+		}
+		if total != f.Size {
+			return corrupt("store %s: snapshot %s: file %s: its chunks hold %d bytes, the manifest says %d", r.be.Location(), s.Name, f.Path, total, f.Size)
 		}
 	}
 	return nil
 }
 
-// Delete removes a snapshot's manifest; the chunks only it used are freed
-// by GC.
+// corrupt is an error of the corrupt category: stored data that does not
+// match its hash or its format.
+func corrupt(format string, args ...any) error {
+	return errdefs.Mark(fmt.Errorf(format+" (corrupt)", args...), errdefs.ErrCorrupt)
+}
+
+// Delete removes a snapshot's manifest, a damaged one too; the chunks only
+// it used are freed by GC.
 func (r *Repository) Delete(ctx context.Context, name string) error {
-	if _, err := r.Snapshot(ctx, name); err != nil {
+	if err := validName(name); err != nil {
+		return err
+	}
+	if _, err := r.be.Size(ctx, snapshotsPrefix+name); err != nil {
+		if errors.Is(err, ErrNotExist) {
+			return fmt.Errorf("store %s: no snapshot %q: %w", r.be.Location(), name, err)
+		}
 		return err
 	}
 	unlock, err := r.lock(ctx, false)

@@ -44,7 +44,7 @@ func makeFolderZeros(t testing.TB, templateMiB, ownMiB int, own uint64, zeroMiB 
 	if err := os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("kernel state"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := snapshot.Commit(dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a"}); err != nil {
+	if _, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -120,7 +120,7 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameFiles(t, src, dst)
-	if _, err := snapshot.Verify(dst); err != nil {
+	if _, err := snapshot.Verify(context.Background(), dst); err != nil {
 		t.Fatalf("the restored folder does not verify: %v", err)
 	}
 	if err := r2.Verify(ctx); err != nil {

@@ -16,6 +16,9 @@ import (
 // agent is a child, so that its own children are waited for by it and not
 // stolen by the reaper.
 func initMain() int {
+	// The first line on the console: the host tells a guest that never got
+	// here by its silence.
+	fmt.Fprintln(os.Stderr, "stasis-agent: up as /init")
 	// The kernel starts /init with no PATH; commands the host runs are
 	// looked up in it.
 	_ = os.Setenv("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -12,16 +11,10 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/internal/units"
-	"github.com/stasis-run/stasis/service"
 )
 
-// DefaultSocket is where stasisd listens unless --socket says otherwise.
-const DefaultSocket = "/run/stasis/stasisd.sock"
-
-func (g *globals) client() *api.Client { return api.Dial(g.socket) }
-
 func newActor(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "actor", Short: "Run and drive actors through stasisd (run, ps, inspect, pause, suspend, resume, rm, events)"}
+	cmd := &cobra.Command{Use: "actor", Short: "Run and drive actors through stasisd (run, ps, inspect, pause, suspend, resume, rm, events, exec)"}
 	var requestID string
 	var cold bool
 	var id string
@@ -30,12 +23,16 @@ func newActor(g *globals) *cobra.Command {
 		Short: "Start an actor of a template: from its golden snapshot when this node can, by booting otherwise",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := service.RunRequest{Template: args[0], ID: id, RequestID: requestID, Cold: cold}
+			req := api.RunRequest{Template: args[0], ID: id, RequestID: requestID, Cold: cold}
 			if req.ID == "" {
 				// Name it here, so that its progress can be followed.
 				req.ID = fmt.Sprintf("%s-%d", args[0], time.Now().UnixNano()%1e9)
 			}
-			a, err := g.follow(cmd.Context(), req.ID, func(ctx context.Context) (service.Actor, error) { return g.client().Run(ctx, req) })
+			var a api.Actor
+			err := g.follow(cmd.Context(), req.ID, func(ctx context.Context) (err error) {
+				a, err = g.client().Run(ctx, req)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -45,94 +42,89 @@ func newActor(g *globals) *cobra.Command {
 	run.Flags().StringVar(&id, "id", "", "the actor's id (default: TEMPLATE-NUMBER)")
 	run.Flags().BoolVar(&cold, "cold", false, "boot even when the template has a golden snapshot")
 	run.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
-	cmd.AddCommand(run, newActorPS(g), newActorInspect(g), newActorEvents(g), newActorExec(g))
-	for _, v := range []struct{ use, verb, short string }{
-		{"pause", "Pause", "Snapshot an actor into a snapshot kept on this node and stop its sandbox (PAUSED)"},
-		{"suspend", "Suspend", "Commit an actor: its snapshot goes to the store and its sandbox stops (SUSPENDED)"},
-		{"resume", "Resume", "Bring a PAUSED, SUSPENDED or CRASHED actor back from its latest snapshot"},
-		{"rm", "Delete", "Delete an actor from any state: sandbox, GPUs and local files freed; stored snapshots kept unless --purge"},
+	cmd.AddCommand(run, newActorPS(g), newActorInspect(g), newActorEvents(g), newActorExec(g), newActorRm(g))
+	for _, v := range []struct {
+		use, short string
+		call       func(*api.Client, context.Context, api.OpRequest) (api.Actor, error)
+	}{
+		{"pause", "Snapshot an actor into a snapshot kept on this node and stop its sandbox (PAUSED)", (*api.Client).Pause},
+		{"suspend", "Commit an actor: its snapshot goes to the store and its sandbox stops (SUSPENDED)", (*api.Client).Suspend},
+		{"resume", "Bring a PAUSED, SUSPENDED or CRASHED actor back from its latest snapshot", (*api.Client).Resume},
 	} {
-		cmd.AddCommand(newActorOp(g, v.use, v.verb, v.short))
+		cmd.AddCommand(newActorOp(g, v.use, v.short, v.call))
 	}
 	return cmd
 }
 
-func newActorOp(g *globals, use, verb, short string) *cobra.Command {
+func newActorOp(g *globals, use, short string, call func(*api.Client, context.Context, api.OpRequest) (api.Actor, error)) *cobra.Command {
 	var requestID string
-	var purge bool
 	cmd := &cobra.Command{
 		Use:   use + " ACTOR",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := service.OpRequest{ID: args[0], RequestID: requestID, Purge: purge}
-			a, err := g.follow(cmd.Context(), args[0], func(ctx context.Context) (service.Actor, error) { return g.client().Op(ctx, verb, req) })
+			var a api.Actor
+			err := g.follow(cmd.Context(), args[0], func(ctx context.Context) (err error) {
+				a, err = call(g.client(), ctx, api.OpRequest{ID: args[0], RequestID: requestID})
+				return err
+			})
 			if err != nil {
 				return err
-			}
-			if verb == "Delete" {
-				return g.print(map[string]any{"id": args[0], "deleted": true}, fmt.Sprintf("deleted %s\n", args[0]))
 			}
 			return g.print(a, describeActor(a))
 		},
 	}
 	cmd.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
-	if verb == "Delete" {
-		cmd.Flags().BoolVar(&purge, "purge", false, "also delete the actor's snapshots from the store")
-	}
 	return cmd
 }
 
-// follow runs an operation and prints the actor's new events while it runs
-// (as JSON lines on stderr with --json), so long steps show progress.
-func (g *globals) follow(ctx context.Context, id string, op func(context.Context) (service.Actor, error)) (service.Actor, error) {
-	c := g.client()
-	var after int64
-	if past, err := c.Events(ctx, id, 0); err == nil && len(past) > 0 {
-		after = past[len(past)-1].Seq
+func newActorRm(g *globals) *cobra.Command {
+	var requestID string
+	var purge bool
+	cmd := &cobra.Command{
+		Use:   "rm ACTOR",
+		Short: "Delete an actor from any state: sandbox, GPUs and local files freed; stored snapshots kept unless --purge",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var d api.Deleted
+			err := g.follow(cmd.Context(), args[0], func(ctx context.Context) (err error) {
+				d, err = g.client().Delete(ctx, api.DeleteRequest{ID: args[0], RequestID: requestID, Purge: purge})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			text := fmt.Sprintf("deleted %s\n", args[0])
+			if len(d.KeptSnapshots) > 0 {
+				text += fmt.Sprintf("  kept in the store: %s (stasis actor rm --purge deletes them too)\n", strings.Join(d.KeptSnapshots, ", "))
+			}
+			return g.print(d, text)
+		},
 	}
-	type result struct {
-		a   service.Actor
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		a, err := op(ctx)
-		done <- result{a, err}
-	}()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case r := <-done:
-			g.printEvents(ctx, c, id, &after)
-			return r.a, r.err
-		case <-tick.C:
-			g.printEvents(ctx, c, id, &after)
-		}
-	}
+	cmd.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
+	cmd.Flags().BoolVar(&purge, "purge", false, "also delete the actor's snapshots from the store")
+	return cmd
 }
 
-func (g *globals) printEvents(ctx context.Context, c *api.Client, id string, after *int64) {
-	events, err := c.Events(ctx, id, *after)
-	if err != nil {
+// follow runs an operation on an actor and prints its new events while it
+// runs (as JSON lines on stderr with --json), so long steps show progress.
+func (g *globals) follow(ctx context.Context, id string, op func(context.Context) error) error {
+	return g.client().Follow(ctx, id, op, g.printEvent)
+}
+
+func (g *globals) printEvent(e api.Event) {
+	if g.json {
+		g.emit(e)
 		return
 	}
-	for _, e := range events {
-		*after = e.Seq
-		if g.json {
-			g.emit(e)
-			continue
-		}
-		if e.Error != "" {
-			fmt.Fprintf(g.stderr, "  %-14s failed after %.3fs: %s\n", e.Step, e.Duration, e.Error)
-		} else {
-			fmt.Fprintf(g.stderr, "  %-14s %7.3fs  %s\n", e.Step, e.Duration, e.Message)
-		}
+	if e.Error != "" {
+		fmt.Fprintf(g.stderr, "  %-14s failed after %.3fs: %s\n", e.Step, e.Duration, e.Error)
+	} else {
+		fmt.Fprintf(g.stderr, "  %-14s %7.3fs  %s\n", e.Step, e.Duration, e.Message)
 	}
 }
 
-func describeActor(a service.Actor) string {
+func describeActor(a api.Actor) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s (template %s, sandbox %s)\n", a.ID, a.State, a.Template, a.Sandbox)
 	if a.Reason != "" {
@@ -141,13 +133,17 @@ func describeActor(a service.Actor) string {
 	if a.Snapshot != nil {
 		fmt.Fprintf(&b, "  snapshot:  %s\n", describeSnapshotLine(*a.Snapshot))
 	}
-	if a.Operation != nil {
-		fmt.Fprintf(&b, "  operation: %s %s, step %s, since %s\n", a.Operation.Kind, a.Operation.ID, a.Operation.Step, a.Operation.StartedAt.Format(time.RFC3339))
+	if o := a.Operation; o != nil {
+		fmt.Fprintf(&b, "  operation: %s %s, step %s, since %s", o.Kind, o.ID, o.Step, o.StartedAt.Format(time.RFC3339))
+		if !o.Deadline.IsZero() {
+			fmt.Fprintf(&b, ", rolled back if not done by %s", o.Deadline.Format(time.RFC3339))
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
 
-func describeSnapshotLine(s service.Snapshot) string {
+func describeSnapshotLine(s api.Snapshot) string {
 	where := []string{}
 	if s.Dir != "" {
 		where = append(where, "on this node at "+s.Dir)
@@ -180,7 +176,7 @@ func newActorPS(g *globals) *cobra.Command {
 			}
 			w.Flush()
 			if actors == nil {
-				actors = []service.Actor{}
+				actors = []api.Actor{}
 			}
 			return g.print(actors, b.String())
 		},
@@ -204,34 +200,28 @@ func newActorInspect(g *globals) *cobra.Command {
 
 func newActorEvents(g *globals) *cobra.Command {
 	var after int64
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "events ACTOR",
 		Short: "Show an actor's history: every step of every operation, with its duration and outcome",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			events, err := g.client().Events(cmd.Context(), args[0], after)
+			res, err := g.client().Events(cmd.Context(), args[0], after)
 			if err != nil {
 				return err
 			}
-			if g.json {
-				enc := json.NewEncoder(g.stdout)
-				for _, e := range events {
-					if err := enc.Encode(e); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			for _, e := range events {
+			var b strings.Builder
+			for _, e := range res.Events {
 				line := e.Message
 				if e.Error != "" {
 					line = "FAILED: " + e.Error
 				}
-				fmt.Fprintf(g.stdout, "%s  %-10s %-14s %7.3fs  %s\n", e.At.Format("15:04:05.000"), e.Operation, e.Step, e.Duration, line)
+				fmt.Fprintf(&b, "%s  %-10s %-14s %7.3fs  %s\n", e.At.Format("15:04:05.000"), e.Operation, e.Step, e.Duration, line)
 			}
-			return nil
+			return g.print(res.Events, b.String())
 		},
 	}
+	cmd.Flags().Int64Var(&after, "after", 0, "only the events after this sequence number")
+	return cmd
 }
 
 func newActorExec(g *globals) *cobra.Command {
@@ -240,14 +230,16 @@ func newActorExec(g *globals) *cobra.Command {
 		Short: "Run a command inside a running actor and print its output; exits with its exit code",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := g.client().Exec(cmd.Context(), service.ExecRequest{ID: args[0], Args: args[1:]})
+			res, err := g.client().Exec(cmd.Context(), api.ExecRequest{ID: args[0], Args: args[1:]})
 			if err != nil {
 				return err
 			}
 			if err := g.print(res, res.Stdout); err != nil {
 				return err
 			}
-			fmt.Fprint(g.stderr, res.Stderr)
+			if !g.json {
+				fmt.Fprint(g.stderr, res.Stderr)
+			}
 			if res.ExitCode != 0 {
 				return &exitError{code: res.ExitCode, msg: fmt.Sprintf("%s exited %d in %s", args[1], res.ExitCode, args[0])}
 			}

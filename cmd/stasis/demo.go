@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/stasis-run/stasis/internal/counter"
 	"github.com/stasis-run/stasis/internal/demo"
-	"github.com/stasis-run/stasis/service"
 )
 
 func newDemo(g *globals) *cobra.Command {
@@ -40,10 +38,7 @@ stasisd started with the stasis-cuda helper).`,
 					fmt.Fprintf(g.stdout, format+"\n", args...)
 				}
 			}
-			cfg := demo.Config{Client: g.client(), DataDir: g.dataDir, Binary: self, Say: say,
-				Follow: func(ctx context.Context, id string, op func(context.Context) (service.Actor, error)) (service.Actor, error) {
-					return g.follow(ctx, id, op)
-				}}
+			cfg := demo.Config{Client: g.client(), TemplatesDir: g.TemplatesDir(), Binary: self, Say: say, Follow: g.follow}
 			if gpu {
 				python, err := exec.LookPath("python3")
 				if err != nil {

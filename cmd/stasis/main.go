@@ -15,45 +15,57 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/stasis-run/stasis/compat"
-	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/gpu/nvml"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/buildinfo"
+	"github.com/stasis-run/stasis/internal/compose"
 	"github.com/stasis-run/stasis/node"
-	"github.com/stasis-run/stasis/runtime/gvisor"
 )
-
-// DefaultDataDir holds snapshots and state unless --data says otherwise.
-const DefaultDataDir = "/var/lib/stasis"
 
 // globals are the flags every subcommand shares.
 type globals struct {
-	dataDir string
-	repo    string
-	json    bool
-	runsc   gvisor.Config
-	// kernelPolicy is the compatibility rule for the host kernel release.
-	kernelPolicy string
-	// socket is stasisd's API socket.
-	socket string
+	compose.Options
+	json   bool
 	stdout io.Writer
 	stderr io.Writer
 }
 
 func main() {
+	// Snapshots the CLI writes hold process memory: its files are the
+	// user's own, whatever the umask.
+	syscall.Umask(0o077)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRoot(os.Stdout, os.Stderr).ExecuteContext(ctx)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stasis:", err)
-		code := 1
-		var exit *exitError
-		if errors.As(err, &exit) {
-			code = exit.code
-		}
-		os.Exit(code)
+	os.Exit(code)
+}
+
+// run runs the command line and returns the exit code: 0, the exit code
+// of a command run for the user (exec), or the error's category's
+// (docs/cli.md). An error is printed on stderr, or, with --json, as a JSON
+// object on stdout.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root, g := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
 	}
+	var exit *exitError
+	if errors.As(err, &exit) {
+		fmt.Fprintln(stderr, "stasis:", err)
+		return exit.code
+	}
+	c := errdefs.Of(err)
+	if g.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{"error": map[string]any{"code": c.Code, "message": err.Error(), "exit": c.Exit}})
+	} else {
+		fmt.Fprintln(stderr, "stasis:", err)
+	}
+	return c.Exit
 }
 
 // exitError ends stasis with the exit code of a command it ran for the user.
@@ -64,7 +76,7 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
-func newRoot(stdout, stderr io.Writer) *cobra.Command {
+func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	g := &globals{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:           "stasis",
@@ -75,74 +87,72 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return errdefs.Mark(err, errdefs.ErrInvalidArgument) })
 	f := root.PersistentFlags()
-	f.StringVar(&g.dataDir, "data", DefaultDataDir, "folder for snapshots and state")
-	f.BoolVar(&g.json, "json", false, "print JSON for machines instead of text")
-	f.StringVar(&g.repo, "repo", "", "snapshot repository: a folder or s3://BUCKET/PREFIX?endpoint=HOST:PORT (default: DATA/store)")
-	f.StringVar(&g.runsc.Runsc, "runsc", "", "runsc binary (default: runsc on PATH)")
-	f.StringVar(&g.runsc.Root, "runsc-root", gvisor.DefaultRoot, "runsc state folder")
-	f.StringVar(&g.runsc.Platform, "platform", "systrap", "runsc platform")
-	f.StringVar(&g.runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
-	f.StringVar(&g.runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
-	f.StringVar(&g.kernelPolicy, "kernel-policy", string(compat.KernelAny), "how much of the host kernel release a Full snapshot's restore requires: any, minor (same major.minor) or exact")
-	f.StringVar(&g.socket, "socket", DefaultSocket, "stasisd's API socket (actor, template, snapshot ls)")
+	g.Options.Register(f)
+	f.BoolVar(&g.json, "json", false, "print JSON for machines instead of text (errors too, as {\"error\": {\"code\", \"message\", \"exit\"}} on stdout)")
 	root.AddCommand(newActor(g), newTemplate(g), newNode(g), newPlan(g), newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g), newStore(g))
-	return root
+	strict(root)
+	return root, g
 }
 
-func (g *globals) runtime(ctx context.Context) (*gvisor.Runsc, error) {
-	return gvisor.New(ctx, g.runsc)
+// strict makes every command that only groups others refuse an unknown
+// subcommand (cobra prints the help and exits 0 otherwise), and every
+// command's argument errors a usage error (exit 2).
+func strict(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		strict(c)
+	}
+	if cmd.HasSubCommands() && cmd.RunE == nil && cmd.Run == nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return errdefs.Mark(fmt.Errorf("unknown command %q for %q; see %s --help", args[0], c.CommandPath(), c.CommandPath()), errdefs.ErrInvalidArgument)
+			}
+			return nil
+		}
+		cmd.RunE = func(c *cobra.Command, _ []string) error {
+			_ = c.Help()
+			return errdefs.Mark(fmt.Errorf("%s needs a subcommand", c.CommandPath()), errdefs.ErrInvalidArgument)
+		}
+	}
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			return errdefs.Mark(check(c, args), errdefs.ErrInvalidArgument)
+		}
+	}
 }
 
-func (g *globals) policy() (compat.Policy, error) {
-	rule, err := compat.ParseKernelRule(g.kernelPolicy)
-	if err != nil {
-		return compat.Policy{}, fmt.Errorf("--kernel-policy: %w", err)
-	}
-	return compat.Policy{Kernel: rule}, nil
-}
-
-// engine is an engine on runsc that reads this node's GPUs through NVML
-// and reports progress.
-func (g *globals) engine(ctx context.Context) (*engine.Engine, error) {
-	policy, err := g.policy()
-	if err != nil {
-		return nil, err
-	}
-	rt, err := g.runtime(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &engine.Engine{Runtime: rt, GPU: nvml.New(), Policy: policy, Events: g.progress}, nil
-}
+func (g *globals) client() *api.Client { return api.Dial(g.Socket) }
 
 // fingerprint reads this node's facts with the runtime as configured.
 func (g *globals) fingerprint(ctx context.Context) (node.Fingerprint, error) {
-	rt, err := g.runtime(ctx)
+	eng, err := g.Engine(ctx)
 	if err != nil {
 		return node.Fingerprint{}, err
 	}
-	return node.Collector{GPU: nvml.New(), Runtime: rt.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
+	return eng.Fingerprint(ctx)
 }
 
 // emit writes one JSON line on stderr, for machines following progress.
 func (g *globals) emit(v any) { _ = json.NewEncoder(g.stderr).Encode(v) }
 
-// progress prints each engine step as it ends: to stderr as text, or as a
+// observer prints each engine step as it ends: to stderr as text, or as a
 // JSON line when --json is given, so machines can follow long operations.
-func (g *globals) progress(ev engine.Event) {
-	if g.json {
-		g.emit(ev)
-		return
-	}
-	switch {
-	case ev.Err != "":
-		fmt.Fprintf(g.stderr, "  %-12s failed after %s: %s\n", ev.Step, ev.Duration.Round(time.Millisecond), ev.Err)
-	case ev.Step == "note":
-		fmt.Fprintf(g.stderr, "  note: %s\n", ev.Message)
-	default:
-		fmt.Fprintf(g.stderr, "  %-12s %8s  %s\n", ev.Step, ev.Duration.Round(time.Millisecond), ev.Message)
-	}
+func (g *globals) observer() engine.Observer {
+	return engine.Observer{After: func(st engine.Step) {
+		if g.json {
+			g.emit(st)
+			return
+		}
+		switch {
+		case st.Err != "":
+			fmt.Fprintf(g.stderr, "  %-14s failed after %s: %s\n", st.Name, st.Duration.Round(time.Millisecond), st.Err)
+		case st.Name == "note":
+			fmt.Fprintf(g.stderr, "  note: %s\n", st.Message)
+		default:
+			fmt.Fprintf(g.stderr, "  %-14s %8s  %s\n", st.Name, st.Duration.Round(time.Millisecond), st.Message)
+		}
+	}}
 }
 
 // print writes v as JSON with --json, or the text otherwise.

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -144,21 +146,21 @@ func TestDemoJSON(t *testing.T) {
 
 func TestUnknownSnapshotIsAClearError(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	root := newRoot(&stdout, &stderr)
-	root.SetArgs([]string{"snapshot", "verify", t.TempDir()})
-	err := root.Execute()
-	if err == nil || !strings.Contains(err.Error(), "no manifest") {
-		t.Fatalf("got %v", err)
+	code := run(context.Background(), []string{"snapshot", "verify", t.TempDir()}, &stdout, &stderr)
+	if code != 3 || !strings.Contains(stderr.String(), "no manifest") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }
 
+// runStasis runs the CLI in this process and returns its standard output,
+// and its standard error as the error when it exits non-zero.
 func runStasis(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	root := newRoot(&stdout, &stderr)
-	root.SetArgs(args)
-	err := root.Execute()
-	return stdout.String(), err
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		return stdout.String(), fmt.Errorf("exit %d: %s", code, stderr.String())
+	}
+	return stdout.String(), nil
 }
 
 func TestNodeInfoAndLabels(t *testing.T) {

@@ -25,12 +25,12 @@ Each failed check says which number is short and by how much. It exits 1 when th
 suspend would be refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.engine(cmd.Context())
+			eng, err := g.Engine(cmd.Context())
 			if err != nil {
 				return err
 			}
 			if dir == "" {
-				dir = filepath.Join(g.dataDir, "snapshots")
+				dir = filepath.Join(g.DataDir, "snapshots")
 			}
 			p, err := eng.Plan(cmd.Context(), af.actor(args[0]), dir)
 			if err != nil {

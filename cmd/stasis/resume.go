@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/gpu"
 )
 
@@ -23,30 +24,35 @@ func newResume(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			devices, err := gpu.ParseDeviceMap(deviceMap)
 			if err != nil {
-				return fmt.Errorf("--device-map: %w", err)
+				return errdefs.Mark(fmt.Errorf("--device-map: %w", err), errdefs.ErrInvalidArgument)
 			}
-			eng, err := g.engine(cmd.Context())
+			opts := engine.ResumeOptions{ID: newID, DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}, Observer: g.observer()}
+			switch verify {
+			case "blocks":
+			case "while-restoring":
+				opts.Verify = engine.VerifyWhileRestoring
+			case "sizes":
+				opts.Verify = engine.VerifySizes
+			default:
+				return errdefs.Mark(fmt.Errorf("--verify %q: want while-restoring, blocks or sizes", verify), errdefs.ErrInvalidArgument)
+			}
+			release, err := g.LockSandboxes()
+			if err != nil {
+				return err
+			}
+			defer release()
+			eng, err := g.Engine(cmd.Context())
 			if err != nil {
 				return err
 			}
 			if pull != "" {
-				// Fetched and hash-checked chunk by chunk before any sandbox
-				// exists; the engine verifies the folder again.
-				r, err := g.openRepo(cmd.Context())
+				// The stored manifest is checked against this node before any
+				// byte is fetched, every chunk as it arrives.
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}
-				if err := r.Restore(cmd.Context(), pull, dir, g.transferProgress("pull")); err != nil {
-					return err
-				}
-			}
-			opts := engine.ResumeOptions{ID: newID, DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}}
-			switch verify {
-			case "blocks":
-			case "sizes":
-				opts.Verify = engine.VerifySizes
-			default:
-				return fmt.Errorf("--verify %q: want blocks or sizes", verify)
+				opts.Pull = &engine.Transfer{Repo: r, Name: pull, Options: g.transferProgress("pull")}
 			}
 			if err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
 				return err
@@ -66,7 +72,7 @@ func newResume(g *globals) *cobra.Command {
 	cmd.Flags().StringSliceVar(&probeCmd, "probe-cmd", nil, "readiness command run inside the sandbox (comma-separated argv)")
 	cmd.Flags().StringVar(&probeURL, "probe-url", "", "readiness URL that must answer 2xx")
 	cmd.Flags().DurationVar(&probeTimeout, "probe-timeout", 30*time.Second, "how long to wait for readiness")
-	cmd.Flags().StringVar(&verify, "verify", "blocks", "before restoring, hash every block (blocks), or check files and sizes only (sizes: for snapshots checked when they arrived)")
+	cmd.Flags().StringVar(&verify, "verify", "while-restoring", "how the snapshot is proven whole: hash every block while it restores and refuse it before it is ready (while-restoring), hash before restoring (blocks), or check files and sizes only (sizes: for snapshots checked when they arrived; a pull is always checked chunk by chunk)")
 	_ = cmd.MarkFlagRequired("snapshot")
 	return cmd
 }

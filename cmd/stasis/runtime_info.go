@@ -13,7 +13,7 @@ func newRuntimeInfo(g *globals) *cobra.Command {
 		Short: "Show the runsc in use and what it can do",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rt, err := g.runtime(cmd.Context())
+			rt, err := g.Runtime(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -12,7 +12,6 @@ import (
 	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/node"
-	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -33,7 +32,7 @@ func newSnapshot(g *globals) *cobra.Command {
 				fmt.Fprintf(&b, "%s  %s  %s\n", s.CreatedAt.Format("2006-01-02 15:04:05"), s.Actor, describeSnapshotLine(s))
 			}
 			if list == nil {
-				list = []service.Snapshot{}
+				list = []api.Snapshot{}
 			}
 			return g.print(list, b.String())
 		},
@@ -66,7 +65,7 @@ func newSnapshot(g *globals) *cobra.Command {
 		Short: "Read every file of a snapshot and check it against the manifest",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := snapshot.Verify(args[0])
+			m, err := snapshot.Verify(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -93,7 +92,7 @@ is listed with every reason, in numbers. It exits 1 when no node can restore it.
 			if err != nil {
 				return err
 			}
-			policy, err := g.policy()
+			policy, err := g.Policy()
 			if err != nil {
 				return err
 			}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,21 +11,6 @@ import (
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/location"
 )
-
-// repoLocation is the store unless --repo says otherwise: a local
-// repository in the data folder.
-func (g *globals) repoLocation() string {
-	if g.repo != "" {
-		return g.repo
-	}
-	return filepath.Join(g.dataDir, "store")
-}
-
-// openRepo opens the repository, creating the embedded local one on first
-// use; any other location must be created with `stasis store init`.
-func (g *globals) openRepo(ctx context.Context) (*store.Repository, error) {
-	return location.Repository(ctx, g.repoLocation(), g.repo == "")
-}
 
 // transferProgress prints a transfer's progress on stderr (a JSON line each
 // with --json).
@@ -57,7 +40,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "init", Short: "Create a repository", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				be, err := location.FromEnv(cmd.Context(), g.repoLocation())
+				be, err := location.FromEnv(cmd.Context(), g.RepoLocation())
 				if err != nil {
 					return err
 				}
@@ -70,7 +53,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "push SNAPSHOT-FOLDER NAME", Short: "Store a snapshot folder under NAME", Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.openRepo(cmd.Context())
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -84,7 +67,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "pull NAME FOLDER", Short: "Fetch and verify a stored snapshot into an empty folder", Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.openRepo(cmd.Context())
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -97,7 +80,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "ls", Short: "List stored snapshots", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				r, err := g.openRepo(cmd.Context())
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -106,8 +89,24 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 					return err
 				}
 				var b strings.Builder
+				damaged := 0
 				for _, i := range infos {
+					if i.Damaged != "" {
+						damaged++
+						fmt.Fprintf(&b, "%-40s DAMAGED: %s\n", i.Name, i.Damaged)
+						continue
+					}
 					fmt.Fprintf(&b, "%-40s %s  %10s  %d files\n", i.Name, i.CreatedAt.Format(time.RFC3339), units.Bytes(i.Size), i.Files)
+				}
+				for _, d := range r.DamagedIndexes() {
+					damaged++
+					fmt.Fprintf(&b, "%-40s DAMAGED: %s\n", d.Object, d.Reason)
+				}
+				if damaged > 0 && !g.json {
+					fmt.Fprintf(g.stderr, "stasis: %d damaged object(s) in the store; the other snapshots are listed and usable (stasis store verify checks them all)\n", damaged)
+				}
+				if infos == nil {
+					infos = []store.Info{}
 				}
 				return g.print(infos, b.String())
 			},
@@ -115,7 +114,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "inspect NAME", Short: "Print a stored snapshot's manifest", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.openRepo(cmd.Context())
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -129,7 +128,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "verify [NAME...]", Short: "Read every chunk of the snapshots (all when none named) and check its hash",
 			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.openRepo(cmd.Context())
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -142,7 +141,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "du", Short: "Logical against stored bytes, and the dedup ratio", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				r, err := g.openRepo(cmd.Context())
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -157,7 +156,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "rm NAME", Short: "Delete a stored snapshot (gc frees its chunks)", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.openRepo(cmd.Context())
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -170,7 +169,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 		&cobra.Command{
 			Use: "gc", Short: "Delete the packs no snapshot uses (takes the repository's exclusive lock)", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				r, err := g.openRepo(cmd.Context())
+				r, err := g.OpenRepo(cmd.Context())
 				if err != nil {
 					return err
 				}

@@ -40,26 +40,32 @@ checkpoints the sandbox into a new snapshot folder, syncs and hashes it, writes 
 manifest last, and stops the sandbox. On any failure the actor keeps running.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.engine(cmd.Context())
+			release, err := g.LockSandboxes()
 			if err != nil {
 				return err
 			}
-			m, err := eng.Suspend(cmd.Context(), af.actor(args[0]), engine.SuspendOptions{Dir: dir, Scope: snapshot.Scope(scope)})
+			defer release()
+			eng, err := g.Engine(cmd.Context())
+			if err != nil {
+				return err
+			}
+			opts := engine.SuspendOptions{Dir: dir, Scope: snapshot.Scope(scope), Observer: g.observer()}
+			if push != "" {
+				// The store is opened before anything is touched, so that a
+				// wrong --repo is refused with the actor still running.
+				r, err := g.OpenRepo(cmd.Context())
+				if err != nil {
+					return err
+				}
+				opts.Push = &engine.Transfer{Repo: r, Name: push, Options: g.transferProgress("push")}
+			}
+			m, err := eng.Suspend(cmd.Context(), af.actor(args[0]), opts)
 			if err != nil {
 				return err
 			}
 			text := fmt.Sprintf("suspended %s into %s (%s snapshot, %d files)\n", args[0], dir, m.Scope, len(m.Files))
 			if push != "" {
-				// The actor is already suspended and its snapshot is whole
-				// on this node; a failed push leaves both as they are.
-				r, err := g.openRepo(cmd.Context())
-				if err != nil {
-					return fmt.Errorf("%ssnapshot kept at %s, not pushed: %w", text, dir, err)
-				}
-				if _, err := r.Save(cmd.Context(), push, dir, g.transferProgress("push")); err != nil {
-					return fmt.Errorf("%ssnapshot kept at %s, not pushed: %w", text, dir, err)
-				}
-				text += fmt.Sprintf("pushed as %s to %s\n", push, r.Backend().Location())
+				text += fmt.Sprintf("pushed as %s to %s\n", push, opts.Push.Repo.Backend().Location())
 			}
 			return g.print(m, text)
 		},

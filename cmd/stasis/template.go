@@ -9,23 +9,20 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/internal/units"
-	"github.com/stasis-run/stasis/service"
-	"github.com/stasis-run/stasis/snapshot"
 )
 
 func newTemplate(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "template", Short: "Create, warm and list actor templates (through stasisd)"}
-	var t service.Template
+	cmd := &cobra.Command{Use: "template", Short: "Create, warm, list and remove actor templates (through stasisd)"}
+	var t api.Template
 	var memory, onPause, onCommit string
 	var probeTimeout float64
 	create := &cobra.Command{
 		Use:   "create NAME (--bundle DIR | --rootfs DIR -- ARGS...)",
 		Short: "Record a template: bundle or rootfs, GPUs, memory, durable folders, readiness probe, snapshot scopes",
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("give the template's name")
-			}
 			t.Name, t.Args = args[0], args[1:]
 			if memory != "" {
 				n, err := units.ParseBytes(memory)
@@ -35,7 +32,7 @@ func newTemplate(g *globals) *cobra.Command {
 				t.MemoryBytes = int64(n)
 			}
 			t.Probe.TimeoutSeconds = probeTimeout
-			t.Snapshots = service.SnapshotConfig{OnPause: snapshot.Scope(onPause), OnCommit: snapshot.Scope(onCommit)}
+			t.Snapshots = api.SnapshotConfig{OnPause: api.Scope(onPause), OnCommit: api.Scope(onCommit)}
 			for _, p := range []*string{&t.Bundle, &t.Rootfs} {
 				if *p != "" && !strings.HasPrefix(*p, "/") {
 					wd, err := os.Getwd()
@@ -57,7 +54,7 @@ func newTemplate(g *globals) *cobra.Command {
 	f.StringVar(&t.Rootfs, "rootfs", "", "root filesystem folder; the process is given after --")
 	f.StringSliceVar(&t.Env, "env", nil, "environment variables (KEY=VALUE, repeatable)")
 	f.IntVar(&t.GPUs, "gpus", 0, "GPUs per actor (the node's NVIDIA devices and the stasis-cuda helper)")
-	f.StringVar(&memory, "memory", "", "sandbox memory limit, such as 16GiB (see `stasis plan template`)")
+	f.StringVar(&memory, "memory", "", "sandbox memory limit, such as 16GiB (stasis plan template recommends one)")
 	f.StringSliceVar(&t.Durable, "durable", nil, "folders inside the sandbox kept on the host per actor (repeatable)")
 	f.StringSliceVar(&t.Probe.Command, "probe-cmd", nil, "readiness command run in the sandbox (comma-separated argv)")
 	f.StringVar(&t.Probe.URL, "probe-url", "", "readiness URL that must answer 2xx")
@@ -75,11 +72,10 @@ func newTemplate(g *globals) *cobra.Command {
 			if requestID != "" {
 				id += "-" + requestID
 			}
-			var got service.Template
-			_, err := g.follow(cmd.Context(), id, func(ctx context.Context) (service.Actor, error) {
-				var err error
-				got, err = g.client().WarmTemplate(ctx, service.WarmRequest{Template: args[0], RequestID: requestID})
-				return service.Actor{}, err
+			var got api.Template
+			err := g.follow(cmd.Context(), id, func(ctx context.Context) (err error) {
+				got, err = g.client().WarmTemplate(ctx, api.WarmRequest{Template: args[0], RequestID: requestID})
+				return err
 			})
 			if err != nil {
 				return err
@@ -105,16 +101,27 @@ func newTemplate(g *globals) *cobra.Command {
 			}
 			w.Flush()
 			if list == nil {
-				list = []service.Template{}
+				list = []api.Template{}
 			}
 			return g.print(list, b.String())
 		},
 	}
-	cmd.AddCommand(create, warm, ls)
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove a template no actor uses, with its golden snapshot (here and in the store)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.client().DeleteTemplate(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return g.print(map[string]any{"template": args[0], "deleted": true}, fmt.Sprintf("deleted template %s\n", args[0]))
+		},
+	}
+	cmd.AddCommand(create, warm, ls, rm)
 	return cmd
 }
 
-func describeTemplate(t service.Template) string {
+func describeTemplate(t api.Template) string {
 	source := "bundle " + t.Bundle
 	if t.Bundle == "" {
 		source = fmt.Sprintf("rootfs %s, args %q", t.Rootfs, t.Args)

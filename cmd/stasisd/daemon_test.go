@@ -17,7 +17,6 @@ import (
 	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
-	"github.com/stasis-run/stasis/service"
 )
 
 // These tests start the real stasisd binary on a fresh data folder and drive
@@ -95,7 +94,8 @@ func (d *daemon) logText() string {
 // start runs stasisd and returns once it serves, as its log says.
 func (d *daemon) start(failpoint string) {
 	d.t.Helper()
-	args := append([]string{"--data", d.data, "--socket", d.socket, "--network", "none", "--log-format", "text"}, d.extra...)
+	// The test actors' bundles are made under the temporary folder.
+	args := append([]string{"--data", d.data, "--socket", d.socket, "--network", "none", "--log-format", "text", "--host-path", os.TempDir()}, d.extra...)
 	cmd := exec.Command(stasisdBinary(d.t), args...)
 	cmd.Env = append(os.Environ(), "STASIS_FAILPOINT="+failpoint)
 	stderr, err := cmd.StderrPipe()
@@ -152,10 +152,10 @@ func (d *daemon) crashed() {
 }
 
 // template records the counter actor's template.
-func (d *daemon) template(name string, tweak func(*service.Template)) service.Template {
+func (d *daemon) template(name string, tweak func(*api.Template)) api.Template {
 	d.t.Helper()
 	dir := testactor.Bundle(d.t, d.t.TempDir(), testactor.Options{})
-	t := service.Template{Name: name, Bundle: dir, Durable: []string{"/state"}, Probe: service.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}
+	t := api.Template{Name: name, Bundle: dir, Durable: []string{"/state"}, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}
 	if tweak != nil {
 		tweak(&t)
 	}
@@ -166,28 +166,45 @@ func (d *daemon) template(name string, tweak func(*service.Template)) service.Te
 	return got
 }
 
-func (d *daemon) run(template, id string) service.Actor {
+func (d *daemon) run(template, id string) api.Actor {
 	d.t.Helper()
-	a, err := d.api.Run(context.Background(), service.RunRequest{Template: template, ID: id})
+	a, err := d.api.Run(context.Background(), api.RunRequest{Template: template, ID: id})
 	if err != nil {
 		d.t.Fatalf("run %s: %v", id, err)
 	}
-	if a.State != service.Running {
+	if a.State != api.Running {
 		d.t.Fatalf("run %s: %+v", id, a)
 	}
 	return a
 }
 
-func (d *daemon) op(verb, id string) service.Actor {
+func (d *daemon) op(verb, id string) api.Actor {
 	d.t.Helper()
-	a, err := d.api.Op(context.Background(), verb, service.OpRequest{ID: id})
+	a, err := call(context.Background(), d.api, verb, id)
 	if err != nil {
 		d.t.Fatalf("%s %s: %v", verb, id, err)
 	}
 	return a
 }
 
-func (d *daemon) inspect(id string) service.Actor {
+// call runs the operation verb (Pause, Suspend, Resume or Delete) on
+// actor id.
+func call(ctx context.Context, c *api.Client, verb, id string) (api.Actor, error) {
+	switch verb {
+	case "Pause":
+		return c.Pause(ctx, api.OpRequest{ID: id})
+	case "Suspend":
+		return c.Suspend(ctx, api.OpRequest{ID: id})
+	case "Resume":
+		return c.Resume(ctx, api.OpRequest{ID: id})
+	case "Delete":
+		_, err := c.Delete(ctx, api.DeleteRequest{ID: id})
+		return api.Actor{ID: id, State: api.Deleting}, err
+	}
+	panic("unknown operation " + verb)
+}
+
+func (d *daemon) inspect(id string) api.Actor {
 	d.t.Helper()
 	a, err := d.api.InspectActor(context.Background(), id)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
-	"github.com/stasis-run/stasis/service"
 )
 
 // TestCrashAtEveryStep kills stasisd with SIGKILL before and after each
@@ -65,9 +64,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 			ctx := context.Background()
 			var err error
 			if c.verb == "Run" {
-				_, err = d.api.Run(ctx, service.RunRequest{Template: "counter", ID: "a1"})
+				_, err = d.api.Run(ctx, api.RunRequest{Template: "counter", ID: "a1"})
 			} else {
-				_, err = d.api.Op(ctx, c.verb, service.OpRequest{ID: "a1"})
+				_, err = call(ctx, d.api, c.verb, "a1")
 			}
 			if err == nil {
 				t.Fatalf("%s answered although stasisd should have died at %s", c.verb, c.failpoint)
@@ -98,10 +97,10 @@ func TestCrashAtEveryStep(t *testing.T) {
 				t.Errorf("the push finished before the crash, and the snapshot is not recorded as stored: %+v", a.Snapshot)
 			}
 			switch a.State {
-			case service.Running:
-			case service.Paused, service.Suspended:
+			case api.Running:
+			case api.Paused, api.Suspended:
 				d.op("Resume", "a1")
-			case service.Crashed:
+			case api.Crashed:
 				if a.Snapshot == nil {
 					if c.verb != "Run" {
 						t.Fatalf("CRASHED without a snapshot after a crash in %s: %s", c.verb, a.Reason)
@@ -149,7 +148,7 @@ func TestSandboxVanishedWhileDown(t *testing.T) {
 	}
 	d.start("")
 	a := d.inspect("a1")
-	if a.State != service.Crashed || !strings.Contains(a.Reason, "vanished") || a.Snapshot == nil {
+	if a.State != api.Crashed || !strings.Contains(a.Reason, "vanished") || a.Snapshot == nil {
 		t.Fatalf("after its sandbox vanished: %+v", a)
 	}
 	d.op("Resume", "a1")
@@ -172,7 +171,7 @@ func TestRacingOperations(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, suspendErr = d.api.Op(ctx, "Suspend", service.OpRequest{ID: "a1"})
+		_, suspendErr = call(ctx, d.api, "Suspend", "a1")
 	}()
 	// Wait for the journal to show the suspend in flight.
 	for {
@@ -180,11 +179,11 @@ func TestRacingOperations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.Operation != nil || a.State == service.Suspended {
+		if a.Operation != nil || a.State == api.Suspended {
 			break
 		}
 	}
-	_, err := d.api.Op(ctx, "Pause", service.OpRequest{ID: "a1"})
+	_, err := call(ctx, d.api, "Pause", "a1")
 	wg.Wait()
 	if suspendErr != nil {
 		t.Fatal(suspendErr)
@@ -197,7 +196,7 @@ func TestRacingOperations(t *testing.T) {
 	default:
 		t.Fatalf("a pause racing a suspend: %v", err)
 	}
-	if a := d.inspect("a1"); a.State != service.Suspended {
+	if a := d.inspect("a1"); a.State != api.Suspended {
 		t.Fatalf("after the race: %+v", a)
 	}
 }
@@ -209,20 +208,20 @@ func TestRetriedRequestIsIdempotent(t *testing.T) {
 	d.start("")
 	d.template("counter", nil)
 	ctx := context.Background()
-	req := service.RunRequest{Template: "counter", ID: "a1", RequestID: "req-1"}
+	req := api.RunRequest{Template: "counter", ID: "a1", RequestID: "req-1"}
 	first, err := d.api.Run(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	again, err := d.api.Run(ctx, req)
-	if err != nil || again.ID != first.ID || again.State != service.Running {
+	if err != nil || again.ID != first.ID || again.State != api.Running {
 		t.Fatalf("retried run: %+v %v", again, err)
 	}
-	pause := service.OpRequest{ID: "a1", RequestID: "req-2"}
-	if _, err := d.api.Op(ctx, "Pause", pause); err != nil {
+	pause := api.OpRequest{ID: "a1", RequestID: "req-2"}
+	if _, err := d.api.Pause(ctx, pause); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := d.api.Op(ctx, "Pause", pause); err != nil || a.State != service.Paused {
+	if a, err := d.api.Pause(ctx, pause); err != nil || a.State != api.Paused {
 		t.Fatalf("retried pause: %+v %v", a, err)
 	}
 	events, err := d.api.Events(ctx, "a1", 0)
@@ -230,14 +229,14 @@ func TestRetriedRequestIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := map[string]bool{}
-	for _, e := range events {
+	for _, e := range events.Events {
 		ops[e.Operation] = true
 	}
 	if len(ops) != 2 {
 		t.Fatalf("%d operations ran for two requests sent twice each", len(ops))
 	}
 	// A new request id is a new pause, refused for the state.
-	if _, err := d.api.Op(ctx, "Pause", service.OpRequest{ID: "a1", RequestID: "req-3"}); err == nil || !strings.Contains(err.Error(), "actor a1 is PAUSED; pause needs it RUNNING") {
+	if _, err := d.api.Pause(ctx, api.OpRequest{ID: "a1", RequestID: "req-3"}); err == nil || !strings.Contains(err.Error(), "actor a1 is PAUSED; pause needs it RUNNING") {
 		t.Fatalf("a new pause of a paused actor: %v", err)
 	}
 }
@@ -258,12 +257,12 @@ func TestDeleteFromEveryState(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.start("")
-	want := map[string]service.State{"running": service.Running, "paused": service.Paused, "suspended": service.Suspended, "crashed": service.Crashed}
+	want := map[string]api.State{"running": api.Running, "paused": api.Paused, "suspended": api.Suspended, "crashed": api.Crashed}
 	for id, state := range want {
 		if a := d.inspect(id); a.State != state {
 			t.Fatalf("%s is %s", id, a.State)
 		}
-		if _, err := d.api.Op(context.Background(), "Delete", service.OpRequest{ID: id, Purge: id == "suspended"}); err != nil {
+		if _, err := d.api.Delete(context.Background(), api.DeleteRequest{ID: id, Purge: id == "suspended"}); err != nil {
 			t.Fatalf("delete %s: %v", id, err)
 		}
 		d.requireNoSandbox(id)

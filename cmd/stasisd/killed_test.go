@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/api"
 )
 
 // TestRunscKilledMidCheckpoint kills the runsc checkpoint process that
@@ -30,7 +30,7 @@ func TestRunscKilledMidCheckpoint(t *testing.T) {
 	snapshots := filepath.Join(d.data, "snapshots")
 	killed := make(chan error, 1)
 	go func() { killed <- killCheckpointWhenWriting(snapshots) }()
-	_, err := d.api.Op(context.Background(), "Suspend", service.OpRequest{ID: "a1"})
+	_, err := call(context.Background(), d.api, "Suspend", "a1")
 	if kerr := <-killed; kerr != nil {
 		t.Fatalf("kill the checkpoint: %v", kerr)
 	}
@@ -38,13 +38,13 @@ func TestRunscKilledMidCheckpoint(t *testing.T) {
 		t.Fatalf("the suspend whose checkpoint was killed: %v", err)
 	}
 	a := d.inspect("a1")
-	if a.State != service.Running || !strings.Contains(a.Reason, "keeps running") {
+	if a.State != api.Running || !strings.Contains(a.Reason, "keeps running") {
 		t.Fatalf("after the killed checkpoint: %+v", a)
 	}
 	if got := d.counter("a1", "incr"); got != inst+" 2" {
 		t.Fatalf("counter after the killed checkpoint: %q", got)
 	}
-	if a := d.op("Suspend", "a1"); a.State != service.Suspended {
+	if a := d.op("Suspend", "a1"); a.State != api.Suspended {
 		t.Fatalf("the next suspend: %+v", a)
 	}
 }

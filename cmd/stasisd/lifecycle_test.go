@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
-	"github.com/stasis-run/stasis/service"
 )
 
 // TestLifecycle walks an actor through run, pause, resume, suspend (into
@@ -21,7 +20,7 @@ func TestLifecycle(t *testing.T) {
 	first := d.counter("a1", "incr")
 	inst, _, _ := strings.Cut(first, " ")
 
-	if a := d.op("Pause", "a1"); a.State != service.Paused || a.Snapshot == nil || a.Snapshot.Kind != service.KindPause || a.Snapshot.Stored != "" {
+	if a := d.op("Pause", "a1"); a.State != api.Paused || a.Snapshot == nil || a.Snapshot.Kind != api.KindPause || a.Snapshot.Stored != "" {
 		t.Fatalf("after pause: %+v", a)
 	}
 	d.requireNoSandbox("a1")
@@ -30,7 +29,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("after pause and resume the counter says %q, want %q", got, inst+" 2")
 	}
 	a := d.op("Suspend", "a1")
-	if a.State != service.Suspended || a.Snapshot == nil || a.Snapshot.Stored == "" || a.Reason != "" {
+	if a.State != api.Suspended || a.Snapshot == nil || a.Snapshot.Stored == "" || a.Reason != "" {
 		t.Fatalf("after suspend: %+v", a)
 	}
 	d.requireNoSandbox("a1")
@@ -47,7 +46,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps := map[string]bool{}
-	for _, e := range events {
+	for _, e := range events.Events {
 		steps[e.Step] = true
 	}
 	for _, want := range []string{"bundle", "boot", "probe", "gpu-suspend", "checkpoint", "commit", "push", "pull", "restore"} {
@@ -59,7 +58,7 @@ func TestLifecycle(t *testing.T) {
 		}
 	}
 	stored := a.Snapshot.Stored
-	if _, err := d.api.Op(context.Background(), "Delete", service.OpRequest{ID: "a1"}); err != nil {
+	if _, err := call(context.Background(), d.api, "Delete", "a1"); err != nil {
 		t.Fatal(err)
 	}
 	d.requireNoSandbox("a1")
@@ -74,7 +73,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("the stored snapshot is not kept after delete: %+v %v", snaps, err)
 	}
 	var apiErr *api.Error
-	if _, err := d.api.Op(context.Background(), "Resume", service.OpRequest{ID: "a1"}); !errors.As(err, &apiErr) || apiErr.Code != "not_found" {
+	if _, err := call(context.Background(), d.api, "Resume", "a1"); !errors.As(err, &apiErr) || apiErr.Code != "not_found" {
 		t.Fatalf("resume of a deleted actor: %v", err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/internal/procfs"
-	"github.com/stasis-run/stasis/service"
 )
 
 // TestServiceLoad is the service's load benchmark (scripts/bench-service.sh
@@ -64,7 +64,7 @@ func TestServiceLoad(t *testing.T) {
 			for i := range next {
 				for _, verb := range []string{"Suspend", "Resume"} {
 					start := time.Now()
-					_, err := d.api.Op(ctx, verb, service.OpRequest{ID: ids[i]})
+					_, err := call(ctx, d.api, verb, ids[i])
 					took := time.Since(start)
 					mu.Lock()
 					if err != nil {
@@ -97,7 +97,7 @@ func TestServiceLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range list {
-		if a.State.Transitional() || a.State != service.Running {
+		if a.State.Transitional() || a.State != api.Running {
 			stuck++
 			t.Errorf("%s ended %s: %s", a.ID, a.State, a.Reason)
 		}

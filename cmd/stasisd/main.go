@@ -7,8 +7,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,103 +19,165 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/stasis-run/stasis/api"
-	"github.com/stasis-run/stasis/compat"
-	"github.com/stasis-run/stasis/cuda"
-	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/gpu/nvml"
+	"github.com/spf13/cobra"
+
+	"github.com/stasis-run/stasis/api/server"
 	"github.com/stasis-run/stasis/internal/buildinfo"
+	"github.com/stasis-run/stasis/internal/compose"
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/node"
-	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/store"
-	"github.com/stasis-run/stasis/store/location"
 )
 
-// Defaults: everything under one data folder, the socket under /run.
-const (
-	DefaultDataDir = "/var/lib/stasis"
-	DefaultSocket  = "/run/stasis/stasisd.sock"
-)
-
+// options are stasisd's own settings beside the shared ones.
 type options struct {
-	data, socket, socketMode, repo, helper, kernelPolicy, logFormat string
-	noStore, version                                                bool
-	runsc                                                           gvisor.Config
+	compose.Options
+	socketMode, helper, logFormat, logFile string
+	hostPaths, deadlines                   []string
+	noStore, allowHostRoot                 bool
 }
 
 func main() {
-	var o options
-	fs := flag.NewFlagSet("stasisd", flag.ExitOnError)
-	fs.StringVar(&o.data, "data", DefaultDataDir, "data folder: journal, actors, local snapshots and the embedded store")
-	fs.StringVar(&o.socket, "socket", DefaultSocket, "unix socket the API listens on")
-	fs.StringVar(&o.socketMode, "socket-mode", "0600", "permissions of the socket (octal)")
-	fs.StringVar(&o.repo, "repo", "", "snapshot store: a folder or s3://BUCKET/PREFIX?endpoint=HOST:PORT (default: DATA/store)")
-	fs.BoolVar(&o.noStore, "no-store", false, "keep every snapshot on this node; suspend stores nothing")
-	fs.StringVar(&o.helper, "helper", "", "stasis-cuda on this host, mounted into GPU actors (default: stasis-cuda next to stasisd)")
-	fs.StringVar(&o.kernelPolicy, "kernel-policy", string(compat.KernelAny), "host kernel release a Full snapshot's restore requires: any, minor or exact")
-	fs.StringVar(&o.logFormat, "log-format", "json", "log format on stderr: json or text")
-	fs.StringVar(&o.runsc.Runsc, "runsc", "", "runsc binary (default: runsc on PATH)")
-	fs.StringVar(&o.runsc.Root, "runsc-root", "", "runsc state folder (default: DATA/runsc)")
-	fs.StringVar(&o.runsc.Platform, "platform", "systrap", "runsc platform")
-	fs.StringVar(&o.runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
-	fs.StringVar(&o.runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
-	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	_ = fs.Parse(os.Args[1:])
-	if o.version {
-		fmt.Println("stasisd", buildinfo.Version())
-		return
-	}
-	var handler slog.Handler = slog.NewJSONHandler(os.Stderr, nil)
-	if o.logFormat == "text" {
-		handler = slog.NewTextHandler(os.Stderr, nil)
-	}
-	log := slog.New(handler)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := serve(ctx, o, log); err != nil {
-		log.Error("stasisd stopped", "error", err.Error())
+	if err := newCommand().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "stasisd:", err)
 		os.Exit(1)
 	}
 }
 
+func newCommand() *cobra.Command {
+	var o options
+	var config string
+	cmd := &cobra.Command{
+		Use:   "stasisd",
+		Short: "Stasis's node service: actors suspended and resumed, GPU state included, through an API on a unix socket",
+		Long: `stasisd keeps templates, actors, snapshots and operations in a SQLite journal under
+its data folder, drives actors through their lifecycle and serves the API on a unix
+socket (docs/service.md). Settings come from flags, or from a config file of
+"name = value" lines naming the same flags (--config; flags given on the command
+line win).`,
+		Version:       buildinfo.Version(),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if config != "" {
+				if err := applyConfig(cmd.Flags(), config); err != nil {
+					return err
+				}
+			}
+			log, closeLog, err := o.logger()
+			if err != nil {
+				return err
+			}
+			defer closeLog()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if err := serve(ctx, o, log); err != nil {
+				log.Error("stasisd stopped", "error", err.Error())
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.SetVersionTemplate("stasisd {{.Version}}\n")
+	f := cmd.Flags()
+	o.Options.Register(f)
+	f.StringVar(&config, "config", "", "config file of \"name = value\" lines, one per flag (see packaging/stasisd.conf)")
+	f.StringVar(&o.socketMode, "socket-mode", "0600", "permissions of the socket (octal); whoever can open it can run sandboxes (docs/service.md, trust model)")
+	f.BoolVar(&o.noStore, "no-store", false, "keep every snapshot on this node; suspend stores nothing")
+	f.StringVar(&o.helper, "helper", "", "stasis-cuda on this host, mounted into GPU actors (default: stasis-cuda next to stasisd)")
+	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&o.logFile, "log-file", "", "append the log to this file (made 0600) instead of standard error")
+	f.StringArrayVar(&o.hostPaths, "host-path", nil, "a host folder templates may use (their bundle, rootfs and bind mounts): PATH, or PATH:rw to allow read-write mounts; repeatable, added to /usr, /opt and DATA/templates (read-only)")
+	f.BoolVar(&o.allowHostRoot, "allow-host-root", false, "let templates use the host's / as a rootfs or mount it")
+	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden); repeatable")
+	// Older stasisd took single-dash flags (-data); they still work.
+	cmd.SetArgs(doubleDash(os.Args[1:], f))
+	return cmd
+}
+
+func (o options) logger() (*slog.Logger, func(), error) {
+	var w io.Writer = os.Stderr
+	closeLog := func() {}
+	if o.logFile != "" {
+		f, err := os.OpenFile(o.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--log-file: %w", err)
+		}
+		if err := f.Chmod(0o600); err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("--log-file: %w", err)
+		}
+		w, closeLog = f, func() { f.Close() }
+	}
+	var handler slog.Handler
+	switch o.logFormat {
+	case "json":
+		handler = slog.NewJSONHandler(w, nil)
+	case "text":
+		handler = slog.NewTextHandler(w, nil)
+	default:
+		closeLog()
+		return nil, nil, fmt.Errorf("--log-format %q: want json or text", o.logFormat)
+	}
+	return slog.New(handler), closeLog, nil
+}
+
 func serve(ctx context.Context, o options, log *slog.Logger) error {
+	// Everything stasisd writes (the journal, images of process memory,
+	// logs) is its own, whatever the umask it was started with; runsc,
+	// which it starts, inherits this.
+	syscall.Umask(0o077)
 	mode, err := strconv.ParseUint(o.socketMode, 8, 32)
 	if err != nil {
 		return fmt.Errorf("--socket-mode %q: want octal permissions such as 0600", o.socketMode)
 	}
-	policy, err := compat.ParseKernelRule(o.kernelPolicy)
+	deadlines, err := service.ParseDeadlines(o.deadlines)
 	if err != nil {
-		return fmt.Errorf("--kernel-policy: %w", err)
+		return fmt.Errorf("--deadline: %w", err)
 	}
-	if o.runsc.Root == "" {
-		o.runsc.Root = filepath.Join(o.data, "runsc")
+	policy := service.HostPolicy{Paths: service.DefaultHostPaths(o.TemplatesDir()), AllowRoot: o.allowHostRoot, DataDir: o.DataDir, TemplatesDir: o.TemplatesDir()}
+	for _, p := range o.hostPaths {
+		hp, err := service.ParseHostPath(p)
+		if err != nil {
+			return fmt.Errorf("--host-path: %w", err)
+		}
+		policy.Paths = append(policy.Paths, hp)
 	}
-	rt, err := gvisor.New(ctx, o.runsc)
+	release, err := o.LockDaemon()
+	if err != nil {
+		return err
+	}
+	defer release()
+	eng, err := o.Engine(ctx)
 	if err != nil {
 		return err
 	}
 	var repo *store.Repository
 	if !o.noStore {
-		loc := o.repo
-		if loc == "" {
-			loc = filepath.Join(o.data, "store")
+		if repo, err = o.OpenRepo(ctx); err != nil {
+			return fmt.Errorf("%w, or run with --no-store", err)
 		}
-		if repo, err = location.Repository(ctx, loc, o.repo == ""); err != nil {
-			return fmt.Errorf("snapshot store: %w (create it with `stasis store init --repo %s`, or run with --no-store)", err, loc)
+		for _, d := range repo.DamagedIndexes() {
+			log.Warn("the store has a damaged index: snapshots that need its chunks are refused, and gc will not run until it is fixed", "object", d.Object, "reason", d.Reason)
 		}
 	}
-	gpus := nvml.New()
+	rt := eng.Runtime.(interface{ NvproxyNotice() string })
+	if n := rt.NvproxyNotice(); n != "" {
+		log.Warn(n)
+	}
 	svc, err := service.New(ctx, service.Config{
-		DataDir:   o.data,
-		Engine:    &engine.Engine{Runtime: rt, GPU: gpus, Policy: compat.Policy{Kernel: policy}},
+		DataDir:   o.DataDir,
+		Engine:    eng,
 		Repo:      repo,
 		Helper:    helperPath(o.helper),
 		Log:       log,
 		Failpoint: os.Getenv("STASIS_FAILPOINT"),
+		Deadlines: deadlines,
+		HostPaths: policy,
 		Node: func(ctx context.Context) (node.Fingerprint, error) {
-			return node.Collector{GPU: gpus, Runtime: rt.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
+			return eng.Fingerprint(ctx)
 		},
 	})
 	if err != nil {
@@ -127,35 +189,56 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	log.Info("journal reconciled", "duration", time.Since(start).String())
-	ln, err := listen(o.socket, os.FileMode(mode))
+	ln, err := listen(o.Socket, os.FileMode(mode))
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.Handler(svc), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: server.Handler(svc), ReadHeaderTimeout: 10 * time.Second}
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
-		// Operations in flight run to their end; the listener closes now.
+		// Operations in flight run to their end (their handlers wait for
+		// them); the listener closes now.
+		log.Info("stasisd stopping: no new requests; operations in flight run to their end")
 		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	log.Info("stasisd serving", "socket", o.socket, "data", o.data, "version", buildinfo.Version())
+	log.Info("stasisd serving", "socket", o.Socket, "data", o.DataDir, "runscRoot", o.RunscRoot(), "store", storeLocation(repo), "hostPaths", policy.Paths, "version", buildinfo.Version())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	<-stopped
+	log.Info("stasisd stopped")
 	return nil
 }
 
-// listen opens the socket, replacing a stale one but never a live one.
+func storeLocation(r *store.Repository) string {
+	if r == nil {
+		return "none"
+	}
+	return r.Backend().Location()
+}
+
+// listen opens the socket, replacing a stale one but never a live one, nor
+// anything that is not a socket.
 func listen(path string, mode os.FileMode) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("socket folder: %w", err)
 	}
-	if conn, err := net.Dial("unix", path); err == nil {
-		conn.Close()
-		return nil, fmt.Errorf("another stasisd is serving on %s", path)
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("--socket %s exists and is not a socket (it is %s); it is left alone: pick another path", path, fsutil.DescribeType(st.Mode()))
+		}
+		if conn, err := net.Dial("unix", path); err == nil {
+			conn.Close()
+			return nil, fmt.Errorf("another stasisd is serving on %s", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove the stale socket %s: %w", path, err)
+		}
 	}
-	_ = os.Remove(path)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)

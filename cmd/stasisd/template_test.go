@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -22,7 +22,7 @@ func TestGoldenSnapshot(t *testing.T) {
 	d := newDaemon(t)
 	d.start("")
 	d.template("counter", nil)
-	tpl, err := d.api.WarmTemplate(context.Background(), service.WarmRequest{Template: "counter"})
+	tpl, err := d.api.WarmTemplate(context.Background(), api.WarmRequest{Template: "counter"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,12 +87,12 @@ func TestDiskFullRefusesAndKeepsRunning(t *testing.T) {
 	d.template("counter", nil)
 	d.run("counter", "a1")
 	inst, _, _ := strings.Cut(d.counter("a1", "incr"), " ")
-	_, err := d.api.Op(context.Background(), "Pause", service.OpRequest{ID: "a1"})
+	_, err := call(context.Background(), d.api, "Pause", "a1")
 	if err == nil || !strings.Contains(err.Error(), "disk") || !strings.Contains(err.Error(), "short") {
 		t.Fatalf("pause onto a full disk: %v", err)
 	}
 	a := d.inspect("a1")
-	if a.State != service.Running || !strings.Contains(a.Reason, "keeps running") {
+	if a.State != api.Running || !strings.Contains(a.Reason, "keeps running") {
 		t.Fatalf("after the refused pause: %+v", a)
 	}
 	if got := d.counter("a1", "incr"); got != inst+" 2" {

@@ -3,7 +3,9 @@
 // the counter of internal/counter, run by the stasis binary itself in a
 // gVisor sandbox whose filesystem is the host's /usr and /etc, read-only;
 // the GPU actor is scripts/gpu/holder_server.py, a PyTorch process holding
-// device memory filled with a known pattern.
+// device memory filled with a known pattern. The bundles live in stasisd's
+// templates folder, with the programs they run copied in, so that the demo
+// needs no host path beyond stasisd's defaults.
 package demo
 
 import (
@@ -15,11 +17,9 @@ import (
 	"strings"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/bundle"
-	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/internal/fsutil"
 )
 
 // ActorCommand is the stasis subcommand that runs the counter.
@@ -31,15 +31,16 @@ const binaryPath = "/.stasis/bin/stasis"
 // Config is what the demo needs.
 type Config struct {
 	Client *api.Client
-	// DataDir holds the demo template's bundle.
-	DataDir string
-	// Binary is the stasis executable, mounted into the sandbox to run the
-	// counter.
+	// TemplatesDir is stasisd's templates folder, where the demo's bundles
+	// go.
+	TemplatesDir string
+	// Binary is the stasis executable, copied into the sandbox's root
+	// filesystem to run the counter.
 	Binary string
 	// GPU runs the GPU demo instead.
 	GPU *GPU
-	// Follow runs an operation while showing its progress.
-	Follow func(ctx context.Context, id string, op func(context.Context) (service.Actor, error)) (service.Actor, error)
+	// Follow runs an operation on an actor while showing its progress.
+	Follow func(ctx context.Context, id string, op func(context.Context) error) error
 	// Say prints the demo's narration.
 	Say func(format string, args ...any)
 }
@@ -82,19 +83,21 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	// A demo actor left behind by an interrupted run is removed first.
 	if _, err := c.InspectActor(ctx, id); err == nil {
-		if _, err := cfg.Follow(ctx, id, func(ctx context.Context) (service.Actor, error) {
-			return c.Op(ctx, "Delete", service.OpRequest{ID: id, Purge: true})
+		if err := cfg.Follow(ctx, id, func(ctx context.Context) error {
+			_, err := c.Delete(ctx, api.DeleteRequest{ID: id, Purge: true})
+			return err
 		}); err != nil {
 			return res, err
 		}
 	}
-	if _, err := cfg.Follow(ctx, id, func(ctx context.Context) (service.Actor, error) {
-		return c.Run(ctx, service.RunRequest{Template: tpl.Name, ID: id, Cold: true})
+	if err := cfg.Follow(ctx, id, func(ctx context.Context) error {
+		_, err := c.Run(ctx, api.RunRequest{Template: tpl.Name, ID: id, Cold: true})
+		return err
 	}); err != nil {
 		return res, err
 	}
 	defer func() {
-		_, _ = c.Op(context.WithoutCancel(ctx), "Delete", service.OpRequest{ID: id})
+		_, _ = c.Delete(context.WithoutCancel(ctx), api.DeleteRequest{ID: id})
 	}()
 	var err error
 	if res.Before, err = cfg.giveState(ctx, id); err != nil {
@@ -103,22 +106,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.Say("actor %s is running; %s", id, cfg.stateWords(res.Before))
 
 	start := time.Now()
-	a, err := cfg.Follow(ctx, id, func(ctx context.Context) (service.Actor, error) {
-		return c.Op(ctx, "Suspend", service.OpRequest{ID: id})
+	var a api.Actor
+	err = cfg.Follow(ctx, id, func(ctx context.Context) (err error) {
+		a, err = c.Suspend(ctx, api.OpRequest{ID: id})
+		return err
 	})
 	if err != nil {
 		return res, err
 	}
 	res.Suspend = time.Since(start)
-	if a.State != service.Suspended || a.Snapshot == nil {
+	if a.State != api.Suspended || a.Snapshot == nil {
 		return res, fmt.Errorf("after suspend the actor is %s (%s)", a.State, a.Reason)
 	}
 	res.Snapshot, res.SnapshotDir, res.Stored, res.SnapshotBytes = a.Snapshot.ID, a.Snapshot.Dir, a.Snapshot.Stored, a.Snapshot.SizeBytes
 	cfg.Say("suspended in %s: snapshot %s (%d bytes) stored as %s; the sandbox is gone", res.Suspend.Round(time.Millisecond), res.Snapshot, res.SnapshotBytes, res.Stored)
 
 	start = time.Now()
-	if _, err := cfg.Follow(ctx, id, func(ctx context.Context) (service.Actor, error) {
-		return c.Op(ctx, "Resume", service.OpRequest{ID: id})
+	if err := cfg.Follow(ctx, id, func(ctx context.Context) error {
+		_, err := c.Resume(ctx, api.OpRequest{ID: id})
+		return err
 	}); err != nil {
 		return res, err
 	}
@@ -140,47 +146,61 @@ func isCode(err error, code string) bool {
 	return errors.As(err, &apiErr) && apiErr.Code == code
 }
 
-// template writes the demo template's bundle under the data folder.
-func (cfg Config) template() service.Template {
-	dir := filepath.Join(cfg.DataDir, "demo", "bundle")
+// template is the demo template, its bundle in stasisd's templates folder.
+func (cfg Config) template() api.Template {
+	dir := filepath.Join(cfg.TemplatesDir, "stasis-demo")
 	if cfg.GPU != nil {
-		dir = filepath.Join(cfg.DataDir, "demo", "bundle-gpu")
-		return service.Template{Name: "stasis-demo-gpu", Bundle: dir, GPUs: 1,
-			Probe: service.Probe{Command: []string{cfg.GPU.Python, "/stasis-scripts/holder_client.py", "info"}, TimeoutSeconds: 300}}
+		return api.Template{Name: "stasis-demo-gpu", Bundle: dir + "-gpu", GPUs: 1,
+			Probe: api.Probe{Command: []string{cfg.GPU.Python, "/stasis-scripts/holder_client.py", "info"}, TimeoutSeconds: 300}}
 	}
-	return service.Template{Name: "stasis-demo", Bundle: dir, Probe: service.Probe{Command: []string{binaryPath, ActorCommand, "await", "get"}, TimeoutSeconds: 30}}
+	return api.Template{Name: "stasis-demo", Bundle: dir, Probe: api.Probe{Command: []string{binaryPath, ActorCommand, "await", "get"}, TimeoutSeconds: 30}}
 }
 
-// WriteBundle writes the demo template's OCI bundle.
+// WriteBundle writes the demo template's OCI bundle: the host's /usr (and
+// /opt for the GPU demo) read-only, and the program it runs copied into
+// the bundle's root filesystem.
 func (cfg Config) WriteBundle() error {
 	t := cfg.template()
 	if err := os.MkdirAll(t.Bundle, 0o700); err != nil {
 		return err
 	}
 	args := []string{binaryPath, ActorCommand, "serve"}
-	dirs := []string{"/usr", "/etc"}
+	dirs := []string{"/usr"}
 	if cfg.GPU != nil {
 		args = []string{cfg.GPU.Python, "/stasis-scripts/holder_server.py", fmt.Sprint(cfg.GPU.GiB)}
 		dirs = append(dirs, "/opt")
-		if _, err := os.Stat("/usr/local/nvidia"); err == nil {
-			dirs = append(dirs, "/usr/local/nvidia")
-		}
 	}
 	spec, err := bundle.HostSpec(t.Bundle, dirs, args)
 	if err != nil {
 		return err
 	}
+	rootfs := filepath.Join(t.Bundle, "rootfs")
 	if cfg.GPU != nil {
 		spec.Process.Env = append(spec.Process.Env, "HOME=/tmp", "PYTHONUNBUFFERED=1", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64")
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/stasis-scripts", Source: cfg.GPU.Scripts, Type: "bind", Options: []string{"bind", "ro"}})
-	} else {
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: binaryPath, Source: cfg.Binary, Type: "bind", Options: []string{"bind", "ro"}})
+		for _, name := range []string{"holder_server.py", "holder_client.py", "holder.py"} {
+			if err := copyInto(filepath.Join(cfg.GPU.Scripts, name), filepath.Join(rootfs, "stasis-scripts", name), 0o644); err != nil {
+				return err
+			}
+		}
+	} else if err := copyInto(cfg.Binary, filepath.Join(rootfs, binaryPath), 0o755); err != nil {
+		return err
 	}
 	return bundle.Save(t.Bundle, spec)
 }
 
+// copyInto replaces dst with a copy of src.
+func copyInto(src, dst string, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return fsutil.CopyFile(src, dst, mode)
+}
+
 func (cfg Config) exec(ctx context.Context, id string, args ...string) (string, error) {
-	res, err := cfg.Client.Exec(ctx, service.ExecRequest{ID: id, Args: args})
+	res, err := cfg.Client.Exec(ctx, api.ExecRequest{ID: id, Args: args})
 	if err != nil {
 		return "", err
 	}

@@ -222,3 +222,25 @@ func RemoveContents(dir string) error {
 	}
 	return nil
 }
+
+// DescribeType names a file type in words ("a symbolic link"), for errors
+// that refuse one; fs.FileMode's own String gives "L---------".
+func DescribeType(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t == 0:
+		return "a regular file"
+	case t&fs.ModeDir != 0:
+		return "a folder"
+	case t&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	case t&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file"
+}

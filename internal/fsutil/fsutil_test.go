@@ -140,3 +140,21 @@ func TestMkdirEmpty(t *testing.T) {
 		t.Fatalf("folder with a file: %v, want ErrNotEmpty", err)
 	}
 }
+
+func TestDescribeType(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/etc/passwd", link); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := DescribeType(st.Mode()); got != "a symbolic link" {
+		t.Errorf("a symlink is described as %q", got)
+	}
+	if got := DescribeType(0o644); got != "a regular file" {
+		t.Errorf("a file is described as %q", got)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -67,9 +68,20 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 		return res, nil
 	}
 	if err != nil {
-		return res, r.commandError(ctx, []string{"exec", id, p.Args[0]}, err, stderr.String())
+		err = r.commandError(ctx, []string{"exec", id, p.Args[0]}, err, stderr.String())
+		if missingCommand(stderr.String()) {
+			err = errdefs.Mark(fmt.Errorf("%s is not in the sandbox: %w", p.Args[0], err), errdefs.ErrNotFound)
+		}
+		return res, err
 	}
 	return res, nil
+}
+
+// missingCommand tells from runsc exec's error that the program to run is
+// not in the sandbox.
+func missingCommand(stderr string) bool {
+	return !strings.Contains(stderr, "loading container") &&
+		(strings.Contains(stderr, "executable file not found") || strings.Contains(stderr, "no such file or directory"))
 }
 
 // execFailed tells runsc's own failures (no such container, no such binary)

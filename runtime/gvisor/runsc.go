@@ -215,7 +215,7 @@ func (r *Runsc) commandError(ctx context.Context, args []string, err error, said
 		return fmt.Errorf("runsc %s: %w", strings.Join(args, " "), ctx.Err())
 	}
 	said = trimRunscOutput(said)
-	if strings.Contains(said, "file does not exist") && strings.Contains(said, "loading container") {
+	if containerGone(said) {
 		err = fmt.Errorf("%w: %w", runtime.ErrNotFound, err)
 	}
 	if said == "" {
@@ -238,6 +238,15 @@ func trimRunscOutput(said string) string {
 		said = said[:maxSaid] + " [...]"
 	}
 	return said
+}
+
+// containerGone tells from what runsc said that the container is not there:
+// no state file matches its id, or the state file went away while runsc
+// read it (a runsc delete killed half way leaves that, with the sandbox
+// already stopped: runsc stops it before it removes the state file).
+func containerGone(said string) bool {
+	return strings.Contains(said, "loading container") &&
+		(strings.Contains(said, "file does not exist") || strings.Contains(said, "no such file or directory"))
 }
 
 // isNotFound tells whether err says the container does not exist.

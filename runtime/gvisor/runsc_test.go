@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/runtime/conformance"
 )
 
 // pinnedVersion is what scripts/install-runsc.sh installs.
@@ -75,18 +77,13 @@ func TestNewWithoutRunscNamesTheFix(t *testing.T) {
 	}
 }
 
-func TestUnknownContainer(t *testing.T) {
-	r := newRunsc(t, Config{})
-	ctx := context.Background()
-	if _, err := r.State(ctx, "nope"); !errors.Is(err, runtime.ErrNotFound) {
-		t.Errorf("State: %v; want ErrNotFound", err)
-	}
-	if err := r.Delete(ctx, "nope"); err != nil {
-		t.Errorf("Delete of an unknown container: %v; want success", err)
-	}
-	if _, err := r.Exec(ctx, "nope", runtime.Process{Args: []string{"/bin/true"}}); !errors.Is(err, runtime.ErrNotFound) {
-		t.Errorf("Exec: %v; want ErrNotFound", err)
-	}
+// TestConformance runs the runtime suite on real runsc sandboxes.
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Harness{
+		Runtime: newRunsc(t, Config{Network: "none"}),
+		Bundle:  func(t *testing.T) string { return testactor.Bundle(t, t.TempDir(), testactor.Options{}) },
+		Counter: func(verb string) []string { return []string{"/counter", "await", verb} },
+	})
 }
 
 func TestCheckpointRefusesUsedFolder(t *testing.T) {
@@ -109,5 +106,21 @@ func TestTrimRunscOutputDropsStackDumps(t *testing.T) {
 	}
 	if long := trimRunscOutput(strings.Repeat("x", 5000)); len(long) > maxSaid+10 {
 		t.Errorf("an unbounded message: %d bytes", len(long))
+	}
+}
+
+// TestHalfDeletedContainerIsGone: the state file vanishing under runsc (a
+// runsc delete killed half way) reads as a container that is not there, so
+// that it is cleaned up rather than failing the caller.
+func TestHalfDeletedContainerIsGone(t *testing.T) {
+	r := &Runsc{path: "runsc"}
+	said := "FetchSpec failed: loading container: open /var/lib/stasis/runsc/k1_sandbox:k1.state: no such file or directory"
+	err := r.commandError(context.Background(), []string{"state", "k1"}, errors.New("exit status 128"), said)
+	if !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("got %v; want ErrNotFound", err)
+	}
+	other := r.commandError(context.Background(), []string{"state", "k1"}, errors.New("exit status 128"), "loading container: permission denied")
+	if errors.Is(other, runtime.ErrNotFound) {
+		t.Fatalf("another failure read as not found: %v", other)
 	}
 }

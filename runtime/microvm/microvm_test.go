@@ -17,6 +17,7 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/internal/vmtest"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/runtime/conformance"
 	"github.com/stasis-run/stasis/runtime/microvm"
 )
 
@@ -31,8 +32,9 @@ type fixture struct {
 	t      *testing.T
 	rt     *microvm.Runtime
 	eng    *engine.Engine
+	obs    engine.Observer
 	mu     sync.Mutex
-	events []engine.Event
+	events []engine.Step
 }
 
 func newFixture(t *testing.T, cfg microvm.Config) *fixture {
@@ -47,17 +49,20 @@ func newFixture(t *testing.T, cfg microvm.Config) *fixture {
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
 	cfg.Root = root
+	cfg.ProbeKernel, _ = vmtest.Guest(t)
 	rt, err := microvm.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("accelerator %s", rt.AccelReason())
 	f := &fixture{t: t, rt: rt}
-	f.eng = &engine.Engine{Runtime: rt, Events: func(ev engine.Event) {
+	f.obs = engine.Observer{After: func(ev engine.Step) {
 		f.mu.Lock()
 		f.events = append(f.events, ev)
 		f.mu.Unlock()
-		t.Logf("%s %s %s %.2fs %s %s", ev.Actor, ev.Op, ev.Step, ev.Duration.Seconds(), ev.Message, ev.Err)
+		t.Logf("%s %s %s %.2fs %s %s", ev.Actor, ev.Op, ev.Name, ev.Duration.Seconds(), ev.Message, ev.Err)
 	}}
+	f.eng = &engine.Engine{Runtime: rt}
 	return f
 }
 
@@ -140,7 +145,7 @@ func (f *fixture) stepsOf(op string) []string {
 	var steps []string
 	for _, ev := range f.events {
 		if ev.Op == op {
-			steps = append(steps, ev.Step)
+			steps = append(steps, ev.Name)
 		}
 	}
 	f.events = nil
@@ -159,7 +164,7 @@ func TestSuspendResumeKeepsTheGuestsMemory(t *testing.T) {
 		t.Fatalf("before suspend: counter %q, stand-in device listed %v", before, f.hasStandIn(a.ID))
 	}
 	snap := filepath.Join(t.TempDir(), "snap")
-	m, err := f.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: snap})
+	m, err := f.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: f.obs, Dir: snap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +177,7 @@ func TestSuspendResumeKeepsTheGuestsMemory(t *testing.T) {
 	if m.Runtime.Name != "qemu-microvm" {
 		t.Errorf("manifest runtime %q", m.Runtime.Name)
 	}
-	if err := f.eng.Resume(ctx, a, snap, engine.ResumeOptions{}); err != nil {
+	if err := f.eng.Resume(ctx, a, snap, engine.ResumeOptions{Observer: f.obs}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := f.stepsOf("resume"), []string{"verify", "compatibility", "restore", "attach-devices", "gpu-resume"}; !slices.Equal(got, want) {
@@ -268,7 +273,7 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 
 	// The GPU step fails: nothing else is touched.
 	f.sh(a.ID, "touch /stasis-ctl/fail-suspend")
-	_, err := f.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: filepath.Join(t.TempDir(), "s1")})
+	_, err := f.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: f.obs, Dir: filepath.Join(t.TempDir(), "s1")})
 	stillRunning("gpu-suspend", err, "injected failure: suspend")
 	f.sh(a.ID, "rm /stasis-ctl/fail-suspend")
 
@@ -277,7 +282,7 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 	full := t.TempDir()
 	mountTmpfs(t, full, "1m")
 	f.eng.FreeDisk = func(string) (uint64, error) { return 1 << 40, nil } // get past the preflight's disk check
-	_, err = f.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: filepath.Join(full, "s2")})
+	_, err = f.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: f.obs, Dir: filepath.Join(full, "s2")})
 	f.eng.FreeDisk = nil
 	stillRunning("checkpoint", err, "checkpoint")
 	if got, want := f.stepsOf("suspend"), []string{"preflight", "gpu-suspend", "gpu-resume", "preflight", "gpu-suspend", "detach-devices", "checkpoint", "attach-devices", "gpu-resume"}; !slices.Equal(got, want) {
@@ -287,14 +292,14 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 	// A suspend into a good folder works after both failures.
 	want := f.counter(a.ID, "get")
 	snap := filepath.Join(t.TempDir(), "snap")
-	if _, err := f.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: snap}); err != nil {
+	if _, err := f.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: f.obs, Dir: snap}); err != nil {
 		t.Fatal(err)
 	}
 
 	// Resume onto a node whose bundle names a device this host lacks: the
 	// attach fails, the new VM is removed, the snapshot is untouched.
 	missing := vmtest.Bundle(t, t.TempDir(), vmtest.Options{Devices: []microvm.Device{{ID: "gpu0", Driver: "vfio-pci", Props: map[string]string{"host": "0000:ff:1f.7"}}}})
-	err = f.eng.Resume(ctx, engine.Actor{ID: a.ID, Bundle: missing, GPU: true}, snap, engine.ResumeOptions{})
+	err = f.eng.Resume(ctx, engine.Actor{ID: a.ID, Bundle: missing, GPU: true}, snap, engine.ResumeOptions{Observer: f.obs})
 	if err == nil || !strings.Contains(err.Error(), "attach-devices") || !strings.Contains(err.Error(), "0000:ff:1f.7") {
 		t.Fatalf("resume with a missing host device: %v, want the attach to fail naming it", err)
 	}
@@ -309,7 +314,7 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt(t, filepath.Join(bad, "image", "vm.state"))
-	err = f.eng.Resume(ctx, a, bad, engine.ResumeOptions{Verify: engine.VerifySizes})
+	err = f.eng.Resume(ctx, a, bad, engine.ResumeOptions{Observer: f.obs, Verify: engine.VerifySizes})
 	if err == nil || !strings.Contains(err.Error(), "restore") || !strings.Contains(err.Error(), "does not load") {
 		t.Fatalf("resume of a corrupt stream: %v, want the restore to fail", err)
 	}
@@ -318,7 +323,7 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 	}
 
 	// The snapshot itself still verifies and resumes.
-	if err := f.eng.Resume(ctx, a, snap, engine.ResumeOptions{}); err != nil {
+	if err := f.eng.Resume(ctx, a, snap, engine.ResumeOptions{Observer: f.obs}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.counter(a.ID, "get"); got != want {
@@ -337,7 +342,7 @@ func TestDetachFailureAttachesTheOthersAgain(t *testing.T) {
 	fixed := microvm.Device{ID: "fixed0", Driver: "pc-testdev"} // an ISA device: its bus has no hotplug
 	a := f.boot("detach", vmtest.Options{Devices: []microvm.Device{standIn, fixed}})
 	before := f.counter(a.ID, "incr")
-	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: filepath.Join(t.TempDir(), "snap")})
+	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: filepath.Join(t.TempDir(), "snap")})
 	if err == nil || !strings.Contains(err.Error(), "detach fixed0") || !strings.Contains(err.Error(), "the actor keeps running") {
 		t.Fatalf("suspend: %v, want the detach of fixed0 to fail and the actor kept running", err)
 	}
@@ -402,5 +407,38 @@ func corrupt(t *testing.T, path string) {
 	}
 	if _, err := f.WriteAt(junk, fi.Size()/2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConformance runs the runtime suite on real QEMU micro-VMs.
+func TestConformance(t *testing.T) {
+	f := newFixture(t, microvm.Config{})
+	conformance.Run(t, conformance.Harness{
+		Runtime: f.rt,
+		Bundle:  func(t *testing.T) string { return vmtest.Bundle(t, t.TempDir(), vmtest.Options{}) },
+		Counter: func(verb string) []string { return []string{"/counter", "await", verb} },
+	})
+}
+
+// TestSilentGuestFailsFast: a guest that prints nothing on its console
+// and never opens its agent's port (here its /init is a shell on another
+// console; on a host whose KVM opens but runs no guest, the same silence)
+// is given up on at SilentBoot, with the reason, not after the two-minute
+// boot timeout.
+func TestSilentGuestFailsFast(t *testing.T) {
+	f := newFixture(t, microvm.Config{SilentBoot: 5 * time.Second})
+	dir := vmtest.Bundle(t, t.TempDir(), vmtest.Options{Cmdline: "console=tty0 rdinit=/bin/sh"})
+	ctx := context.Background()
+	t.Cleanup(func() { _ = f.rt.Delete(context.Background(), "silent") })
+	if err := f.rt.Create(ctx, "silent", dir, runtime.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := f.rt.Start(ctx, "silent")
+	if err == nil || !strings.Contains(err.Error(), "printed nothing on its console") || !strings.Contains(err.Error(), "within 5s") {
+		t.Fatalf("start of a silent guest: %v", err)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Fatalf("the silent guest was given up on after %s", took)
 	}
 }

@@ -35,6 +35,9 @@ func (f files) qmp() string      { return filepath.Join(f.dir, "qmp.sock") }
 func (f files) qmpQuery() string { return filepath.Join(f.dir, "qmp-query.sock") }
 func (f files) agent() string    { return filepath.Join(f.dir, "agent.sock") }
 
+// console is where the guest's console goes when the caller names no file.
+func (f files) console() string { return filepath.Join(f.dir, "console.log") }
+
 // maxSocketPath is what a unix socket address holds, less its NUL.
 const maxSocketPath = 107
 
@@ -58,10 +61,7 @@ func (l launch) args() []string {
 	if l.spec.Cmdline != "" {
 		cmdline += " " + l.spec.Cmdline
 	}
-	console := "null,id=" + consoleID
-	if l.consoleLog != "" {
-		console = "file,id=" + consoleID + ",append=on,path=" + escape(l.consoleLog)
-	}
+	console := "file,id=" + consoleID + ",append=on,path=" + escape(l.consoleLog)
 	args := []string{
 		"-machine", "pc,accel=" + l.accel,
 		"-m", fmt.Sprintf("%dM", l.spec.MemoryBytes>>20),

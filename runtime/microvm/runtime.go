@@ -32,15 +32,31 @@ type Config struct {
 	Root string
 	// QEMU is the qemu-system-x86_64 binary; found on PATH when empty.
 	QEMU string
-	// Accel is QEMU's accelerator, "kvm" or "tcg"; "kvm" when /dev/kvm
-	// opens, else "tcg".
+	// Accel is QEMU's accelerator, "kvm" or "tcg". When empty, "kvm" if
+	// /dev/kvm runs a 64-bit test guest and, given ProbeKernel, boots that
+	// kernel; "tcg" otherwise, with the reason in AccelReason.
 	Accel string
+	// ProbeKernel is a guest kernel the choice of accelerator boots once
+	// under KVM, to catch hosts whose KVM runs a test guest but not a
+	// kernel.
+	ProbeKernel string
 	// BootTimeout bounds how long Start waits for the guest agent; 2
 	// minutes when zero.
 	BootTimeout time.Duration
+	// SilentBoot is how long Start waits for the guest's first console
+	// output before it gives up on a guest that does not run; 20 s when
+	// zero.
+	SilentBoot time.Duration
 	// DeviceTimeout bounds each device detach and attach; 1 minute when
 	// zero.
 	DeviceTimeout time.Duration
+}
+
+func (c Config) silentBoot() time.Duration {
+	if c.SilentBoot > 0 {
+		return c.SilentBoot
+	}
+	return 20 * time.Second
 }
 
 // Runtime runs micro-VMs with QEMU.
@@ -48,6 +64,8 @@ type Runtime struct {
 	cfg     Config
 	qemu    string
 	version string
+	// accelReason says why the accelerator was chosen.
+	accelReason string
 }
 
 var _ interface {
@@ -77,12 +95,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("microvm: %s -version: %w", qemu, err)
 	}
 	version, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	reason := "configured"
 	if cfg.Accel == "" {
-		cfg.Accel = "tcg"
-		if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-			f.Close()
-			cfg.Accel = "kvm"
-		}
+		cfg.Accel, reason = chooseAccel(ctx, qemu, cfg.ProbeKernel)
 	}
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = 2 * time.Minute
@@ -90,8 +105,30 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.DeviceTimeout <= 0 {
 		cfg.DeviceTimeout = time.Minute
 	}
-	return &Runtime{cfg: cfg, qemu: qemu, version: version}, nil
+	return &Runtime{cfg: cfg, qemu: qemu, version: version, accelReason: reason}, nil
 }
+
+// probeTimeout bounds each KVM probe; a kernel under KVM prints its first
+// line in well under a second.
+const probeTimeout = 5 * time.Second
+
+// chooseAccel picks KVM when it really runs guests here, TCG otherwise,
+// and says why.
+func chooseAccel(ctx context.Context, qemu, kernel string) (accel, reason string) {
+	if err := probeKVM(probeTimeout); err != nil {
+		return "tcg", fmt.Sprintf("KVM is not used: %v; guests run under TCG (software, slower)", err)
+	}
+	if kernel == "" {
+		return "kvm", "/dev/kvm runs a 64-bit test guest"
+	}
+	if err := probeBoot(ctx, qemu, kernel, probeTimeout); err != nil {
+		return "tcg", fmt.Sprintf("KVM is not used: /dev/kvm opens, but %v; guests run under TCG (software, slower)", err)
+	}
+	return "kvm", "/dev/kvm boots " + kernel
+}
+
+// AccelReason says why the runtime runs guests with its accelerator.
+func (r *Runtime) AccelReason() string { return r.cfg.Accel + ": " + r.accelReason }
 
 // Info names QEMU's build and accelerator: a snapshot restores only into
 // the same QEMU (its migration format is not stable across versions).
@@ -108,6 +145,8 @@ type vmState struct {
 	// process with the same pid.
 	Start uint64 `json:"start"`
 	Spec  Spec   `json:"spec"`
+	// Console is the file the guest's console goes to.
+	Console string `json:"console"`
 }
 
 func (r *Runtime) files(id string) files { return files{dir: filepath.Join(r.cfg.Root, id)} }
@@ -156,11 +195,14 @@ func (r *Runtime) boot(ctx context.Context, id, bundleDir string, l launch) (err
 		}
 	}()
 	l.accel, l.files = r.cfg.Accel, f
+	if l.consoleLog == "" {
+		l.consoleLog = f.console()
+	}
 	pid, err := l.start(ctx, r.qemu)
 	if err != nil {
 		return fmt.Errorf("VM %s: %w", id, err)
 	}
-	st := &vmState{ID: id, Bundle: bundleDir, PID: pid, Spec: l.spec}
+	st := &vmState{ID: id, Bundle: bundleDir, PID: pid, Spec: l.spec, Console: l.consoleLog}
 	if st.Start, err = processStart(pid); err != nil {
 		return fmt.Errorf("VM %s: QEMU %d: %w", id, pid, err)
 	}
@@ -194,7 +236,18 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, r.cfg.BootTimeout)
 	defer cancel()
-	_, err = q.waitEvent(bctx, func(ev qmpEvent) bool {
+	wctx, silent := context.WithCancelCause(bctx)
+	defer silent(nil)
+	// A guest whose console stays empty never got to run its /init (which
+	// says so on the console at once): give up then rather than at the
+	// boot timeout.
+	watch := time.AfterFunc(r.cfg.silentBoot(), func() {
+		if info, err := os.Stat(st.Console); err == nil && info.Size() == 0 {
+			silent(fmt.Errorf("the guest printed nothing on its console (%s) within %s of boot: its kernel never ran /init; with the %s accelerator this host may not run guests (try Accel tcg)", st.Console, r.cfg.silentBoot(), r.cfg.Accel))
+		}
+	})
+	defer watch.Stop()
+	_, err = q.waitEvent(wctx, func(ev qmpEvent) bool {
 		var d struct {
 			ID   string `json:"id"`
 			Open bool   `json:"open"`
@@ -202,9 +255,12 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		_ = json.Unmarshal(ev.Data, &d)
 		return ev.Event == "VSERPORT_CHANGE" && d.ID == agentPortID && d.Open
 	})
+	if cause := context.Cause(wctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return fmt.Errorf("VM %s: %w", id, cause)
+	}
 	if err != nil {
-		return fmt.Errorf("VM %s: the guest agent did not open its port %s within %s of boot (%w): the initramfs's /init must be stasis-agent, and the kernel needs virtio_pci and virtio_console; the console log shows how far the guest got",
-			id, agent.PortName, r.cfg.BootTimeout, err)
+		return fmt.Errorf("VM %s: the guest agent did not open its port %s within %s of boot (%w): the initramfs's /init must be stasis-agent, and the kernel needs virtio_pci and virtio_console; the console log %s shows how far the guest got",
+			id, agent.PortName, r.cfg.BootTimeout, err, st.Console)
 	}
 	if _, err := r.call(ctx, id, agent.Request{Op: agent.OpStart, Process: &st.Spec.Process}); err != nil {
 		return fmt.Errorf("VM %s: start the workload: %w", id, err)

@@ -88,7 +88,7 @@ func TestRepositoryOnS3(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "pages.img"), payload, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := snapshot.Commit(src, snapshot.Manifest{Scope: snapshot.ScopeFull}); err != nil {
+	if _, err := snapshot.Commit(ctx, src, snapshot.Manifest{Scope: snapshot.ScopeFull}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Save(ctx, "s3-actor", src, store.Options{}); err != nil {
@@ -102,7 +102,7 @@ func TestRepositoryOnS3(t *testing.T) {
 	if err := r2.Restore(ctx, "s3-actor", dst, store.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := snapshot.Verify(dst); err != nil {
+	if _, err := snapshot.Verify(ctx, dst); err != nil {
 		t.Fatal(err)
 	}
 	if err := r2.Verify(ctx); err != nil {

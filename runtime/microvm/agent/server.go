@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,6 +163,10 @@ func (s *Server) exec(ctx context.Context, p *Process) (*ExecResult, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	var exit *exec.ExitError
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		// As a shell answers for a program that is not there.
+		return &ExecResult{ExitCode: 127, Stderr: fmt.Appendf(nil, "%s: %v\n", p.Args[0], err)}, nil
+	}
 	if err != nil && !errors.As(err, &exit) {
 		return nil, fmt.Errorf("run %s: %w", p.Args[0], err)
 	}

@@ -1,0 +1,261 @@
+package api
+
+import (
+	"time"
+
+	"github.com/stasis-run/stasis/node"
+)
+
+// State is where an actor stands.
+type State string
+
+// The actor states. Those ending in -ING are transitional: an operation is
+// running, and only a daemon that starts after a crash ever sees one
+// without it (and settles it before it serves).
+const (
+	Creating   State = "CREATING"
+	Running    State = "RUNNING"
+	Pausing    State = "PAUSING"
+	Paused     State = "PAUSED"
+	Suspending State = "SUSPENDING"
+	Suspended  State = "SUSPENDED"
+	Resuming   State = "RESUMING"
+	Deleting   State = "DELETING"
+	Crashed    State = "CRASHED"
+)
+
+// States lists every state.
+var States = []State{Creating, Running, Pausing, Paused, Suspending, Suspended, Resuming, Deleting, Crashed}
+
+// Transitional tells whether an operation is in flight in state s.
+func (s State) Transitional() bool {
+	switch s {
+	case Creating, Pausing, Suspending, Resuming, Deleting:
+		return true
+	}
+	return false
+}
+
+// Scope is what a snapshot holds: Full (process memory, GPU state, root
+// filesystem) or Data (the durable folders only).
+type Scope string
+
+const (
+	ScopeFull Scope = "Full"
+	ScopeData Scope = "Data"
+)
+
+// Template is a recipe for actors.
+type Template struct {
+	Name string `json:"name"`
+	// Bundle is an OCI bundle folder (config.json and its rootfs) the
+	// actors run; or Rootfs and Args describe the process directly.
+	Bundle string   `json:"bundle,omitempty"`
+	Rootfs string   `json:"rootfs,omitempty"`
+	Args   []string `json:"args,omitempty"`
+	Env    []string `json:"env,omitempty"`
+	// GPUs gives actors the node's NVIDIA devices and the stasis-cuda
+	// helper; a GPU suspend moves their device memory into host memory.
+	GPUs int `json:"gpus,omitempty"`
+	// MemoryBytes is the sandbox's memory limit; 0 leaves it unlimited.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// Durable are folders inside the sandbox that live on the host, per
+	// actor, and that Data snapshots keep.
+	Durable   []string       `json:"durable,omitempty"`
+	Probe     Probe          `json:"probe"`
+	Snapshots SnapshotConfig `json:"snapshots"`
+	// Golden is the snapshot new actors start from, once warmed (set by
+	// stasisd).
+	Golden    string    `json:"golden,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Probe says when an actor is ready: a command that exits 0 inside the
+// sandbox, or a URL that answers 2xx.
+type Probe struct {
+	Command        []string `json:"command,omitempty"`
+	URL            string   `json:"url,omitempty"`
+	TimeoutSeconds float64  `json:"timeoutSeconds,omitempty"`
+}
+
+// SnapshotConfig picks the scope of each kind of snapshot: pause keeps one
+// on this node for a fast resume, commit (suspend) stores one durably.
+// Golden snapshots are always Full.
+type SnapshotConfig struct {
+	OnPause  Scope `json:"onPause,omitempty"`
+	OnCommit Scope `json:"onCommit,omitempty"`
+}
+
+// Actor is one actor and where it stands.
+type Actor struct {
+	ID       string `json:"id"`
+	Template string `json:"template"`
+	State    State  `json:"state"`
+	// Reason says why the actor is in its state: what crashed it, why it
+	// cold-booted, what a failed operation left behind.
+	Reason  string `json:"reason,omitempty"`
+	Sandbox string `json:"sandbox"`
+	// Snapshot is the actor's latest good snapshot, which resume uses.
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
+	// Operation is the operation in flight, if any.
+	Operation *Operation `json:"operation,omitempty"`
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+}
+
+// Operation is an operation on an actor.
+type Operation struct {
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	RequestID string `json:"requestId,omitempty"`
+	// State is running, done or failed.
+	State string `json:"state"`
+	Step  string `json:"step,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Deadline is when a running operation is cut short and rolled back.
+	Deadline  time.Time `json:"deadline,omitzero"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+// SnapshotKind says what a snapshot is for.
+type SnapshotKind string
+
+const (
+	// KindPause is kept on this node for a fast resume.
+	KindPause SnapshotKind = "pause"
+	// KindCommit is stored durably (suspend).
+	KindCommit SnapshotKind = "commit"
+	// KindGolden is a template's: new actors start from it.
+	KindGolden SnapshotKind = "golden"
+)
+
+// Snapshot is a snapshot stasisd made.
+type Snapshot struct {
+	ID       string       `json:"id"`
+	Actor    string       `json:"actor"`
+	Template string       `json:"template"`
+	Kind     SnapshotKind `json:"kind"`
+	Scope    Scope        `json:"scope"`
+	// Dir is the folder on this node ("" when not here); Stored the name
+	// in the store ("" when not stored).
+	Dir       string    `json:"dir,omitempty"`
+	Stored    string    `json:"stored,omitempty"`
+	SizeBytes int64     `json:"sizeBytes"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Event is one line of an actor's history: a step of an operation, with
+// its duration and outcome, or a note.
+type Event struct {
+	Seq       int64     `json:"seq"`
+	Operation string    `json:"operation,omitempty"`
+	Step      string    `json:"step,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Duration  float64   `json:"durationSeconds"`
+	At        time.Time `json:"at"`
+}
+
+// Requests and responses.
+type (
+	Empty struct{}
+
+	// RunRequest starts a new actor of a template.
+	RunRequest struct {
+		Template string `json:"template"`
+		// ID names the actor; one is made up when empty.
+		ID string `json:"id,omitempty"`
+		// RequestID makes a retry harmless: a request with the same actor,
+		// kind and id answers as the first one did.
+		RequestID string `json:"requestId,omitempty"`
+		// Cold boots the actor even when the template has a golden
+		// snapshot.
+		Cold bool `json:"cold,omitempty"`
+	}
+
+	// OpRequest names an actor for Pause, Suspend and Resume.
+	OpRequest struct {
+		ID        string `json:"id"`
+		RequestID string `json:"requestId,omitempty"`
+	}
+
+	// DeleteRequest names an actor to delete.
+	DeleteRequest struct {
+		ID        string `json:"id"`
+		RequestID string `json:"requestId,omitempty"`
+		// Purge also deletes the actor's stored snapshots.
+		Purge bool `json:"purge,omitempty"`
+	}
+
+	// Deleted is what Delete answers.
+	Deleted struct {
+		ID      string `json:"id"`
+		Deleted bool   `json:"deleted"`
+		// KeptSnapshots are the stored snapshots left in the store.
+		KeptSnapshots []string `json:"keptSnapshots,omitempty"`
+	}
+
+	// WarmRequest warms a template: its golden snapshot is made.
+	WarmRequest struct {
+		Template  string `json:"template"`
+		RequestID string `json:"requestId,omitempty"`
+	}
+
+	TemplateName struct {
+		Name string `json:"name"`
+	}
+
+	Templates struct {
+		Templates []Template `json:"templates"`
+	}
+
+	ActorID struct {
+		ID string `json:"id"`
+	}
+
+	Actors struct {
+		Actors []Actor `json:"actors"`
+	}
+
+	// ExecRequest runs a command in a running actor.
+	ExecRequest struct {
+		ID   string   `json:"id"`
+		Args []string `json:"args"`
+	}
+
+	// ExecResult is how the command ended.
+	ExecResult struct {
+		ExitCode int    `json:"exitCode"`
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+	}
+
+	// EventsRequest asks for an actor's history after a sequence number.
+	EventsRequest struct {
+		ID    string `json:"id"`
+		After int64  `json:"after,omitempty"`
+	}
+
+	// Events is a part of an actor's history, oldest first; Last is the
+	// sequence number of the newest event the actor has, so that a
+	// follower can start from the end without reading it all.
+	Events struct {
+		Events []Event `json:"events"`
+		Last   int64   `json:"last"`
+	}
+
+	SnapshotsRequest struct {
+		Actor string `json:"actor,omitempty"`
+	}
+
+	Snapshots struct {
+		Snapshots []Snapshot `json:"snapshots"`
+	}
+
+	SnapshotID struct {
+		ID string `json:"id"`
+	}
+
+	// NodeInfo is the node's fingerprint (docs/compatibility.md).
+	NodeInfo = node.Fingerprint
+)

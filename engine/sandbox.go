@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/stasis-run/stasis/runtime"
+)
+
+// BootOptions tune Boot.
+type BootOptions struct {
+	// ID is the sandbox's container id; the actor's own when empty.
+	ID       string
+	Probe    Probe
+	Observer Observer
+}
+
+// Boot creates and starts the actor's sandbox from its bundle and waits
+// for its readiness probe. On failure the sandbox is removed again.
+func (e *Engine) Boot(ctx context.Context, a Actor, opts BootOptions) (err error) {
+	o := op{actor: a.ID, name: "boot", obs: opts.Observer}
+	id := opts.ID
+	if id == "" {
+		id = a.ID
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := e.cleanupContext(ctx)
+			defer cancel()
+			_ = o.step("cleanup", func() (string, error) {
+				return "the sandbox that did not start was removed", e.Runtime.Delete(cctx, id)
+			})
+		}
+	}()
+	if err := o.step("boot", func() (string, error) { return e.create(ctx, a, id, o) }); err != nil {
+		return err
+	}
+	return e.waitReady(ctx, o, id, opts.Probe)
+}
+
+// create creates and starts sandbox id from the actor's bundle.
+func (e *Engine) create(ctx context.Context, a Actor, id string, o op) (string, error) {
+	if err := e.Runtime.Create(ctx, id, a.Bundle, runtime.CreateOptions{ConsoleLog: a.ConsoleLog, Notify: o.note}); err != nil {
+		return "", err
+	}
+	return "sandbox started", e.Runtime.Start(ctx, id)
+}
+
+// WaitReady runs the readiness probe, if any, against a running sandbox.
+func (e *Engine) WaitReady(ctx context.Context, a Actor, id string, p Probe, obs Observer) error {
+	return e.waitReady(ctx, op{actor: a.ID, name: "probe", obs: obs}, id, p)
+}
+
+// Remove stops sandbox id, which frees its memory and GPUs, and deletes the
+// container; a sandbox that is gone, or half deleted by a runtime that was
+// killed, is removed as well.
+func (e *Engine) Remove(ctx context.Context, actor, id string, obs Observer) error {
+	return e.stop(ctx, op{actor: actor, name: "remove", obs: obs}, id)
+}
+
+// Status is where sandbox id stands; one the runtime does not know is
+// stopped.
+func (e *Engine) Status(ctx context.Context, id string) (runtime.Status, error) {
+	st, err := e.Runtime.State(ctx, id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return runtime.StatusStopped, nil
+	}
+	return st.Status, err
+}
+
+// Exec runs a command inside a running sandbox and waits for it; a
+// non-zero exit is in the result, not an error.
+func (e *Engine) Exec(ctx context.Context, id string, args []string) (runtime.ExecResult, error) {
+	return e.Runtime.Exec(ctx, id, runtime.Process{Args: args})
+}
+
+// Thaw makes sure a sandbox that an interrupted operation may have left
+// frozen runs: a paused sandbox (a Data snapshot pauses it) is unpaused,
+// the devices a runtime detached are attached, and for a GPU actor every
+// CUDA process that is locked or checkpointed is resumed (a no-op when none
+// is). A journal that finds an operation cut short calls it so that no
+// workload stays frozen.
+func (e *Engine) Thaw(ctx context.Context, a Actor, id string, obs Observer) error {
+	o := op{actor: a.ID, name: "thaw", obs: obs}
+	st, err := e.Runtime.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st.Status == runtime.StatusPaused {
+		if err := o.step("unpause", func() (string, error) { return "", e.Runtime.Unpause(ctx, id) }); err != nil {
+			return err
+		}
+	} else if st.Status != runtime.StatusRunning {
+		return fmt.Errorf("sandbox %s is %s: nothing runs there to thaw", id, st.Status)
+	}
+	if h, ok := e.Runtime.(runtime.DeviceHolder); ok {
+		if err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
+			return err
+		}
+	}
+	if !a.GPU {
+		return nil
+	}
+	return o.step("gpu-resume", func() (string, error) {
+		rep, err := e.gpuResume(ctx, id, nil)
+		return summary(rep), err
+	})
+}

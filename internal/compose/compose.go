@@ -1,0 +1,173 @@
+// Package compose is where Stasis's parts are put together for its two
+// programs, stasisd and the stasis CLI: the defaults (defined here once),
+// the flags both take, and the runtime, engine, fingerprint and store
+// built from them. Both programs see the same data folder, runsc state
+// folder and store unless told otherwise, so that the CLI acts on what
+// stasisd runs.
+package compose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+
+	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/gpu/nvml"
+	"github.com/stasis-run/stasis/internal/lockfile"
+	"github.com/stasis-run/stasis/node"
+	"github.com/stasis-run/stasis/runtime/gvisor"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/location"
+)
+
+// The defaults: everything under one data folder, the socket under /run.
+const (
+	DefaultDataDir  = "/var/lib/stasis"
+	DefaultSocket   = "/run/stasis/stasisd.sock"
+	DefaultPlatform = "systrap"
+)
+
+// Options are the settings both programs share, as flags.
+type Options struct {
+	DataDir string
+	// Repo is the store's location; DATA/store when empty.
+	Repo         string
+	Socket       string
+	KernelPolicy string
+	Runsc        gvisor.Config
+}
+
+// Register adds the shared flags to fs.
+func (o *Options) Register(fs *pflag.FlagSet) {
+	fs.StringVar(&o.DataDir, "data", DefaultDataDir, "data folder: journal, actors, local snapshots and the embedded store")
+	fs.StringVar(&o.Repo, "repo", "", "snapshot store: a folder or s3://BUCKET/PREFIX?endpoint=HOST:PORT (default: DATA/store)")
+	fs.StringVar(&o.Socket, "socket", DefaultSocket, "stasisd's API socket")
+	fs.StringVar(&o.KernelPolicy, "kernel-policy", string(compat.KernelAny), "how much of the host kernel release a Full snapshot's restore requires: any, minor (same major.minor) or exact")
+	fs.StringVar(&o.Runsc.Runsc, "runsc", "", "runsc binary (default: runsc on PATH)")
+	fs.StringVar(&o.Runsc.Root, "runsc-root", "", "runsc state folder (default: DATA/runsc)")
+	fs.StringVar(&o.Runsc.Platform, "platform", DefaultPlatform, "runsc platform")
+	fs.StringVar(&o.Runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
+	fs.StringVar(&o.Runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
+}
+
+// RunscRoot is runsc's state folder.
+func (o Options) RunscRoot() string {
+	if o.Runsc.Root != "" {
+		return o.Runsc.Root
+	}
+	return filepath.Join(o.DataDir, "runsc")
+}
+
+// TemplatesDir is the folder in the data folder that templates may use
+// read-only: where the demo writes its bundles, and a place for an
+// operator's.
+func (o Options) TemplatesDir() string { return filepath.Join(o.DataDir, "templates") }
+
+// RepoLocation is the store's location.
+func (o Options) RepoLocation() string {
+	if o.Repo != "" {
+		return o.Repo
+	}
+	return filepath.Join(o.DataDir, "store")
+}
+
+// OpenRepo opens the store, creating the embedded local one on first use;
+// any other location must be created with `stasis store init`.
+func (o Options) OpenRepo(ctx context.Context) (*store.Repository, error) {
+	r, err := location.Repository(ctx, o.RepoLocation(), o.Repo == "")
+	if err != nil {
+		return nil, fmt.Errorf("snapshot store: %w (create it with `stasis store init --repo %s`)", err, o.RepoLocation())
+	}
+	return r, nil
+}
+
+// Policy is the compatibility policy.
+func (o Options) Policy() (compat.Policy, error) {
+	rule, err := compat.ParseKernelRule(o.KernelPolicy)
+	if err != nil {
+		return compat.Policy{}, fmt.Errorf("--kernel-policy: %w", err)
+	}
+	return compat.Policy{Kernel: rule}, nil
+}
+
+// Runtime is runsc as configured.
+func (o Options) Runtime(ctx context.Context) (*gvisor.Runsc, error) {
+	cfg := o.Runsc
+	cfg.Root = o.RunscRoot()
+	return gvisor.New(ctx, cfg)
+}
+
+// GPU is this node's GPU source.
+func GPU() gpu.Source { return nvml.New() }
+
+// Engine is an engine on runsc that reads this node's GPUs through NVML.
+func (o Options) Engine(ctx context.Context) (*engine.Engine, error) {
+	policy, err := o.Policy()
+	if err != nil {
+		return nil, err
+	}
+	rt, err := o.Runtime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &engine.Engine{Runtime: rt, GPU: GPU(), Policy: policy}, nil
+}
+
+// Fingerprint reads this node's facts with the runtime rt.
+func Fingerprint(ctx context.Context, rt *gvisor.Runsc, gpus gpu.Source) (node.Fingerprint, error) {
+	return node.Collector{GPU: gpus, Runtime: rt.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
+}
+
+// Lock names the locks of the two folders stasisd owns: its data folder
+// and its runsc state folder.
+func (o Options) locks() (data, runsc string) {
+	return filepath.Join(o.DataDir, "stasisd.lock"), filepath.Join(o.RunscRoot(), "stasis.lock")
+}
+
+// LockDaemon takes, for stasisd's whole life, the data folder and the runsc
+// state folder: a second stasisd on either is refused, as is one while a
+// daemon-less command drives sandboxes there.
+func (o Options) LockDaemon() (release func(), err error) {
+	dataLock, runscLock := o.locks()
+	for _, dir := range []string{o.DataDir, o.RunscRoot()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	d, err := lockfile.Acquire(dataLock, true, lockfile.Holder("stasisd"))
+	if err != nil {
+		return nil, fmt.Errorf("data folder %s: another stasisd runs on it (%w); stop it first, or give this one its own --data", o.DataDir, err)
+	}
+	r, err := lockfile.Acquire(runscLock, true, lockfile.Holder("stasisd"))
+	if err != nil {
+		d.Release()
+		return nil, fmt.Errorf("runsc state folder %s is in use (%w); give this stasisd its own --runsc-root, or wait for the stasis command using it", o.RunscRoot(), err)
+	}
+	return func() { r.Release(); d.Release() }, nil
+}
+
+// LockSandboxes takes the runsc state folder for a daemon-less command
+// (stasis suspend, resume): several may share it, but not with a stasisd,
+// whose actors must be driven through its API.
+func (o Options) LockSandboxes() (release func(), err error) {
+	_, runscLock := o.locks()
+	if err := os.MkdirAll(o.RunscRoot(), 0o700); err != nil {
+		return nil, err
+	}
+	l, err := lockfile.Acquire(runscLock, false, "")
+	var held *lockfile.HeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("the runsc state folder %s belongs to %s: drive its actors through stasisd (stasis actor ...), or give this command another --runsc-root: %w", o.RunscRoot(), held.Holder, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() { l.Release() }, nil
+}

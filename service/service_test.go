@@ -1,0 +1,657 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/runtimetest"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/local"
+)
+
+// These tests drive the service over a fake runtime (no sandbox, no
+// root): every transition, the request-id and busy rules, deadlines and
+// the reconcile branches, in seconds. The same behaviours are checked
+// against real stasisd and runsc in cmd/stasisd.
+
+type env struct {
+	t    *testing.T
+	rt   *runtimetest.Runtime
+	svc  *service.Service
+	cfg  service.Config
+	host string // the folder templates' bundles live in
+}
+
+func newEnv(t *testing.T, tweak func(*service.Config)) *env {
+	t.Helper()
+	e := &env{t: t, rt: runtimetest.New(), host: t.TempDir()}
+	be, err := local.New(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := store.Init(context.Background(), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	e.cfg = service.Config{
+		DataDir:   data,
+		Engine:    &engine.Engine{Runtime: e.rt},
+		Repo:      repo,
+		HostPaths: service.HostPolicy{Paths: []service.HostPath{{Path: e.host}}, DataDir: data, TemplatesDir: filepath.Join(data, "templates")},
+	}
+	if tweak != nil {
+		tweak(&e.cfg)
+	}
+	e.open()
+	return e
+}
+
+// open starts the service on the data folder, reconciled, as stasisd does.
+func (e *env) open() {
+	e.t.Helper()
+	svc, err := service.New(context.Background(), e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := svc.Reconcile(context.Background()); err != nil {
+		e.t.Fatalf("reconcile: %v", err)
+	}
+	e.svc = svc
+	e.t.Cleanup(func() { svc.Close() })
+}
+
+// restart is a crash and a new start: the journal as it was written, the
+// sandboxes as the fake runtime has them.
+func (e *env) restart() {
+	e.t.Helper()
+	e.svc.Close()
+	e.open()
+}
+
+// bundle writes an OCI bundle under the host folder.
+func (e *env) bundle(tweak func(*specs.Spec)) string {
+	e.t.Helper()
+	dir, err := os.MkdirTemp(e.host, "bundle")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "rootfs"), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	spec := &specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/counter", "serve"}, Cwd: "/"}, Root: &specs.Root{Path: "rootfs"}}
+	if tweak != nil {
+		tweak(spec)
+	}
+	if err := bundle.Save(dir, spec); err != nil {
+		e.t.Fatal(err)
+	}
+	return dir
+}
+
+func (e *env) template(name string, tweak func(*api.Template)) api.Template {
+	e.t.Helper()
+	t := api.Template{Name: name, Bundle: e.bundle(nil), Probe: api.Probe{Command: []string{"true"}}}
+	if tweak != nil {
+		tweak(&t)
+	}
+	got, err := e.svc.CreateTemplate(context.Background(), t)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return got
+}
+
+func (e *env) run(id string) api.Actor {
+	e.t.Helper()
+	a, err := e.svc.Run(context.Background(), api.RunRequest{Template: "t", ID: id})
+	if err != nil || a.State != api.Running {
+		e.t.Fatalf("run %s: %+v %v", id, a, err)
+	}
+	return a
+}
+
+// counter runs "/counter await incr" (or get) in the actor's sandbox.
+func (e *env) counter(id, verb string) string {
+	e.t.Helper()
+	res, err := e.svc.Exec(context.Background(), api.ExecRequest{ID: id, Args: []string{"/counter", "await", verb}})
+	if err != nil || res.ExitCode != 0 {
+		e.t.Fatalf("counter %s in %s: %+v %v", verb, id, res, err)
+	}
+	return strings.TrimSpace(res.Stdout)
+}
+
+func (e *env) actor(id string) api.Actor {
+	e.t.Helper()
+	a, err := e.svc.Actor(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}
+
+func code(err error) string { return errdefs.Code(err) }
+
+func TestLifecycleKeepsTheCounter(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	first := e.counter("a1", "incr")
+	ctx := context.Background()
+	a, err := e.svc.Pause(ctx, api.OpRequest{ID: "a1"})
+	if err != nil || a.State != api.Paused || a.Snapshot == nil || a.Snapshot.Kind != api.KindPause || a.Snapshot.Stored != "" {
+		t.Fatalf("pause: %+v %v", a, err)
+	}
+	if _, ok := e.rt.Sandbox("a1"); ok {
+		t.Fatal("the paused actor's sandbox is still there")
+	}
+	if _, err := e.svc.Resume(ctx, api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	// Suspend of a running actor: committed, stored, sandbox gone.
+	a, err = e.svc.Suspend(ctx, api.OpRequest{ID: "a1"})
+	if err != nil || a.State != api.Suspended || a.Snapshot.Stored == "" || a.Snapshot.Kind != api.KindCommit || a.Reason != "" {
+		t.Fatalf("suspend: %+v %v", a, err)
+	}
+	// Resume from the store alone.
+	if err := os.RemoveAll(a.Snapshot.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := e.svc.Resume(ctx, api.OpRequest{ID: "a1"}); err != nil || a.State != api.Running {
+		t.Fatalf("resume from the store: %+v %v", a, err)
+	}
+	inst, value, _ := strings.Cut(first, " ")
+	if got := e.counter("a1", "incr"); got != inst+" 2" {
+		t.Fatalf("after pause, resume, suspend and a pull, counter %q (was %s %s)", got, inst, value)
+	}
+	// The pulled copy is recorded as here.
+	if s, _ := e.svc.Snapshot(ctx, a.Snapshot.ID); s.Dir == "" {
+		t.Fatalf("the pulled snapshot is not recorded on this node: %+v", s)
+	}
+	d, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "a1"})
+	if err != nil || !d.Deleted || len(d.KeptSnapshots) != 1 {
+		t.Fatalf("delete: %+v %v", d, err)
+	}
+	if _, err := e.svc.Actor(ctx, "a1"); code(err) != "not_found" {
+		t.Fatalf("the deleted actor: %v", err)
+	}
+}
+
+// TestPausedSnapshotIsStoredAsCommit: suspending a paused actor stores its
+// snapshot, which is then recorded as a commit.
+func TestPausedSnapshotIsStoredAsCommit(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	ctx := context.Background()
+	if _, err := e.svc.Pause(ctx, api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := e.svc.Suspend(ctx, api.OpRequest{ID: "a1"})
+	if err != nil || a.State != api.Suspended || a.Snapshot.Kind != api.KindCommit || a.Snapshot.Stored == "" {
+		t.Fatalf("suspend of a paused actor: %+v %v", a, err)
+	}
+}
+
+// TestRequestIDBeforeState: a retried request answers as the first did,
+// even after the actor moved on, and two copies sent at once run once.
+func TestRequestIDBeforeState(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	ctx := context.Background()
+	if _, err := e.svc.Pause(ctx, api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	req := api.OpRequest{ID: "a1", RequestID: "r1"}
+	if _, err := e.svc.Resume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// The actor is RUNNING now; the same resume again is its first result.
+	if a, err := e.svc.Resume(ctx, req); err != nil || a.State != api.Running {
+		t.Fatalf("the retried resume after it succeeded: %+v %v", a, err)
+	}
+	// Two copies of one suspend at once: both answer SUSPENDED, one ran.
+	release := make(chan struct{})
+	e.rt.Hook = func(ctx context.Context, method, _ string) error {
+		if method == "Checkpoint" {
+			<-release
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	results := make([]api.Actor, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() { results[i], errs[i] = e.svc.Suspend(ctx, api.OpRequest{ID: "a1", RequestID: "r2"}) })
+	}
+	waitForStep(t, e, "a1", "checkpoint")
+	close(release)
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil || results[i].State != api.Suspended {
+			t.Fatalf("copy %d of the suspend: %+v %v", i, results[i], errs[i])
+		}
+	}
+	if n := e.rt.Calls["Checkpoint"]; n != 2 {
+		t.Fatalf("%d checkpoints for a pause and one suspend sent twice", n)
+	}
+	// A failed operation's retry fails alike, with its category.
+	e.rt.Hook = runtimetest.Fail("Restore")
+	_, first := e.svc.Resume(ctx, api.OpRequest{ID: "a1", RequestID: "r3"})
+	e.rt.Hook = nil
+	_, again := e.svc.Resume(ctx, api.OpRequest{ID: "a1", RequestID: "r3"})
+	if first == nil || again == nil || code(again) != code(first) || !strings.Contains(again.Error(), "injected failure") {
+		t.Fatalf("a failed request and its retry: %v / %v", first, again)
+	}
+	if a := e.actor("a1"); a.State != api.Suspended {
+		t.Fatalf("after the failed resume: %+v", a)
+	}
+}
+
+// waitForStep waits until the journal shows the actor's operation at step.
+func waitForStep(t *testing.T, e *env, id, step string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if a := e.actor(id); a.Operation != nil && a.Operation.Step == step {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("actor %s never reached step %s", id, step)
+}
+
+// TestBusyNamesTheOperation: a second operation while one runs is aborted,
+// naming the operation and its step; so is an exec.
+func TestBusyNamesTheOperation(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	release := make(chan struct{})
+	e.rt.Hook = func(ctx context.Context, method, _ string) error {
+		if method == "Checkpoint" {
+			<-release
+		}
+		return nil
+	}
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.svc.Suspend(ctx, api.OpRequest{ID: "a1"})
+		done <- err
+	}()
+	waitForStep(t, e, "a1", "checkpoint")
+	for name, op := range map[string]func() error{
+		"suspend": func() error { _, err := e.svc.Suspend(ctx, api.OpRequest{ID: "a1"}); return err },
+		"delete":  func() error { _, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "a1"}); return err },
+		"exec": func() error {
+			_, err := e.svc.Exec(ctx, api.ExecRequest{ID: "a1", Args: []string{"true"}})
+			return err
+		},
+	} {
+		err := op()
+		if code(err) != "aborted" || !strings.Contains(err.Error(), "busy with suspend") || !strings.Contains(err.Error(), "step checkpoint") {
+			t.Errorf("%s while a suspend runs: %v", name, err)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeadlineRollsBack: a runtime call that hangs is cut short at the
+// kind's deadline; the suspend fails with deadline_exceeded, rolled back,
+// and the actor runs on with its counter.
+func TestDeadlineRollsBack(t *testing.T) {
+	e := newEnv(t, func(c *service.Config) { c.Deadlines = map[string]time.Duration{"suspend": 300 * time.Millisecond} })
+	e.template("t", nil)
+	e.run("a1")
+	before := e.counter("a1", "incr")
+	e.rt.Hook = func(ctx context.Context, method, _ string) error {
+		if method == "Checkpoint" {
+			return runtimetest.Block(ctx)
+		}
+		return nil
+	}
+	start := time.Now()
+	a, err := e.svc.Suspend(context.Background(), api.OpRequest{ID: "a1"})
+	if code(err) != "deadline_exceeded" || !strings.Contains(err.Error(), "deadline of 300ms at step checkpoint") || !strings.Contains(err.Error(), "--deadline suspend=") {
+		t.Fatalf("the hung suspend: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the deadline took %s to act", took)
+	}
+	if a.State != api.Running || a.Operation != nil || !strings.Contains(a.Reason, "keeps running") {
+		t.Fatalf("after the deadline: %+v", a)
+	}
+	e.rt.Hook = nil
+	if got := e.counter("a1", "get"); got != before {
+		t.Fatalf("counter %q after the rollback, was %q", got, before)
+	}
+	if _, err := e.svc.Suspend(context.Background(), api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatalf("the next suspend: %v", err)
+	}
+	if _, err := service.ParseDeadlines([]string{"warp=1s"}); code(err) != "invalid_argument" {
+		t.Fatalf("an unknown kind's deadline: %v", err)
+	}
+}
+
+// TestCorruptLocalSnapshotNeverRuns: a flipped byte in a paused actor's
+// image is found while it restores; the resume fails as corrupt, the new
+// sandbox is gone, the actor stays PAUSED.
+func TestCorruptLocalSnapshotNeverRuns(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	ctx := context.Background()
+	a, err := e.svc.Pause(ctx, api.OpRequest{ID: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := filepath.Join(a.Snapshot.Dir, "image", "pages.img")
+	data, err := os.ReadFile(pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(pages, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err = e.svc.Resume(ctx, api.OpRequest{ID: "a1"})
+	if code(err) != "data_loss" || !strings.Contains(err.Error(), "pages.img") || !strings.Contains(err.Error(), "do not match their SHA-256") {
+		t.Fatalf("resume of a corrupt snapshot: %v", err)
+	}
+	if a.State != api.Paused || !strings.Contains(a.Reason, "intact") {
+		t.Fatalf("after the refused resume: %+v", a)
+	}
+	if _, ok := e.rt.Sandbox("a1"); ok {
+		t.Fatal("the sandbox restored from a corrupt snapshot is still there")
+	}
+}
+
+// TestDamagedManifestSaysWhy: a local manifest that names a path outside
+// its folder is refused as corrupt with that cause, not as internal.
+func TestDamagedManifestSaysWhy(t *testing.T) {
+	e := newEnv(t, func(c *service.Config) { c.Repo = nil })
+	e.template("t", nil)
+	e.run("a1")
+	ctx := context.Background()
+	a, err := e.svc.Pause(ctx, api.OpRequest{ID: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(a.Snapshot.Dir, "manifest.json")
+	data, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(manifest, []byte(strings.Replace(string(data), `"path": "image/`, `"path": "../`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.svc.Resume(ctx, api.OpRequest{ID: "a1"})
+	if code(err) != "data_loss" || !strings.Contains(err.Error(), "escapes the snapshot folder") {
+		t.Fatalf("resume with a damaged manifest: %v", err)
+	}
+}
+
+// TestExecOfMissingCommandAndWrongState: categories, not internal.
+func TestExecCategories(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	ctx := context.Background()
+	if res, err := e.svc.Exec(ctx, api.ExecRequest{ID: "a1", Args: []string{"/nope"}}); err != nil || res.ExitCode != 127 {
+		t.Fatalf("a missing command: %+v %v", res, err)
+	}
+	if _, err := e.svc.Exec(ctx, api.ExecRequest{ID: "a1"}); code(err) != "invalid_argument" {
+		t.Fatalf("no command: %v", err)
+	}
+	if _, err := e.svc.Exec(ctx, api.ExecRequest{ID: "zz", Args: []string{"true"}}); code(err) != "not_found" {
+		t.Fatalf("unknown actor: %v", err)
+	}
+	if _, err := e.svc.Pause(ctx, api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Exec(ctx, api.ExecRequest{ID: "a1", Args: []string{"true"}}); code(err) != "failed_precondition" {
+		t.Fatalf("exec in a paused actor: %v", err)
+	}
+}
+
+// TestFailuresLeaveStableStates: a failing step of each operation leaves
+// the actor where the state machine says.
+func TestFailuresLeaveStableStates(t *testing.T) {
+	cases := []struct {
+		method  string
+		op      string
+		want    api.State
+		setup   func(*env)
+		reason  string
+		errCode string
+	}{
+		{"Create", "run", api.Crashed, nil, "did not start", "internal"},
+		{"Checkpoint", "pause", api.Running, func(e *env) { e.run("a1") }, "keeps running", "internal"},
+		{"Checkpoint", "suspend", api.Running, func(e *env) { e.run("a1") }, "keeps running", "internal"},
+		{"Restore", "resume", api.Paused, func(e *env) { e.run("a1"); must(e.svc.Pause(context.Background(), api.OpRequest{ID: "a1"})) }, "intact", "internal"},
+		{"Delete", "delete", api.Crashed, func(e *env) { e.run("a1") }, "run it again", "internal"},
+	}
+	for _, c := range cases {
+		t.Run(c.op+"_"+c.method, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.template("t", nil)
+			if c.setup != nil {
+				c.setup(e)
+			}
+			e.rt.Hook = runtimetest.Fail(c.method)
+			ctx := context.Background()
+			var err error
+			switch c.op {
+			case "run":
+				_, err = e.svc.Run(ctx, api.RunRequest{Template: "t", ID: "a1"})
+			case "pause":
+				_, err = e.svc.Pause(ctx, api.OpRequest{ID: "a1"})
+			case "suspend":
+				_, err = e.svc.Suspend(ctx, api.OpRequest{ID: "a1"})
+			case "resume":
+				_, err = e.svc.Resume(ctx, api.OpRequest{ID: "a1"})
+			case "delete":
+				_, err = e.svc.Delete(ctx, api.DeleteRequest{ID: "a1"})
+			}
+			if !errors.Is(err, runtimetest.ErrInjected) || code(err) != c.errCode {
+				t.Fatalf("%s with %s failing: %v", c.op, c.method, err)
+			}
+			a := e.actor("a1")
+			if a.State != c.want || a.Operation != nil || !strings.Contains(a.Reason, c.reason) {
+				t.Fatalf("after the failed %s: %+v", c.op, a)
+			}
+			e.rt.Hook = nil
+			if _, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "a1"}); err != nil {
+				t.Fatalf("delete after the failure: %v", err)
+			}
+		})
+	}
+}
+
+func must[T any](_ T, err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// TestDeleteIsRetriable: a delete's retry with the same request id answers
+// as the first did, although the actor is gone.
+func TestDeleteIsRetriable(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	ctx := context.Background()
+	req := api.DeleteRequest{ID: "a1", RequestID: "d1"}
+	if _, err := e.svc.Delete(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e.svc.Delete(ctx, req); err != nil || !d.Deleted {
+		t.Fatalf("the retried delete: %+v %v", d, err)
+	}
+	if _, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "a1"}); code(err) != "not_found" {
+		t.Fatalf("a new delete of a deleted actor: %v", err)
+	}
+}
+
+func TestTemplateRemoval(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	ctx := context.Background()
+	tpl, err := e.svc.Warm(ctx, api.WarmRequest{Template: "t"})
+	if err != nil || tpl.Golden == "" {
+		t.Fatalf("warm: %+v %v", tpl, err)
+	}
+	golden, err := e.svc.Snapshot(ctx, tpl.Golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.DeleteTemplate(ctx, "t"); code(err) != "failed_precondition" || !strings.Contains(err.Error(), "a1") {
+		t.Fatalf("removing a template an actor uses: %v", err)
+	}
+	if _, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.DeleteTemplate(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(golden.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the golden snapshot's folder is left: %v", err)
+	}
+	if _, err := e.svc.Snapshot(ctx, tpl.Golden); code(err) != "not_found" {
+		t.Fatalf("the golden snapshot's record is left: %v", err)
+	}
+	if err := e.svc.DeleteTemplate(ctx, "t"); code(err) != "not_found" {
+		t.Fatalf("removing it again: %v", err)
+	}
+}
+
+// TestGoldenStartsActors: actors of a warmed template continue the warmed
+// process.
+func TestGoldenStartsActors(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	ctx := context.Background()
+	if _, err := e.svc.Warm(ctx, api.WarmRequest{Template: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	a := e.run("b1")
+	b := e.run("b2")
+	if !strings.Contains(a.Reason, "golden") || !strings.Contains(b.Reason, "golden") {
+		t.Fatalf("not started from the golden snapshot: %q / %q", a.Reason, b.Reason)
+	}
+	ia, _, _ := strings.Cut(e.counter("b1", "get"), " ")
+	ib, _, _ := strings.Cut(e.counter("b2", "get"), " ")
+	if ia != ib {
+		t.Fatalf("two actors of the golden snapshot run different processes: %s %s", ia, ib)
+	}
+}
+
+// TestHostPolicy: templates that would hand a sandbox more of the host
+// than allowed are refused with permission_denied, naming the path and
+// the flag that allows it; nothing is recorded.
+func TestHostPolicy(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	outside := t.TempDir()
+	link := filepath.Join(e.host, "link")
+	if err := os.Symlink("/etc", link); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		tpl  api.Template
+		want string
+	}{
+		"rootfs /":            {api.Template{Rootfs: "/", Args: []string{"/bin/cat", "/etc/shadow"}}, "--allow-host-root"},
+		"rootfs outside":      {api.Template{Rootfs: outside, Args: []string{"/x"}}, "--host-path"},
+		"bundle outside":      {api.Template{Bundle: outside}, "--host-path"},
+		"read-write bind":     {api.Template{Bundle: e.bundle(bindOf(e.host, "rw"))}, ":rw"},
+		"bind outside":        {api.Template{Bundle: e.bundle(bindOf(outside, "ro"))}, "--host-path"},
+		"bind through a link": {api.Template{Bundle: e.bundle(bindOf(link, "ro"))}, "(/etc, symlinks resolved)"},
+		"bind of /":           {api.Template{Bundle: e.bundle(bindOf("/", "ro"))}, "host's root"},
+		"the data folder":     {api.Template{Bundle: e.bundle(bindOf(e.cfg.DataDir, "ro"))}, "data folder"},
+		"hooks": {api.Template{Bundle: e.bundle(func(s *specs.Spec) {
+			s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: "/bin/sh"}}}
+		})}, "OCI hooks"},
+		"devices": {api.Template{Bundle: e.bundle(func(s *specs.Spec) {
+			s.Linux = &specs.Linux{Devices: []specs.LinuxDevice{{Path: "/dev/sda", Type: "b"}}}
+		})}, "lists devices"},
+	}
+	for name, c := range cases {
+		c.tpl.Name = "bad"
+		_, err := e.svc.CreateTemplate(ctx, c.tpl)
+		if code(err) != "permission_denied" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want permission_denied naming %q", name, err, c.want)
+		}
+	}
+	if list, _ := e.svc.Templates(ctx); len(list) != 0 {
+		t.Fatalf("refused templates were recorded: %+v", list)
+	}
+	// Read-only binds inside an allowed folder, and one marked rw, pass.
+	if _, err := e.svc.CreateTemplate(ctx, api.Template{Name: "ok", Bundle: e.bundle(bindOf(e.host, "ro"))}); err != nil {
+		t.Fatalf("a read-only bind of an allowed folder: %v", err)
+	}
+	rw := newEnv(t, func(c *service.Config) { c.HostPaths.Paths[0].ReadWrite = true })
+	if _, err := rw.svc.CreateTemplate(ctx, api.Template{Name: "ok", Bundle: rw.bundle(bindOf(rw.host, "rw"))}); err != nil {
+		t.Fatalf("a read-write bind of a folder allowed read-write: %v", err)
+	}
+	// A bundle changed after its template was made is checked again at run.
+	bad := e.bundle(nil)
+	if _, err := e.svc.CreateTemplate(ctx, api.Template{Name: "t", Bundle: bad}); err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := bundle.Load(bad)
+	bindOf("/", "ro")(spec)
+	if err := bundle.Save(bad, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Run(ctx, api.RunRequest{Template: "t", ID: "a1"}); code(err) != "permission_denied" {
+		t.Fatalf("run of a bundle changed to mount /: %v", err)
+	}
+}
+
+func bindOf(src, mode string) func(*specs.Spec) {
+	return func(s *specs.Spec) {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host", Source: src, Type: "bind", Options: []string{"rbind", mode}})
+	}
+}
+
+// TestDataFolderIsPrivate: the folders that hold state are 0700 whatever
+// they were made with.
+func TestDataFolderIsPrivate(t *testing.T) {
+	data := t.TempDir()
+	if err := os.Chmod(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *service.Config) { c.DataDir = data })
+	e.template("t", nil)
+	e.run("a1")
+	if _, err := e.svc.Pause(context.Background(), api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{data, filepath.Join(data, "actors"), filepath.Join(data, "snapshots")} {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v", d, st.Mode(), err)
+		}
+	}
+}
+
+var _ runtime.Runtime = runtimetest.New()
