@@ -80,7 +80,7 @@ func (e *Engine) suspendData(ctx context.Context, o op, a Actor, dir string) (m 
 	// that outlives the caller's.
 	cctx, cancel := e.cleanupContext(ctx)
 	defer cancel()
-	if err := o.step("unpause", func() (string, error) { return "", e.Runtime.Unpause(cctx, a.ID) }); err != nil {
+	if err := o.undo("unpause", func() (string, error) { return "", e.Runtime.Unpause(cctx, a.ID) }); err != nil {
 		return nil, errors.Join(copyErr, err)
 	}
 	if copyErr != nil {

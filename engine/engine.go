@@ -55,9 +55,13 @@ type Step struct {
 
 // Observer hears of the steps of one call: Before as each starts, so that a
 // journal can record where an operation stands before it gets there, and
-// After as each ends. Either may be nil.
+// After as each ends. Either may be nil. A step whose Before fails does not
+// run, and fails with that error: what cannot be recorded is not done.
+// Steps that undo a failed one (the GPU state resumed, a new sandbox
+// removed) run whatever Before says, since not running them would leave a
+// workload frozen or a sandbox behind.
 type Observer struct {
-	Before func(Step)
+	Before func(Step) error
 	After  func(Step)
 }
 
@@ -190,8 +194,23 @@ type op struct {
 
 func (o op) step(name string, fn func() (string, error)) error {
 	if o.obs.Before != nil {
-		o.obs.Before(Step{Actor: o.actor, Op: o.name, Name: name})
+		if err := o.obs.Before(Step{Actor: o.actor, Op: o.name, Name: name}); err != nil {
+			return fmt.Errorf("%s %s: %s was not started: %w", o.name, o.actor, name, err)
+		}
 	}
+	return o.run(name, fn)
+}
+
+// undo runs a step that puts back what a failed step took: it runs even
+// when its Before fails.
+func (o op) undo(name string, fn func() (string, error)) error {
+	if o.obs.Before != nil {
+		_ = o.obs.Before(Step{Actor: o.actor, Op: o.name, Name: name})
+	}
+	return o.run(name, fn)
+}
+
+func (o op) run(name string, fn func() (string, error)) error {
 	start := time.Now()
 	msg, err := fn()
 	ev := Step{Actor: o.actor, Op: o.name, Name: name, Duration: time.Since(start), Message: msg}

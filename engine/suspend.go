@@ -165,7 +165,7 @@ func (e *Engine) undoSuspend(ctx context.Context, o op, a Actor, detached bool, 
 	cctx, cancel := e.cleanupContext(ctx)
 	defer cancel()
 	if h, ok := e.Runtime.(runtime.DeviceHolder); ok && detached {
-		err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(cctx, a.ID) })
+		err := o.undo("attach-devices", func() (string, error) { return "", h.AttachDevices(cctx, a.ID) })
 		if err != nil {
 			return fmt.Errorf("%w; and its devices could not be attached again, the workload may be stuck without them: %w", cause, err)
 		}
@@ -173,7 +173,7 @@ func (e *Engine) undoSuspend(ctx context.Context, o op, a Actor, detached bool, 
 	if !a.GPU {
 		return fmt.Errorf("%w (devices attached again; the actor keeps running)", cause)
 	}
-	err := o.step("gpu-resume", func() (string, error) {
+	err := o.undo("gpu-resume", func() (string, error) {
 		rep, err := e.gpuResume(cctx, a.ID, nil)
 		return summary(rep), err
 	})

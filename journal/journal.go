@@ -5,9 +5,13 @@
 // roll it back (service.Reconcile).
 //
 // The journal keeps a reserve of disk space beside its file. When a write
-// finds the disk full, the reserve is given up and the write tried again,
-// so that the end of an operation can always be recorded: an actor is never
-// left in a transitional state because its disk filled up.
+// that settles an operation (its end, the records of what it made or
+// removed) finds the disk full, the reserve is given up and the write tried
+// again, so that an actor is never left in a transitional state because its
+// disk filled up. Writes that start something (an operation, a step) do
+// not get the reserve: on a full disk they fail, with
+// errdefs.ErrResourceExhausted, and what they would have started does not
+// start.
 package journal
 
 import (
@@ -191,7 +195,7 @@ func (j *Journal) migrate(ctx context.Context) error {
 		return fmt.Errorf("journal schema version %d, this stasisd reads versions 1 to %d (use the stasisd that wrote it)", v, schemaVersion)
 	}
 	for ; v < schemaVersion; v++ {
-		err := j.tx(ctx, func(tx *sql.Tx) error {
+		err := j.tx(ctx, settles, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, upgrades[v-1]); err != nil {
 				return err
 			}
@@ -215,23 +219,38 @@ func parseTime(s string) time.Time {
 	return t
 }
 
-// write runs fn, a write to the database. When the disk is full, the
-// reserve is given up and fn runs once more: the writes that end
-// operations must get through.
-func (j *Journal) write(fn func() error) error {
+// reserve says whether a write may give the disk reserve up.
+type reserve bool
+
+const (
+	// settles: the write ends or records the outcome of an operation and
+	// must get through.
+	settles reserve = true
+	// starts: the write begins something that, on a full disk, had better
+	// not begin.
+	starts reserve = false
+)
+
+// write runs fn, a write to the database. When the disk is full and the
+// write settles an operation, the reserve is given up and fn runs once
+// more. A full disk is reported as errdefs.ErrResourceExhausted.
+func (j *Journal) write(r reserve, fn func() error) error {
 	err := fn()
-	if diskFull(err) && j.releaseReserve() {
+	if diskFull(err) && r == settles && j.releaseReserve() {
 		err = fn()
 	}
 	if err == nil {
 		j.keepReserve()
 	}
+	if diskFull(err) {
+		return errdefs.Mark(fmt.Errorf("the disk holding the journal is full: %w", err), errdefs.ErrResourceExhausted)
+	}
 	return err
 }
 
 // tx runs fn in one transaction, as a write.
-func (j *Journal) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return j.write(func() error {
+func (j *Journal) tx(ctx context.Context, r reserve, fn func(*sql.Tx) error) error {
+	return j.write(r, func() error {
 		tx, err := j.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -245,9 +264,9 @@ func (j *Journal) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 }
 
 // exec runs one statement as a write.
-func (j *Journal) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+func (j *Journal) exec(ctx context.Context, r reserve, query string, args ...any) (sql.Result, error) {
 	var res sql.Result
-	err := j.write(func() error {
+	err := j.write(r, func() error {
 		var err error
 		res, err = j.db.ExecContext(ctx, query, args...)
 		return err

@@ -104,7 +104,7 @@ func isUnique(err error) bool {
 
 // PutTemplate records a new template.
 func (j *Journal) PutTemplate(ctx context.Context, t Template) error {
-	_, err := j.exec(ctx, `INSERT INTO templates(name, spec, golden, created_at) VALUES (?, ?, ?, ?)`, t.Name, string(t.Spec), t.Golden, now())
+	_, err := j.exec(ctx, starts, `INSERT INTO templates(name, spec, golden, created_at) VALUES (?, ?, ?, ?)`, t.Name, string(t.Spec), t.Golden, now())
 	if isUnique(err) {
 		return fmt.Errorf("template %q: %w", t.Name, ErrExists)
 	}
@@ -113,13 +113,13 @@ func (j *Journal) PutTemplate(ctx context.Context, t Template) error {
 
 // SetGolden records the template's golden snapshot.
 func (j *Journal) SetGolden(ctx context.Context, name, snapshot string) error {
-	return j.update(ctx, "template", name, `UPDATE templates SET golden = ? WHERE name = ?`, snapshot, name)
+	return j.update(ctx, settles, "template", name, `UPDATE templates SET golden = ? WHERE name = ?`, snapshot, name)
 }
 
 // DeleteTemplate forgets a template that no actor uses; it answers a
 // failed precondition naming the actors that still do.
 func (j *Journal) DeleteTemplate(ctx context.Context, name string) error {
-	return j.tx(ctx, func(tx *sql.Tx) error {
+	return j.tx(ctx, settles, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT id FROM actors WHERE template = ? ORDER BY id`, name)
 		if err != nil {
 			return err
@@ -148,8 +148,8 @@ func (j *Journal) DeleteTemplate(ctx context.Context, name string) error {
 	})
 }
 
-func (j *Journal) update(ctx context.Context, what, id, query string, args ...any) error {
-	res, err := j.exec(ctx, query, args...)
+func (j *Journal) update(ctx context.Context, r reserve, what, id, query string, args ...any) error {
+	res, err := j.exec(ctx, r, query, args...)
 	if err != nil {
 		return err
 	}
@@ -262,19 +262,19 @@ func (j *Journal) Actors(ctx context.Context) ([]Actor, error) {
 // SetActor records where an actor stands, outside any operation (the
 // reconciler's corrections).
 func (j *Journal) SetActor(ctx context.Context, id, state, reason string) error {
-	return j.update(ctx, "actor", id, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, state, reason, now(), id)
+	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, state, reason, now(), id)
 }
 
 // SetActorSnapshot records the actor's latest good snapshot.
 func (j *Journal) SetActorSnapshot(ctx context.Context, id, snapshot string) error {
-	return j.update(ctx, "actor", id, `UPDATE actors SET snapshot = ?, updated_at = ? WHERE id = ?`, snapshot, now(), id)
+	return j.update(ctx, settles, "actor", id, `UPDATE actors SET snapshot = ?, updated_at = ? WHERE id = ?`, snapshot, now(), id)
 }
 
 // DeleteActor forgets an actor, its events and its operations, all but
 // keep (the operation deleting it, so that a retry of that request answers
 // as it did); its snapshots' records stay until deleted themselves.
 func (j *Journal) DeleteActor(ctx context.Context, id, keep string) error {
-	return j.tx(ctx, func(tx *sql.Tx) error {
+	return j.tx(ctx, settles, func(tx *sql.Tx) error {
 		for _, q := range []string{`DELETE FROM events WHERE actor = ?`, `DELETE FROM actors WHERE id = ?`} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
@@ -343,7 +343,7 @@ func (e *StateError) Unwrap() error { return errdefs.ErrFailedPrecondition }
 // otherwise the actor moves to To and the operation is recorded running.
 func (j *Journal) Begin(ctx context.Context, s Start) (Began, error) {
 	var b Began
-	err := j.tx(ctx, func(tx *sql.Tx) error {
+	err := j.tx(ctx, starts, func(tx *sql.Tx) error {
 		b = Began{}
 		if s.Op.RequestID != "" {
 			prev, err := scanOp(tx.QueryRowContext(ctx, `SELECT `+opCols+` FROM operations WHERE actor = ? AND kind = ? AND request_id = ?`, s.Op.Actor, s.Op.Kind, s.Op.RequestID))
@@ -410,9 +410,10 @@ func (j *Journal) Begin(ctx context.Context, s Start) (Began, error) {
 }
 
 // Step records that an operation is about to run step; it is durable when
-// Step returns.
+// Step returns. On a full disk it fails (the reserve is for ending the
+// operation), and the step must not run.
 func (j *Journal) Step(ctx context.Context, opID, step string) error {
-	return j.update(ctx, "operation", opID, `UPDATE operations SET step = ? WHERE id = ?`, step, opID)
+	return j.update(ctx, starts, "operation", opID, `UPDATE operations SET step = ? WHERE id = ?`, step, opID)
 }
 
 // End is how an operation ended.
@@ -429,7 +430,7 @@ type End struct {
 // End closes an operation and sets its actor's state, in one transaction,
 // and returns the actor as it stands then (not found when it was deleted).
 func (j *Journal) End(ctx context.Context, e End) (Actor, error) {
-	err := j.tx(ctx, func(tx *sql.Tx) error {
+	err := j.tx(ctx, settles, func(tx *sql.Tx) error {
 		ts := now()
 		if _, err := tx.ExecContext(ctx, `UPDATE operations SET state = ?, error = ?, error_code = ?, ended_at = ? WHERE id = ?`, e.State, e.Error, e.ErrorCode, ts, e.OpID); err != nil {
 			return err
@@ -470,7 +471,7 @@ func (j *Journal) Running(ctx context.Context) ([]Operation, error) {
 
 // AddEvent appends to an actor's history.
 func (j *Journal) AddEvent(ctx context.Context, e Event) (int64, error) {
-	res, err := j.exec(ctx, `INSERT INTO events(actor, operation, step, message, error, duration_ns, at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	res, err := j.exec(ctx, starts, `INSERT INTO events(actor, operation, step, message, error, duration_ns, at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		e.Actor, e.Operation, e.Step, e.Message, e.Error, int64(e.Duration), now())
 	if err != nil {
 		return 0, err
@@ -510,7 +511,7 @@ func scanSnapshot(row scanner) (Snapshot, error) {
 // PutSnapshot records a snapshot, or updates the record with that id
 // (everything but its actor, template and creation time).
 func (j *Journal) PutSnapshot(ctx context.Context, s Snapshot) error {
-	_, err := j.exec(ctx, `INSERT INTO snapshots(`+snapCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := j.exec(ctx, settles, `INSERT INTO snapshots(`+snapCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, scope = excluded.scope, dir = excluded.dir, stored = excluded.stored, size = excluded.size`,
 		s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Size, now())
 	return err
@@ -529,6 +530,6 @@ func (j *Journal) Snapshots(ctx context.Context, actor string) ([]Snapshot, erro
 
 // DeleteSnapshot forgets a snapshot.
 func (j *Journal) DeleteSnapshot(ctx context.Context, id string) error {
-	_, err := j.exec(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	_, err := j.exec(ctx, settles, `DELETE FROM snapshots WHERE id = ?`, id)
 	return err
 }

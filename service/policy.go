@@ -109,20 +109,26 @@ func (p HostPolicy) allows(what, path string, rw bool) error {
 			return fmt.Errorf("%w: %s %s reaches stasisd's data folder %s, which holds other actors' memory and the journal (only %s may be used)", ErrForbidden, what, shown, data, templates)
 		}
 	}
-	for _, hp := range p.Paths {
+	// The most specific allowed folder decides (a read-write folder
+	// inside a read-only one is read-write).
+	var best *HostPath
+	bestLen := -1
+	for i, hp := range p.Paths {
 		base := hp.Path
 		if b, err := filepath.EvalSymlinks(base); err == nil {
 			base = b
 		}
-		if real != base && !strings.HasPrefix(real, strings.TrimSuffix(base, "/")+"/") {
-			continue
+		if (real == base || strings.HasPrefix(real, strings.TrimSuffix(base, "/")+"/")) && len(base) > bestLen {
+			best, bestLen = &p.Paths[i], len(base)
 		}
-		if rw && !hp.ReadWrite {
-			return fmt.Errorf("%w: %s %s is mounted read-write, and %s is read-only for templates; mount it read-only, or start stasisd with --host-path %s:rw", ErrForbidden, what, shown, hp.Path, hp.Path)
-		}
-		return nil
 	}
-	return fmt.Errorf("%w: %s %s is not in a folder templates may use (%s); start stasisd with --host-path %s to allow it", ErrForbidden, what, shown, p.describe(), real)
+	if best == nil {
+		return fmt.Errorf("%w: %s %s is not in a folder templates may use (%s); start stasisd with --host-path %s to allow it", ErrForbidden, what, shown, p.describe(), real)
+	}
+	if rw && !best.ReadWrite {
+		return fmt.Errorf("%w: %s %s is mounted read-write, and %s is read-only for templates; mount it read-only, or start stasisd with --host-path %s:rw", ErrForbidden, what, shown, best.Path, best.Path)
+	}
+	return nil
 }
 
 func (p HostPolicy) describe() string {

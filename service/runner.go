@@ -40,7 +40,7 @@ type operation struct {
 // observer journals the engine's steps of this operation.
 func (o *operation) observer() engine.Observer {
 	return engine.Observer{
-		Before: func(st engine.Step) { o.before(st.Name) },
+		Before: func(st engine.Step) error { return o.before(st.Name) },
 		After: func(st engine.Step) {
 			var err error
 			if st.Err != "" {
@@ -51,14 +51,16 @@ func (o *operation) observer() engine.Observer {
 	}
 }
 
-func (o *operation) before(step string) {
-	if step == "note" {
-		return
-	}
+// before journals that the operation is about to run step; when that
+// cannot be written, the step does not run (the journal must know where an
+// operation stands before it gets there).
+func (o *operation) before(step string) error {
 	if err := o.s.journal.Step(context.Background(), o.id, step); err != nil {
 		o.s.cfg.Log.Error("journal step", "actor", o.actor.ID, "operation", o.id, "step", step, "error", err)
+		return fmt.Errorf("the journal could not record the step: %w", err)
 	}
 	o.s.failpoint(o.kind.name, step, false)
+	return nil
 }
 
 func (o *operation) after(step, msg string, d time.Duration, err error) {
@@ -71,7 +73,9 @@ func (o *operation) after(step, msg string, d time.Duration, err error) {
 // step runs one of the service's own steps (bundle, remove-files): journaled
 // before it starts, reported when it ends.
 func (o *operation) step(name string, fn func() (string, error)) error {
-	o.before(name)
+	if err := o.before(name); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	start := time.Now()
 	msg, err := fn()
 	o.after(name, msg, time.Since(start), err)

@@ -395,3 +395,89 @@ func TestFileAcrossSegments(t *testing.T) {
 	}
 	sameFiles(t, src, dst)
 }
+
+// TestDamagedObjectsAreIsolated: one unreadable manifest or index object
+// does not take the repository down: the rest is listed and used, the bad
+// object is named, verify fails on it after checking the rest, gc refuses
+// to delete anything while it is there.
+func TestDamagedObjectsAreIsolated(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	for _, name := range []string{"good", "bad"} {
+		if _, err := r.Save(ctx, name, makeFolder(t, 1, 1, uint64(len(name))), store.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := filepath.Join(root, "snapshots", "bad")
+	if err := os.Truncate(bad, 40); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := r.List(ctx)
+	if err != nil || len(infos) != 2 || infos[0].Name != "good" || infos[0].Damaged != "" || infos[1].Name != "bad" || !strings.Contains(infos[1].Damaged, "not valid JSON") {
+		t.Fatalf("list with one damaged manifest: %+v %v", infos, err)
+	}
+	if err := r.Verify(ctx, "good"); err != nil {
+		t.Fatalf("verify of the good one: %v", err)
+	}
+	if err := r.Verify(ctx); err == nil || !strings.Contains(err.Error(), "snapshots/bad") || !strings.Contains(err.Error(), "1 damaged object") {
+		t.Fatalf("verify of all: %v", err)
+	}
+	if _, err := r.GC(ctx); err == nil || !strings.Contains(err.Error(), "nothing was deleted") {
+		t.Fatalf("gc with a damaged manifest: %v", err)
+	}
+	if err := r.Delete(ctx, "bad"); err != nil {
+		t.Fatalf("delete of the damaged manifest: %v", err)
+	}
+	if _, err := r.GC(ctx); err != nil {
+		t.Fatalf("gc once it is gone: %v", err)
+	}
+
+	// A truncated index: the repository opens, the damage is named, a
+	// restore that needs its chunks is refused before writing anything.
+	indexes, _ := filepath.Glob(filepath.Join(root, "index", "*"))
+	if err := os.Truncate(indexes[0], 10); err != nil {
+		t.Fatal(err)
+	}
+	be, _ := local.New(root)
+	r, err = store.Open(ctx, be)
+	if err != nil {
+		t.Fatalf("open with a truncated index: %v", err)
+	}
+	if d := r.DamagedIndexes(); len(d) != 1 || !strings.Contains(d[0].Object, "index/") {
+		t.Fatalf("damaged indexes: %+v", d)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := r.Restore(ctx, "good", dst, store.Options{}); err == nil || !strings.Contains(err.Error(), "in no pack's index") {
+		t.Fatalf("restore through the damaged index: %v", err)
+	}
+	if _, err := r.GC(ctx); err == nil || !strings.Contains(err.Error(), "index/") {
+		t.Fatalf("gc with a damaged index: %v", err)
+	}
+}
+
+// TestVerifyChecksWhatRestoreChecks: a stored manifest whose chunk list
+// does not add up to its file is refused by verify as by restore.
+func TestVerifyChecksWhatRestoreChecks(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	if _, err := r.Save(ctx, "s", makeFolder(t, 2, 0, 3), store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "snapshots", "s")
+	data, _ := os.ReadFile(path)
+	// Drop the first chunk of the first file with more than one.
+	edited := regexp.MustCompile(`"chunks": \[\s*"[0-9a-f]{64}",`).ReplaceAllString(string(data), `"chunks": [`)
+	if edited == string(data) {
+		t.Fatal("no file with two chunks to edit")
+	}
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	verr := r.Verify(ctx, "s")
+	rerr := r.Restore(ctx, "s", filepath.Join(t.TempDir(), "out"), store.Options{})
+	for what, err := range map[string]error{"verify": verr, "restore": rerr} {
+		if err == nil || !strings.Contains(err.Error(), "its chunks hold") {
+			t.Errorf("%s of a snapshot whose chunks do not add up: %v", what, err)
+		}
+	}
+}

@@ -91,13 +91,34 @@ func (d *daemon) logText() string {
 	return d.log.String()
 }
 
-// start runs stasisd and returns once it serves, as its log says.
-func (d *daemon) start(failpoint string) {
-	d.t.Helper()
+func (d *daemon) command(failpoint string) *exec.Cmd {
 	// The test actors' bundles are made under the temporary folder.
 	args := append([]string{"--data", d.data, "--socket", d.socket, "--network", "none", "--log-format", "text", "--host-path", os.TempDir()}, d.extra...)
 	cmd := exec.Command(stasisdBinary(d.t), args...)
 	cmd.Env = append(os.Environ(), "STASIS_FAILPOINT="+failpoint)
+	return cmd
+}
+
+// startQuiet runs a stasisd whose log goes to a file (--log-file) and
+// returns once it answers on its socket.
+func (d *daemon) startQuiet() {
+	d.t.Helper()
+	cmd := d.command("")
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.cmd, d.exited = cmd, make(chan error, 1)
+	go func() { d.exited <- cmd.Wait() }()
+	waitFor(d.t, "stasisd to answer", func() bool {
+		_, err := d.api.ListActors(context.Background())
+		return err == nil
+	})
+}
+
+// start runs stasisd and returns once it serves, as its log says.
+func (d *daemon) start(failpoint string) {
+	d.t.Helper()
+	cmd := d.command(failpoint)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		d.t.Fatal(err)

@@ -37,7 +37,7 @@ func (r *Runsc) Restore(ctx context.Context, id string, opts runtime.RestoreOpti
 		}
 		args = append(args, "--background")
 	}
-	return r.runDetached(ctx, invocation{args: append(args, id), gpu: gpu}, opts.ConsoleLog)
+	return r.startSandbox(ctx, id, opts.Bundle, invocation{args: append(args, id), gpu: gpu}, opts.ConsoleLog)
 }
 
 // emptyDir makes dir if it is absent and refuses it if it holds anything.

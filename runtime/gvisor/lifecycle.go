@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -25,7 +27,36 @@ func (r *Runsc) Create(ctx context.Context, id, bundleDir string, opts runtime.C
 		return err
 	}
 	r.notifyGPU(gpu, opts.Notify)
-	return r.runDetached(ctx, invocation{args: []string{"create", "--bundle", bundleDir, id}, gpu: gpu}, opts.ConsoleLog)
+	return r.startSandbox(ctx, id, bundleDir, invocation{args: []string{"create", "--bundle", bundleDir, id}, gpu: gpu}, opts.ConsoleLog)
+}
+
+// startSandbox runs a runsc command that makes sandbox id from bundleDir
+// (create, restore). A runsc delete killed half way can leave the
+// sandbox's overlay file (.gvisor.filestore.ID) in the root filesystem
+// after the container itself is gone, and runsc then refuses a new sandbox
+// of that id; such a file is removed and the command run once more.
+func (r *Runsc) startSandbox(ctx context.Context, id, bundleDir string, inv invocation, consoleLog string) error {
+	err := r.runDetached(ctx, inv, consoleLog)
+	if err == nil || !strings.Contains(err.Error(), "already has a filestore file") {
+		return err
+	}
+	if _, serr := r.State(ctx, id); !errors.Is(serr, runtime.ErrNotFound) {
+		return err
+	}
+	spec, lerr := bundle.Load(bundleDir)
+	if lerr != nil || spec.Root == nil {
+		return err
+	}
+	root := spec.Root.Path
+	if !filepath.IsAbs(root) {
+		root = filepath.Join(bundleDir, root)
+	}
+	// runsc's own cleanup of the failed attempt may have removed it.
+	stale := filepath.Join(root, ".gvisor.filestore."+id)
+	if rerr := os.Remove(stale); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		return fmt.Errorf("%w (and its leftover %s could not be removed: %v)", err, stale, rerr)
+	}
+	return r.runDetached(ctx, inv, consoleLog)
 }
 
 func (r *Runsc) notifyGPU(gpu bool, notify func(string)) {
