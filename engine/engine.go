@@ -87,9 +87,71 @@ type Engine struct {
 	// EagerRestore loads all memory before a restored sandbox runs, instead
 	// of letting it load in the background.
 	EagerRestore bool
+	// GPUPath is how a suspend moves GPU state; GPUPathAuto when empty.
+	GPUPath GPUPath
+	// CUDASequential has the runtime's own CUDA step (GPUPathRuntime) act
+	// on one process at a time rather than all at once.
+	CUDASequential bool
+	// DirectIO writes and reads images around the page cache, where the
+	// runtime can (runsc --direct).
+	DirectIO bool
+	// ExcludeZeroPages leaves committed zero pages out of images, where the
+	// runtime can (runsc --exclude-committed-zero-pages).
+	ExcludeZeroPages bool
 	// CleanupTimeout bounds the rollback steps that run after the caller's
 	// context is done; 2 minutes when zero.
 	CleanupTimeout time.Duration
+}
+
+// GPUPath is how a suspend moves a GPU actor's state into host memory and
+// a resume puts it back.
+type GPUPath string
+
+const (
+	// GPUPathAuto takes the runtime's own CUDA step where the runtime has
+	// one (runsc's --cuda-checkpoint-path), the helper run through exec
+	// otherwise.
+	GPUPathAuto GPUPath = ""
+	// GPUPathExec runs the helper in the sandbox: stasis-cuda suspend
+	// --all before the checkpoint, resume --all after the restore (with the
+	// device map). Every runtime can.
+	GPUPathExec GPUPath = snapshot.GPUPathExec
+	// GPUPathRuntime has the runtime run the helper itself on every CUDA
+	// process around the checkpoint, and again after the restore (with
+	// the device map given to the helper through the restore's
+	// environment).
+	GPUPathRuntime GPUPath = snapshot.GPUPathRuntime
+)
+
+// ParseGPUPath reads auto, exec or runtime.
+func ParseGPUPath(s string) (GPUPath, error) {
+	switch s {
+	case "", "auto":
+		return GPUPathAuto, nil
+	case string(GPUPathExec), string(GPUPathRuntime):
+		return GPUPath(s), nil
+	}
+	return "", fmt.Errorf("GPU path %q: want auto, exec or runtime", s)
+}
+
+// gpuPath is the path a suspend takes on this runtime.
+func (e *Engine) gpuPath() (GPUPath, error) {
+	can := e.Runtime.Capabilities().CUDACheckpoint
+	if _, agent := e.Runtime.(runtime.GPUAgent); agent {
+		can = false
+	}
+	switch e.GPUPath {
+	case GPUPathAuto:
+		if can {
+			return GPUPathRuntime, nil
+		}
+		return GPUPathExec, nil
+	case GPUPathRuntime:
+		if !can {
+			return "", fmt.Errorf("%w: the GPU path %q needs a runtime that checkpoints CUDA processes itself (runsc with --cuda-checkpoint-path), and %s %s does not", ErrRefused, e.GPUPath, e.Runtime.Info().Name, e.Runtime.Info().Version)
+		}
+	}
+	return e.GPUPath, nil
 }
 
 // SuspendOptions tune Suspend.

@@ -42,7 +42,7 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := exec.LookPath("runsc"); err != nil {
 		t.Fatal("runsc is not on PATH: install it with scripts/install-runsc.sh")
 	}
-	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: t.TempDir(), Network: "none"})
+	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: testactor.RunscRoot(t), Network: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,10 +34,12 @@ type Plan struct {
 	// memory, which is also the most the image can hold.
 	HostMemory uint64 `json:"hostMemoryBytes"`
 	// MemoryLimit is the sandbox's memory limit; 0 when it has none.
-	MemoryLimit uint64   `json:"memoryLimitBytes,omitempty"`
-	DiskFree    uint64   `json:"diskFreeBytes"`
-	Checks      []Check  `json:"checks"`
-	Warnings    []string `json:"warnings,omitempty"`
+	MemoryLimit uint64 `json:"memoryLimitBytes,omitempty"`
+	// GPUPath is how the GPU state would move (GPU actors).
+	GPUPath  GPUPath  `json:"gpuPath,omitempty"`
+	DiskFree uint64   `json:"diskFreeBytes"`
+	Checks   []Check  `json:"checks"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Check is one thing a suspend needs, and whether the node has it.
@@ -87,6 +89,9 @@ func (e *Engine) Plan(ctx context.Context, a Actor, dir string) (*Plan, error) {
 		return nil, err
 	}
 	if a.GPU {
+		path, err := e.gpuPath()
+		p.check("gpu-path", err == nil, "%s", okOr(err, fmt.Sprintf("GPU state moves by the %s path", orAuto(path))))
+		p.GPUPath = path
 		if err := e.planGPU(ctx, p, a, st.PID); err != nil {
 			return nil, err
 		}
@@ -151,6 +156,13 @@ func (e *Engine) planGPU(ctx context.Context, p *Plan, a Actor, sandboxPID int) 
 	p.check("mps", len(mps) == 0, "%s", okOr(mpsError(mps), "no MPS daemon runs"))
 	p.Warnings = append(p.Warnings, "managed (UVM) and IPC-shared device memory cannot be seen from outside a process; the driver refuses to checkpoint them, and the suspend then rolls back")
 	return nil
+}
+
+func orAuto(p GPUPath) string {
+	if p == "" {
+		return "auto"
+	}
+	return string(p)
 }
 
 func mpsError(mps []procfs.Proc) error {

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/cuda/helper"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
@@ -89,7 +91,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	if m.Scope == snapshot.ScopeData {
 		err = e.resumeData(rctx, o, a, id, dir, m)
 	} else {
-		err = e.resumeFull(rctx, o, a, id, dir, opts)
+		err = e.resumeFull(rctx, o, a, id, dir, m, opts)
 	}
 	// The sandbox is not reported ready, nor probed, before its snapshot
 	// is proven whole; a restore cut short by a mismatch reports it.
@@ -165,13 +167,18 @@ func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error 
 	return o.step("probe", func() (string, error) { return e.probe(ctx, id, p) })
 }
 
-func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, opts ResumeOptions) error {
-	err := o.step("restore", func() (string, error) {
-		return "", e.Runtime.Restore(ctx, id, runtime.RestoreOptions{
-			ImageDir: filepath.Join(dir, imageDir), Bundle: a.Bundle, Background: !e.EagerRestore,
-			ConsoleLog: a.ConsoleLog, Notify: o.note,
-		})
-	})
+func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest, opts ResumeOptions) error {
+	byRuntime := a.GPU && m.GPU != nil && m.GPU.Path == snapshot.GPUPathRuntime
+	ro := runtime.RestoreOptions{
+		ImageDir: filepath.Join(dir, imageDir), Bundle: a.Bundle, Background: !e.EagerRestore,
+		ConsoleLog: a.ConsoleLog, Notify: o.note, Direct: e.DirectIO && e.Runtime.Capabilities().Direct,
+	}
+	if byRuntime && len(opts.DeviceMap) > 0 {
+		// The runtime passes no device map to the helper it runs after
+		// the restore; the helper takes it from its environment.
+		ro.Env = []string{helper.DeviceMapEnv + "=" + opts.DeviceMap.String()}
+	}
+	err := o.step("restore", func() (string, error) { return "", e.Runtime.Restore(ctx, id, ro) })
 	if err != nil {
 		return err
 	}
@@ -183,10 +190,58 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 	if !a.GPU {
 		return nil
 	}
+	if byRuntime {
+		return o.step("gpu-resume", func() (string, error) { return e.awaitRuntimeGPU(ctx, id, opts.DeviceMap) })
+	}
 	return o.step("gpu-resume", func() (string, error) {
 		rep, err := e.gpuResume(ctx, id, opts.DeviceMap)
 		return summary(rep), err
 	})
+}
+
+// gpuPollInterval is how often the engine looks at the CUDA processes while
+// the runtime puts them back.
+const gpuPollInterval = 100 * time.Millisecond
+
+// awaitRuntimeGPU waits while the runtime puts the CUDA processes of a
+// restored sandbox back on the GPU itself (runsc does it after its restore
+// returns, and kills the sandbox if it fails), until every one runs.
+func (e *Engine) awaitRuntimeGPU(ctx context.Context, id string, devices gpu.DeviceMap) (string, error) {
+	tick := time.NewTicker(gpuPollInterval)
+	defer tick.Stop()
+	var last error
+	for polls := 1; ; polls++ {
+		rep, err := e.runHelper(ctx, id, helper.Status, 0, "")
+		if err == nil {
+			waiting := 0
+			for _, p := range rep.Processes {
+				switch p.State {
+				case "failed":
+					return "", fmt.Errorf("the runtime's CUDA restore left pid %d failed", p.PID)
+				case "locked", "checkpointed":
+					waiting++
+				}
+			}
+			if waiting == 0 {
+				msg := fmt.Sprintf("the runtime put %d CUDA process(es) back (%d look(s))", len(rep.Processes), polls)
+				if len(devices) > 0 {
+					msg += "; device map " + devices.String()
+				}
+				return msg, nil
+			}
+			last = fmt.Errorf("%d of %d CUDA process(es) not running yet", waiting, len(rep.Processes))
+		} else {
+			last = err
+			if st, serr := e.Runtime.State(ctx, id); serr == nil && st.Status != runtime.StatusRunning || errors.Is(serr, runtime.ErrNotFound) {
+				return "", fmt.Errorf("the sandbox stopped while the runtime put its CUDA processes back (the runtime's log says why): %w", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("waiting for the runtime's CUDA restore: %w (last: %v)", ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
 }
 
 func (e *Engine) resumeData(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest) error {
@@ -202,6 +257,9 @@ func (e *Engine) resumeData(ctx context.Context, o op, a Actor, id, dir string, 
 func (e *Engine) Compatible(ctx context.Context, a Actor, m *snapshot.Manifest) (compat.Result, error) {
 	if m.Scope == snapshot.ScopeFull && m.GPU != nil && !a.GPU {
 		return compat.Result{}, fmt.Errorf("%w: the snapshot holds GPU state, and the actor is not a GPU actor here", ErrRefused)
+	}
+	if m.GPU != nil && m.GPU.Path == snapshot.GPUPathRuntime && !e.Runtime.Capabilities().CUDACheckpoint {
+		return compat.Result{}, fmt.Errorf("%w: the snapshot's GPU state is put back by the runtime's own CUDA step (runsc --cuda-checkpoint-path), which %s %s does not have", ErrRefused, e.Runtime.Info().Name, e.Runtime.Info().Version)
 	}
 	n, err := e.Fingerprint(ctx)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
@@ -100,15 +101,25 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 		}
 	}()
 
-	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo([]string{"--leave-running"}), Node: &plan.Node}
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo(e.checkpointFlags()), Node: &plan.Node}
+	cp := runtime.CheckpointOptions{ImageDir: filepath.Join(dir, imageDir), LeaveRunning: true, Direct: e.DirectIO && e.Runtime.Capabilities().Direct,
+		ExcludeZeroPages: e.ExcludeZeroPages && e.Runtime.Capabilities().ExcludeZeroPages}
 	if a.GPU {
-		err := o.step("gpu-suspend", func() (string, error) {
-			rep, err := e.gpuSuspend(ctx, a.ID)
-			manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: rep.DriverVersion, NvproxyABI: plan.Node.Runtime.GPUABI, Processes: len(rep.Outcomes), Devices: plan.GPUs}
-			return summary(rep), err
-		})
-		if err != nil {
-			return nil, e.undoSuspend(ctx, o, a, false, err)
+		manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: plan.Node.GPU.CUDADriverAPI, NvproxyABI: plan.Node.Runtime.GPUABI,
+			Processes: gpuProcesses(plan.GPUs), Devices: plan.GPUs, Path: string(plan.GPUPath)}
+		if plan.GPUPath == GPUPathRuntime {
+			// The runtime checkpoints every CUDA process itself inside the
+			// checkpoint step, and puts them back when that fails.
+			cp.CUDACheckpointPath, cp.CUDACheckpointSequential = e.helperPath(), e.CUDASequential
+		} else {
+			err := o.step("gpu-suspend", func() (string, error) {
+				rep, err := e.gpuSuspend(ctx, a.ID)
+				manifest.GPU.CUDADriverAPI, manifest.GPU.Processes = rep.DriverVersion, len(rep.Outcomes)
+				return summary(rep), err
+			})
+			if err != nil {
+				return nil, e.undoSuspend(ctx, o, a, false, err)
+			}
 		}
 	}
 	h, holder := e.Runtime.(runtime.DeviceHolder)
@@ -121,7 +132,11 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 		}
 	}
 	err = o.step("checkpoint", func() (string, error) {
-		return "", e.Runtime.Checkpoint(ctx, a.ID, runtime.CheckpointOptions{ImageDir: filepath.Join(dir, imageDir), LeaveRunning: true})
+		msg := ""
+		if cp.CUDACheckpointPath != "" {
+			msg = fmt.Sprintf("the runtime checkpointed the CUDA processes with %s", cp.CUDACheckpointPath)
+		}
+		return msg, e.Runtime.Checkpoint(ctx, a.ID, cp)
 	})
 	if err == nil {
 		err = o.step("commit", func() (string, error) {
@@ -202,6 +217,31 @@ func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (*Plan,
 		msg += "; " + w
 	}
 	return p, msg, nil
+}
+
+// checkpointFlags are the options beyond the basics a checkpoint takes, as
+// the manifest records them.
+func (e *Engine) checkpointFlags() []string {
+	flags := []string{"--leave-running"}
+	caps := e.Runtime.Capabilities()
+	if e.DirectIO && caps.Direct {
+		flags = append(flags, "--direct")
+	}
+	if e.ExcludeZeroPages && caps.ExcludeZeroPages {
+		flags = append(flags, "--exclude-committed-zero-pages")
+	}
+	return flags
+}
+
+// gpuProcesses counts the processes holding device memory.
+func gpuProcesses(usage []gpu.Usage) int {
+	pids := map[int]bool{}
+	for _, u := range usage {
+		for _, pid := range u.PIDs {
+			pids[pid] = true
+		}
+	}
+	return len(pids)
 }
 
 func (e *Engine) runtimeInfo(checkpointFlags []string) snapshot.Runtime {

@@ -31,7 +31,7 @@ func BenchmarkResumeVerification(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: b.TempDir(), Network: "none"})
+	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: testactor.RunscRoot(b), Network: "none"})
 	if err != nil {
 		b.Fatal(err)
 	}

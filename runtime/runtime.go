@@ -65,6 +65,19 @@ type CheckpointOptions struct {
 	// LeaveRunning keeps the container running after the checkpoint, also
 	// when the checkpoint fails.
 	LeaveRunning bool
+	// CUDACheckpointPath, a cuda-checkpoint compatible helper's path
+	// inside the sandbox, has the runtime itself checkpoint every CUDA
+	// process with it before the save (and put them back on failure, and
+	// after the save when LeaveRunning); a Restore of the image then puts
+	// them back with it. Needs Capabilities.CUDACheckpoint.
+	CUDACheckpointPath string
+	// CUDACheckpointSequential runs the helper on one process at a time.
+	CUDACheckpointSequential bool
+	// Direct writes the image around the page cache (Capabilities.Direct).
+	Direct bool
+	// ExcludeZeroPages leaves the pages that were committed but are zero
+	// out of the image (Capabilities.ExcludeZeroPages).
+	ExcludeZeroPages bool
 }
 
 // RestoreOptions tune Restore.
@@ -75,6 +88,25 @@ type RestoreOptions struct {
 	Background bool
 	ConsoleLog string
 	Notify     func(message string)
+	// Env is added to the environment of the bundle's process for this
+	// restore only: the restored processes keep theirs, but what the
+	// runtime runs in the sandbox on their behalf (the CUDA helper of
+	// CheckpointOptions.CUDACheckpointPath) gets it.
+	Env []string
+	// Direct reads the image around the page cache (Capabilities.Direct).
+	Direct bool
+}
+
+// Capabilities are what a runtime's checkpoint and restore can do beyond
+// the basics.
+type Capabilities struct {
+	// CUDACheckpoint: Checkpoint takes CUDACheckpointPath (runsc's
+	// --cuda-checkpoint-path), and CUDACheckpointSequential.
+	CUDACheckpoint bool `json:"cudaCheckpoint"`
+	// Direct: Checkpoint and Restore take Direct.
+	Direct bool `json:"direct"`
+	// ExcludeZeroPages: Checkpoint takes ExcludeZeroPages.
+	ExcludeZeroPages bool `json:"excludeZeroPages"`
 }
 
 // Info is what a snapshot records of the runtime it was taken with.
@@ -86,8 +118,9 @@ type Info struct {
 	Version string `json:"version"`
 	// Platform is how the runtime runs sandboxes (runsc's --platform).
 	Platform string `json:"platform,omitempty"`
-	// GPUABI is the NVIDIA driver ABI GPU sandboxes run with when it is not
-	// the host driver's own (runsc's --nvproxy-driver-version).
+	// GPUABI is the NVIDIA driver ABI GPU sandboxes run with: the host
+	// driver's own, or the one configured for a runtime that does not know
+	// it (runsc's --nvproxy-driver-version); "" without a driver.
 	GPUABI string `json:"gpuABI,omitempty"`
 }
 
@@ -97,6 +130,8 @@ type Runtime interface {
 	// Info names the runtime and the settings a Full snapshot's restore
 	// must match.
 	Info() Info
+	// Capabilities says which of the options beyond the basics it takes.
+	Capabilities() Capabilities
 	Create(ctx context.Context, id, bundle string, opts CreateOptions) error
 	Start(ctx context.Context, id string) error
 	// Exec runs p in the container and waits for it. A non-zero exit is
@@ -154,12 +189,22 @@ type GPUAgent interface {
 type GPUReport struct {
 	Op string `json:"op"`
 	// DriverVersion is the CUDA driver API version, such as 13000.
-	DriverVersion int          `json:"driverVersion"`
-	Outcomes      []GPUOutcome `json:"outcomes,omitempty"`
-	Error         string       `json:"error,omitempty"`
+	DriverVersion int `json:"driverVersion"`
+	// Processes are the CUDA processes found, as they stood before the
+	// step (after it, for a status).
+	Processes []GPUProcess `json:"processes,omitempty"`
+	Outcomes  []GPUOutcome `json:"outcomes,omitempty"`
+	Error     string       `json:"error,omitempty"`
 	// Skipped says why nothing was done, when a micro-VM's guest agent
 	// finds no NVIDIA device in the guest.
 	Skipped string `json:"skipped,omitempty"`
+}
+
+// GPUProcess is one CUDA process and its checkpoint state: running,
+// locked, checkpointed or failed.
+type GPUProcess struct {
+	PID   int    `json:"pid"`
+	State string `json:"state"`
 }
 
 // GPUOutcome is what a GPU step did to one CUDA process.

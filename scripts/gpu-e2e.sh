@@ -3,13 +3,15 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|benchmarks|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
 # ENGINE_TIMEOUT (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
 # (synthetic);
 # STASIS_NVPROXY_ABI, the driver ABI runsc uses when it does not know the
-# host's driver (default 580.126.20 for driver 580.159.04, see FACTS).
+# host's driver: the default runsc (September 2026) knows 580.159.04 and
+# needs none; with the May build set it to 580.126.20 (see FACTS).
+# STASIS_GPU_PATHS and STASIS_PATH_GIB (paths).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -41,7 +43,7 @@ unpack() {
 # The stasis CLI's view of this node: fingerprint, labels, memory advice.
 run_node() {
 	unpack runsc stasis
-	local flags=(--runsc-root "$PWD/.gpu-work/runsc-root" --nvproxy-driver-version "${STASIS_NVPROXY_ABI:-580.126.20}")
+	local flags=(--runsc-root "$PWD/.gpu-work/runsc-root" ${STASIS_NVPROXY_ABI:+--nvproxy-driver-version "$STASIS_NVPROXY_ABI"})
 	stasis node info "${flags[@]}" | tee "$out/node-info.txt"
 	stasis node info --json "${flags[@]}" >"$out/node-info.json"
 	stasis node labels "${flags[@]}" | tee "$out/node-labels.txt"
@@ -60,7 +62,7 @@ run_service() {
 	local socket="$data/stasisd.sock"
 	rm -rf "$data" && mkdir -p "$data"
 	stasisd --data "$data" --socket "$socket" --network none --log-format text \
-		--nvproxy-driver-version "${STASIS_NVPROXY_ABI:-580.126.20}" >"$out/stasisd.log" 2>&1 &
+		${STASIS_NVPROXY_ABI:+--nvproxy-driver-version "$STASIS_NVPROXY_ABI"} >"$out/stasisd.log" 2>&1 &
 	local daemon=$!
 	trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null' RETURN
 	for _ in $(seq 200); do stasis actor ps --socket "$socket" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -127,6 +129,22 @@ run_store() {
 	ENGINE_RUN=TestGPUStoreDedup ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
 }
 
+# The gVisor issue's checks on the runsc in use: the seed's failure (a
+# checkpoint with a live CUDA context and no CUDA step, with and without
+# --leave-running), a restore through runsc's own CUDA step with a device
+# map (stasis-cuda applies it and says so in runsc's debug log), and that
+# step on two CUDA processes, sequential against parallel.
+run_gvisor() {
+	ENGINE_RUN='TestGPUSeedFailure|TestGPURuntimePathDeviceMap|TestGPUCudaSequential' ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
+}
+
+# The two GPU paths (STASIS_GPU_PATHS, default exec,runtime) at
+# STASIS_PATH_GIB (default 1,8): suspend and resume cycles with --direct off
+# and on, resumes verified by size and by hashing while restoring.
+run_paths() {
+	ENGINE_RUN=TestGPUPaths ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
+}
+
 # The table and plot of every benchmark result in OUTDIR so far.
 plot() {
 	"$bundle/benchplot" -o "$out/cold-vs-resume.png" "$out/engine-gpu.jsonl" | tee "$out/cold-vs-resume.md"
@@ -135,7 +153,7 @@ plot() {
 run_engine() {
 	unpack runsc engine-gpu.test
 	export STASIS_HELPER="$bundle/stasis-cuda" STASIS_SCRIPTS="$PWD/scripts/gpu" STASIS_GPU_OUT="$out" STASIS_WORK="$PWD/.gpu-work"
-	export STASIS_NVPROXY_ABI="${STASIS_NVPROXY_ABI:-580.126.20}"
+	export STASIS_NVPROXY_ABI="${STASIS_NVPROXY_ABI:-}"
 	"$bin/engine-gpu.test" -test.v -test.timeout "${ENGINE_TIMEOUT:-9m}" -test.run "${ENGINE_RUN:-TestGPUActor|TestGPUBench}" 2>&1 | tee "$out/engine-gpu.log"
 }
 
@@ -148,7 +166,9 @@ service) run_service ;;
 synthetic) run_synthetic ;;
 store) run_store ;;
 server) run_server ;;
+gvisor) run_gvisor ;;
+paths) run_paths ;;
 benchmarks) run_synthetic; run_server ;;
 all) run_node; run_service; ENGINE_RUN="TestGPUActor|TestGPUCompatAndPlan" run_engine; run_synthetic; run_server; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, benchmarks or all" >&2; exit 2 ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, benchmarks or all" >&2; exit 2 ;;
 esac

@@ -16,6 +16,7 @@ command -v go >/dev/null || { echo "scripts/test.sh: Go 1.26 or newer is needed"
 # The C compiler also builds the stand-in libcuda of the CUDA binding's tests.
 source scripts/lib/cgo-env.sh
 scripts/install-runsc.sh
+scripts/install-runsc.sh --reference
 scripts/install-versitygw.sh
 scripts/install-microvm.sh
 
@@ -30,3 +31,8 @@ echo "== go test"
 # The stasisd and engine tests drive many real sandboxes; on a 2-core machine
 # they take minutes, so the default 10-minute limit per package is raised.
 go test -count=1 -timeout 45m "$@" ./...
+# The runtime, engine and service tests again on the reference runsc (May
+# 2026, without --cuda-checkpoint-path), which Stasis still supports.
+reference=/usr/local/lib/stasis/runsc-reference/bin
+echo "== go test on the reference runsc $(cat /usr/local/lib/stasis/runsc-reference/share/stasis/runsc.version)"
+PATH="$reference:$PATH" go test -count=1 -timeout 45m "$@" ./runtime/gvisor ./engine ./service ./cmd/stasisd

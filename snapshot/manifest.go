@@ -74,16 +74,27 @@ type GPU struct {
 	DriverVersion string `json:"driverVersion"`
 	// CUDADriverAPI is cuDriverGetVersion's number, such as 13000.
 	CUDADriverAPI int `json:"cudaDriverAPI,omitempty"`
-	// NvproxyABI is the driver ABI runsc ran the sandbox with, when it was
-	// not the host's own.
+	// NvproxyABI is the driver ABI runsc ran the sandbox with (the host's
+	// own or the configured one).
 	NvproxyABI string `json:"nvproxyABI,omitempty"`
 	// Processes is how many CUDA processes were checkpointed.
 	Processes int `json:"processes"`
+	// Path is how the GPU state was moved: GPUPathExec (the helper run in
+	// the sandbox by the engine; also when empty, as older snapshots) or
+	// GPUPathRuntime (by the runtime itself, runsc's
+	// --cuda-checkpoint-path, which puts it back at restore).
+	Path string `json:"path,omitempty"`
 	// Devices are the GPUs the actor's processes used, with the device
 	// memory they held: a restore needs a GPU of the same model with that
 	// much free for each.
 	Devices []gpu.Usage `json:"devices,omitempty"`
 }
+
+// The GPU paths a snapshot records.
+const (
+	GPUPathExec    = "exec"
+	GPUPathRuntime = "runtime"
+)
 
 // Size is the bytes of every file of the snapshot.
 func (m *Manifest) Size() int64 {

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/cuda/helper"
 	"github.com/stasis-run/stasis/gpu"
 )
 
@@ -177,6 +179,9 @@ func (c cli) compat(args []string) int {
 // toggle checkpoints a running process (lock, then checkpoint) or restores a
 // checkpointed one (restore, then unlock). A lock-step failure after which the
 // process is left locked is undone, so --toggle never leaves a process frozen.
+// With no --device-map (runsc, which runs --toggle after a restore, passes
+// none), a restore takes the map from helper.DeviceMapEnv, and says so on
+// stderr; with no --timeout, a lock waits at most helper.LockTimeoutEnv.
 func (c cli) toggle(d *cuda.Driver, a compatArgs) int {
 	s, err := d.State(a.pid)
 	if err != nil {
@@ -186,8 +191,27 @@ func (c cli) toggle(d *cuda.Driver, a compatArgs) int {
 	switch s {
 	case cuda.StateRunning:
 		steps = []string{"lock", "checkpoint"}
+		if a.timeoutMs == 0 {
+			if v := c.getenv(helper.LockTimeoutEnv); v != "" {
+				t, err := time.ParseDuration(v)
+				if err != nil || t < 0 {
+					fmt.Fprintf(c.stderr, "Could not toggle process ID %d: %s=%q: want a duration such as 30s\n", a.pid, helper.LockTimeoutEnv, v)
+					return 1
+				}
+				a.timeoutMs = uint32(min(t.Milliseconds(), int64(^uint32(0))))
+			}
+		}
 	case cuda.StateCheckpointed:
 		steps = []string{"restore", "unlock"}
+		if len(a.deviceMap) == 0 {
+			if v := c.getenv(helper.DeviceMapEnv); v != "" {
+				if a.deviceMap, err = gpu.ParseDeviceMap(v); err != nil {
+					fmt.Fprintf(c.stderr, "Could not toggle process ID %d: %s: %v\n", a.pid, helper.DeviceMapEnv, err)
+					return 1
+				}
+				fmt.Fprintf(c.stderr, "stasis-cuda: restoring process ID %d with device map %s (from %s)\n", a.pid, a.deviceMap, helper.DeviceMapEnv)
+			}
+		}
 	default:
 		fmt.Fprintf(c.stderr, "Could not toggle process ID %d: it is %s; use --action to move it on\n", a.pid, s)
 		return 1

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/cuda/group"
+	"github.com/stasis-run/stasis/cuda/helper"
 	"github.com/stasis-run/stasis/internal/fakecuda"
 )
 
@@ -200,5 +201,40 @@ func TestHookModeSaveAndRestore(t *testing.T) {
 	h.env[hookModeEnv] = "restore"
 	if rc := h.run(); rc != 0 || h.lib.State(self) != 0 {
 		t.Fatalf("restore hook: rc %d state %d: %s", rc, h.lib.State(self), h.stderr.String())
+	}
+}
+
+// TestToggleTakesTheDeviceMapFromItsEnvironment: runsc runs --toggle after
+// a restore with no --device-map; the map the engine put in the restore's
+// environment reaches the driver, and the helper says it applied it. A
+// checkpoint's lock takes its timeout from the environment likewise.
+func TestToggleTakesTheDeviceMapFromItsEnvironment(t *testing.T) {
+	h := newHarness(t)
+	const a, b = "GPU-00112233-4455-6677-8899-aabbccddeeff", "GPU-ffeeddcc-bbaa-9988-7766-554433221100"
+	h.env[helper.DeviceMapEnv] = a + "=" + b + "," + b + "=" + a
+	h.env[helper.LockTimeoutEnv] = "2500ms"
+	h.lib.AddProcess(t, 7, 0)
+	if rc := h.run("--toggle", "--pid", "7"); rc != 0 || h.lib.State(7) != 2 || h.stderr.Len() != 0 {
+		t.Fatalf("checkpoint toggle: rc %d state %d stderr %q", rc, h.lib.State(7), h.stderr.String())
+	}
+	if got := h.lib.LastArgs(fakecuda.OpLock); got[0] != 0xc4 || got[1] != 0x09 {
+		t.Errorf("lock timeout bytes %x, want 2500 little-endian from %s", got[:4], helper.LockTimeoutEnv)
+	}
+	if rc := h.run("--toggle", "--pid", "7"); rc != 0 || h.lib.State(7) != 0 {
+		t.Fatalf("restore toggle: rc %d state %d stderr %q", rc, h.lib.State(7), h.stderr.String())
+	}
+	pairs := h.lib.LastPairs()
+	if len(pairs) != 2 || pairs[0][0] != 0x00 || pairs[0][16] != 0xff || pairs[1][0] != 0xff || pairs[1][16] != 0x00 {
+		t.Fatalf("the driver got the pairs %x; want the swap of the environment's map", pairs)
+	}
+	if !strings.Contains(h.stderr.String(), "restoring process ID 7 with device map "+a+"="+b+","+b+"="+a) {
+		t.Errorf("the helper did not say it applied the map: %q", h.stderr.String())
+	}
+	// A map on the command line wins; a malformed one in the environment
+	// is refused, with the process left checkpointed.
+	h.run("--toggle", "--pid", "7")
+	h.env[helper.DeviceMapEnv] = "nonsense"
+	if rc := h.run("--toggle", "--pid", "7"); rc != 1 || h.lib.State(7) != 2 || !strings.Contains(h.stderr.String(), helper.DeviceMapEnv) {
+		t.Fatalf("a malformed map: rc %d state %d stderr %q", rc, h.lib.State(7), h.stderr.String())
 	}
 }

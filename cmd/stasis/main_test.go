@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/node"
 )
 
@@ -48,6 +49,7 @@ func startStasisd(t *testing.T, data string) string {
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
+		testactor.UnpinNetNS(filepath.Join(data, "runsc"))
 	})
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
@@ -164,7 +166,7 @@ func runStasis(t *testing.T, args ...string) (string, error) {
 }
 
 func TestNodeInfoAndLabels(t *testing.T) {
-	runscRoot := filepath.Join(t.TempDir(), "runsc")
+	runscRoot := testactor.RunscRoot(t)
 	out, err := runStasis(t, "node", "info", "--json", "--runsc-root", runscRoot)
 	if err != nil {
 		t.Fatal(err)

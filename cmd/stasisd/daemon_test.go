@@ -77,7 +77,8 @@ func newDaemon(t *testing.T, extra ...string) *daemon {
 		d.stop()
 		// Whatever a test left behind: no sandbox may outlive it. Each
 		// runsc process of this daemon names its state folder.
-		_ = killProcesses(func(cmdline string) bool { return strings.Contains(cmdline, "--root="+filepath.Join(data, "runsc")) })
+		_ = killProcesses(func(cmdline string) bool { return strings.Contains(cmdline, filepath.Join(data, "runsc")) })
+		testactor.UnpinNetNS(filepath.Join(data, "runsc"))
 		if t.Failed() {
 			t.Logf("stasisd log:\n%s", d.logText())
 		}

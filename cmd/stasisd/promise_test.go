@@ -429,6 +429,10 @@ func TestEverythingIsPrivate(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// runsc's pin of an empty network namespace holds nothing.
+		if e.Name() == "null-netns" {
+			return nil
+		}
 		if info.Mode().Perm()&0o077 != 0 && info.Mode().Type()&fs.ModeSymlink == 0 {
 			open = append(open, fmt.Sprintf("%s %v", p, info.Mode()))
 		}

@@ -12,6 +12,17 @@ import (
 	"time"
 )
 
+// DeviceMapEnv names the environment variable from which stasis-cuda's
+// --toggle takes the device map of a restore when none is given on its
+// command line: a runtime that runs --toggle itself after a restore (runsc's
+// --cuda-checkpoint-path) passes no --device-map, and the engine sets this
+// in the restore's environment instead.
+const DeviceMapEnv = "STASIS_CUDA_DEVICE_MAP"
+
+// LockTimeoutEnv names the environment variable that bounds --toggle's lock
+// when no --timeout is given, as a Go duration (such as 30s).
+const LockTimeoutEnv = "STASIS_CUDA_LOCK_TIMEOUT"
+
 // Verbs of the group operations, and the report of where every CUDA
 // process stands.
 const (

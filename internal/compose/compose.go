@@ -16,12 +16,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/stasis-run/stasis/compat"
-	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/gpu/nvml"
 	"github.com/stasis-run/stasis/internal/lockfile"
-	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/location"
@@ -42,6 +40,10 @@ type Options struct {
 	Socket       string
 	KernelPolicy string
 	Runsc        gvisor.Config
+	// GPUPath, DirectIO, ExcludeZeroPages and CUDASequential tune the
+	// engine (engine.Engine's fields of those names).
+	GPUPath                                    string
+	DirectIO, ExcludeZeroPages, CUDASequential bool
 }
 
 // Register adds the shared flags to fs.
@@ -55,6 +57,10 @@ func (o *Options) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Runsc.Platform, "platform", DefaultPlatform, "runsc platform")
 	fs.StringVar(&o.Runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
 	fs.StringVar(&o.Runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
+	fs.StringVar(&o.GPUPath, "gpu-path", "auto", "how a GPU suspend moves device memory: runtime (runsc --cuda-checkpoint-path runs stasis-cuda), exec (stasis-cuda run through runsc exec) or auto (runtime where runsc has it)")
+	fs.BoolVar(&o.DirectIO, "direct-io", false, "write and read checkpoint images around the page cache where runsc can (--direct)")
+	fs.BoolVar(&o.ExcludeZeroPages, "exclude-zero-pages", false, "leave committed zero pages out of checkpoint images where runsc can")
+	fs.BoolVar(&o.CUDASequential, "cuda-sequential", false, "with the runtime GPU path, checkpoint and restore CUDA processes one at a time")
 }
 
 // RunscRoot is runsc's state folder.
@@ -113,16 +119,15 @@ func (o Options) Engine(ctx context.Context) (*engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	path, err := engine.ParseGPUPath(o.GPUPath)
+	if err != nil {
+		return nil, fmt.Errorf("--gpu-path: %w", err)
+	}
 	rt, err := o.Runtime(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &engine.Engine{Runtime: rt, GPU: GPU(), Policy: policy}, nil
-}
-
-// Fingerprint reads this node's facts with the runtime rt.
-func Fingerprint(ctx context.Context, rt *gvisor.Runsc, gpus gpu.Source) (node.Fingerprint, error) {
-	return node.Collector{GPU: gpus, Runtime: rt.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
+	return &engine.Engine{Runtime: rt, GPU: GPU(), Policy: policy, GPUPath: path, DirectIO: o.DirectIO, ExcludeZeroPages: o.ExcludeZeroPages, CUDASequential: o.CUDASequential}, nil
 }
 
 // Lock names the locks of the two folders stasisd owns: its data folder

@@ -13,14 +13,17 @@ package runtimetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/runtime"
 )
@@ -34,6 +37,9 @@ type Sandbox struct {
 	Instance string
 	Counter  int
 	PID      int
+	// CUDA are the states of the sandbox's CUDA processes (running,
+	// locked, checkpointed), pids 1, 2, ...
+	CUDA []string
 }
 
 // Runtime is the fake. The zero value is not usable; use New.
@@ -47,6 +53,10 @@ type Runtime struct {
 	Hook func(ctx context.Context, method, id string) error
 	// Calls counts the calls of each method.
 	Calls map[string]int
+	Caps  runtime.Capabilities
+	// LastCheckpoint and LastRestore are the options the last calls got.
+	LastCheckpoint runtime.CheckpointOptions
+	LastRestore    runtime.RestoreOptions
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -97,6 +107,9 @@ func (r *Runtime) Put(id string, s *Sandbox) {
 	c := *s
 	r.sandboxes[id] = &c
 }
+
+// Capabilities are Caps.
+func (r *Runtime) Capabilities() runtime.Capabilities { return r.Caps }
 
 func (r *Runtime) Info() runtime.Info {
 	return runtime.Info{Name: "fake", Version: "1", Platform: "memory"}
@@ -178,7 +191,28 @@ func (r *Runtime) Exec(ctx context.Context, id string, p runtime.Process) (runti
 	case "true":
 		return runtime.ExecResult{}, nil
 	}
+	if p.Args[0] == bundle.HelperPath {
+		return helper(s, p.Args[1:]), nil
+	}
 	return runtime.ExecResult{ExitCode: 127, Stderr: fmt.Appendf(nil, "%s: not found\n", p.Args[0])}, nil
+}
+
+// helper answers the stasis-cuda helper's command lines over s.CUDA.
+func helper(s *Sandbox, args []string) runtime.ExecResult {
+	if len(args) == 0 || args[0] == "--help" {
+		return runtime.ExecResult{}
+	}
+	to := map[string]string{"suspend": "checkpointed", "resume": "running"}
+	rep := runtime.GPUReport{Op: args[0], DriverVersion: 13000}
+	for i, st := range s.CUDA {
+		rep.Processes = append(rep.Processes, runtime.GPUProcess{PID: i + 1, State: st})
+		if next, ok := to[args[0]]; ok && st != next {
+			s.CUDA[i] = next
+			rep.Outcomes = append(rep.Outcomes, runtime.GPUOutcome{PID: i + 1})
+		}
+	}
+	out, _ := json.Marshal(rep)
+	return runtime.ExecResult{Stdout: out}
 }
 
 // imageFile holds a checkpoint's counter; pages.img makes the image look
@@ -190,14 +224,27 @@ func (r *Runtime) Checkpoint(ctx context.Context, id string, opts runtime.Checkp
 		return err
 	}
 	r.mu.Lock()
+	r.LastCheckpoint = opts
 	s, err := r.get(id)
 	var state string
 	if err == nil {
-		state = s.Instance + " " + strconv.Itoa(s.Counter)
+		cuda, by := slices.Clone(s.CUDA), "engine"
+		if opts.CUDACheckpointPath != "" {
+			// The runtime checkpoints them for the save, then puts them
+			// back (the sandbox runs on).
+			for i := range cuda {
+				cuda[i] = "checkpointed"
+			}
+			by = "runtime"
+		}
+		state = s.Instance + " " + strconv.Itoa(s.Counter) + " " + strings.Join(cuda, ",") + " " + by
 	}
 	r.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if opts.CUDACheckpointPath != "" && !r.Caps.CUDACheckpoint {
+		return fmt.Errorf("checkpoint %s: this runtime runs no CUDA helper", id)
 	}
 	if err := fsutil.MkdirEmpty(opts.ImageDir); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", id, err)
@@ -216,18 +263,32 @@ func (r *Runtime) Restore(ctx context.Context, id string, opts runtime.RestoreOp
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", id, err)
 	}
-	instance, count, _ := strings.Cut(string(data), " ")
-	n, err := strconv.Atoi(count)
+	fields := strings.Split(string(data), " ")
+	if len(fields) != 4 {
+		return fmt.Errorf("restore %s: image %q", id, data)
+	}
+	n, err := strconv.Atoi(fields[1])
 	if err != nil {
 		return fmt.Errorf("restore %s: image %q: %w", id, data, err)
 	}
+	var cuda []string
+	if fields[2] != "" {
+		cuda = strings.Split(fields[2], ",")
+	}
+	if fields[3] == "runtime" {
+		// The runtime puts back what it checkpointed.
+		for i := range cuda {
+			cuda[i] = "running"
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.LastRestore = opts
 	if _, ok := r.sandboxes[id]; ok {
 		return fmt.Errorf("container %s already exists", id)
 	}
 	r.boots++
-	r.sandboxes[id] = &Sandbox{Status: runtime.StatusRunning, Bundle: opts.Bundle, Instance: instance, Counter: n, PID: 1000 + r.boots}
+	r.sandboxes[id] = &Sandbox{Status: runtime.StatusRunning, Bundle: opts.Bundle, Instance: fields[0], Counter: n, PID: 1000 + r.boots, CUDA: cuda}
 	return nil
 }
 

@@ -115,6 +115,7 @@ func TestStoreBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(base)
+	defer testactor.UnpinNetNS(filepath.Join(base, "runsc"))
 	rt, err := gvisor.New(ctx, gvisor.Config{Root: filepath.Join(base, "runsc"), Network: "none"})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/bundle"
 )
@@ -128,4 +129,20 @@ func Bundle(t testing.TB, dir string, opts Options) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// RunscRoot is a temporary runsc state folder. runsc (from September 2026)
+// pins an empty network namespace there for --network none, a mount that
+// would keep the folder from being removed; it is unmounted when the test
+// ends.
+func RunscRoot(t testing.TB) string {
+	t.Helper()
+	root := t.TempDir()
+	t.Cleanup(func() { UnpinNetNS(root) })
+	return root
+}
+
+// UnpinNetNS unmounts the network namespace runsc pins in a state folder.
+func UnpinNetNS(root string) {
+	_ = unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
 }

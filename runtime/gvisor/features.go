@@ -20,8 +20,15 @@ type Features struct {
 	// `runsc --version`.
 	Version string `json:"version"`
 	// CudaCheckpointPath: runsc runs a cuda-checkpoint compatible helper
-	// itself around checkpoint and restore (--cuda-checkpoint-path).
-	CudaCheckpointPath bool `json:"cudaCheckpointPath"`
+	// itself around checkpoint and restore (--cuda-checkpoint-path), one
+	// process at a time with --cuda-checkpoint-sequential.
+	CudaCheckpointPath       bool `json:"cudaCheckpointPath"`
+	CudaCheckpointSequential bool `json:"cudaCheckpointSequential"`
+	// Direct: checkpoint and restore take --direct (O_DIRECT page I/O).
+	Direct bool `json:"direct"`
+	// ExcludeCommittedZeroPages: checkpoint takes
+	// --exclude-committed-zero-pages.
+	ExcludeCommittedZeroPages bool `json:"excludeCommittedZeroPages"`
 	// SaveRestoreExecArgv: checkpoint takes a helper to run in the sandbox
 	// before saving and after restoring; it can be set once per lineage.
 	SaveRestoreExecArgv bool `json:"saveRestoreExecArgv"`
@@ -54,14 +61,20 @@ func Detect(ctx context.Context, path string) (Features, error) {
 	if err != nil {
 		return f, fmt.Errorf("runsc flags (is %s a runsc binary?): %w: %s", path, err, firstLine(global))
 	}
-	f.CudaCheckpointPath = strings.Contains(global, "-cuda-checkpoint-path")
 	checkpoint, _ := help("help", "checkpoint")
+	// The flag is a checkpoint flag in the builds that have it (a global
+	// one in some): either place counts.
+	f.CudaCheckpointPath = strings.Contains(global, "-cuda-checkpoint-path") || strings.Contains(checkpoint, "-cuda-checkpoint-path")
+	f.CudaCheckpointSequential = strings.Contains(checkpoint, "-cuda-checkpoint-sequential")
+	f.Direct = strings.Contains(checkpoint, "-direct")
+	f.ExcludeCommittedZeroPages = strings.Contains(checkpoint, "-exclude-committed-zero-pages")
 	f.SaveRestoreExecArgv = strings.Contains(checkpoint, "-save-restore-exec-argv")
 	if m := compressionValues.FindStringSubmatch(checkpoint); m != nil {
 		f.Compression = strings.Split(m[1], "|")
 	}
 	restore, _ := help("help", "restore")
 	f.Background = strings.Contains(restore, "-background")
+	f.Direct = f.Direct && strings.Contains(restore, "-direct")
 	if drivers, err := help("nvproxy", "list-supported-drivers"); err == nil {
 		for _, line := range strings.Fields(drivers) {
 			if driverVersion.MatchString(line) {

@@ -190,11 +190,15 @@ func killAndWait(ctx context.Context, pid int) error {
 	}
 }
 
-// Delete removes the container whatever its state.
+// Delete removes the container whatever its state, with the bundle a
+// restore of it may have run with.
 func (r *Runsc) Delete(ctx context.Context, id string) error {
 	_, err := r.run(ctx, invocation{args: []string{"delete", "--force", id}})
 	if err != nil && !isNotFound(err) {
 		return err
+	}
+	if dir := r.restoreBundleDir(id); dir != "" {
+		return os.RemoveAll(dir)
 	}
 	return nil
 }

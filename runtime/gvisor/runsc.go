@@ -87,17 +87,30 @@ func New(ctx context.Context, cfg Config) (*Runsc, error) {
 }
 
 // Info names gVisor, the runsc build (a checkpoint restores only into the
-// same one), its platform and the nvproxy ABI GPU sandboxes get.
+// same one), its platform and the nvproxy ABI GPU sandboxes run with: the
+// configured one when runsc does not know the host's driver, the host
+// driver's own otherwise ("" on a node without one).
 func (r *Runsc) Info() runtime.Info {
-	abi, _ := r.nvproxyABI()
+	abi, err := r.nvproxyABI()
+	if err == nil && abi == "" {
+		abi = r.cfg.HostDriverVersion
+	}
 	return runtime.Info{Name: "gvisor", Version: r.features.Version, Platform: r.cfg.Platform, GPUABI: abi}
 }
 
 // Features is what the runsc in hand supports.
 func (r *Runsc) Features() Features { return r.features }
 
+// Capabilities are the checkpoint and restore options this runsc takes.
+func (r *Runsc) Capabilities() runtime.Capabilities {
+	return runtime.Capabilities{CUDACheckpoint: r.features.CudaCheckpointPath, Direct: r.features.Direct, ExcludeZeroPages: r.features.ExcludeCommittedZeroPages}
+}
+
 // Path is the runsc binary in use.
 func (r *Runsc) Path() string { return r.path }
+
+// Root is runsc's state folder.
+func (r *Runsc) Root() string { return r.cfg.Root }
 
 // GlobalFlags are the flags every invocation gets; a snapshot records them.
 func (r *Runsc) GlobalFlags() []string {

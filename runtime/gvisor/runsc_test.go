@@ -14,15 +14,23 @@ import (
 	"github.com/stasis-run/stasis/runtime/conformance"
 )
 
-// pinnedVersion is what scripts/install-runsc.sh installs.
-const pinnedVersion = "v0.0.0-20260527191743-a81fd9dd382e"
+// The runsc builds scripts/install-runsc.sh installs, and what each can do.
+var knownBuilds = map[string]struct {
+	cudaCheckpointPath, direct bool
+	knowsDriver, lacksDriver   string
+}{
+	// The default: September 2026.
+	"v0.0.0-20260905035102-160fafc42237": {cudaCheckpointPath: true, direct: true, knowsDriver: "580.159.04"},
+	// The "no flag" reference: May 2026.
+	"v0.0.0-20260527191743-a81fd9dd382e": {direct: true, knowsDriver: "580.126.20", lacksDriver: "580.159.04"},
+}
 
 func newRunsc(t *testing.T, cfg Config) *Runsc {
 	t.Helper()
 	if _, err := exec.LookPath("runsc"); err != nil {
 		t.Fatal("runsc is not on PATH: install it with scripts/install-runsc.sh")
 	}
-	cfg.Root = t.TempDir()
+	cfg.Root = testactor.RunscRoot(t)
 	r, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -30,13 +38,17 @@ func newRunsc(t *testing.T, cfg Config) *Runsc {
 	return r
 }
 
-func TestDetectPinnedRunsc(t *testing.T) {
+// TestDetect reads what the runsc on PATH (either build the project
+// installs) can do from its own help, and checks it against what that
+// build is known to have.
+func TestDetect(t *testing.T) {
 	f := newRunsc(t, Config{}).Features()
-	if f.Version != pinnedVersion {
-		t.Errorf("version %q, want the pinned %s", f.Version, pinnedVersion)
+	want, ok := knownBuilds[f.Version]
+	if !ok {
+		t.Fatalf("runsc version %q is not one scripts/install-runsc.sh installs", f.Version)
 	}
-	if f.CudaCheckpointPath {
-		t.Error("the pinned runsc has no --cuda-checkpoint-path, but it was detected")
+	if f.CudaCheckpointPath != want.cudaCheckpointPath || f.CudaCheckpointSequential != want.cudaCheckpointPath || f.Direct != want.direct || f.ExcludeCommittedZeroPages != want.direct {
+		t.Errorf("features %+v of %s: want --cuda-checkpoint-path %v, --direct %v", f, f.Version, want.cudaCheckpointPath, want.direct)
 	}
 	if !f.SaveRestoreExecArgv || !f.Background {
 		t.Errorf("features %+v: want -save-restore-exec-argv and restore -background", f)
@@ -44,8 +56,42 @@ func TestDetectPinnedRunsc(t *testing.T) {
 	if !slices.Contains(f.Compression, "flate-best-speed") {
 		t.Errorf("compression %v", f.Compression)
 	}
-	if !slices.Contains(f.NvproxyDrivers, "580.126.20") || slices.Contains(f.NvproxyDrivers, "580.159.04") {
-		t.Errorf("nvproxy drivers %v: want 580.126.20 and not 580.159.04", f.NvproxyDrivers)
+	if !slices.Contains(f.NvproxyDrivers, want.knowsDriver) || want.lacksDriver != "" && slices.Contains(f.NvproxyDrivers, want.lacksDriver) {
+		t.Errorf("nvproxy drivers %v: want %s and not %q", f.NvproxyDrivers, want.knowsDriver, want.lacksDriver)
+	}
+	caps := newRunsc(t, Config{}).Capabilities()
+	if caps.CUDACheckpoint != want.cudaCheckpointPath || caps.Direct != want.direct {
+		t.Errorf("capabilities %+v of %s", caps, f.Version)
+	}
+}
+
+// TestInfoRecordsTheABIInUse: the ABI a GPU sandbox runs with is the host
+// driver's own when runsc knows it (no flag, no notice), the configured one
+// otherwise.
+func TestInfoRecordsTheABIInUse(t *testing.T) {
+	r := &Runsc{features: Features{NvproxyDrivers: []string{"580.126.20", "580.159.04"}}}
+	r.cfg.HostDriverVersion = "580.159.04"
+	if abi := r.Info().GPUABI; abi != "580.159.04" || r.NvproxyNotice() != "" {
+		t.Errorf("a driver runsc knows: ABI %q, notice %q", abi, r.NvproxyNotice())
+	}
+	r.features.NvproxyDrivers = []string{"580.126.20"}
+	r.cfg.NvproxyDriverVersion = "580.126.20"
+	if abi := r.Info().GPUABI; abi != "580.126.20" || r.NvproxyNotice() == "" {
+		t.Errorf("a driver runsc does not know: ABI %q, notice %q", abi, r.NvproxyNotice())
+	}
+	r.cfg = Config{}
+	if abi := r.Info().GPUABI; abi != "" {
+		t.Errorf("no driver: ABI %q", abi)
+	}
+}
+
+// TestCheckpointFlags: what the runsc in hand lacks is refused with the
+// fix, before runsc is run.
+func TestCheckpointFlags(t *testing.T) {
+	r := &Runsc{path: "/nonexistent/runsc", features: Features{Version: "v0"}}
+	err := r.Checkpoint(context.Background(), "a1", runtime.CheckpointOptions{ImageDir: t.TempDir() + "/img", CUDACheckpointPath: "/.stasis/bin/stasis-cuda"})
+	if err == nil || !strings.Contains(err.Error(), "--cuda-checkpoint-path") || !strings.Contains(err.Error(), "install-runsc.sh") {
+		t.Fatalf("the CUDA flag on a runsc without it: %v", err)
 	}
 }
 

@@ -132,6 +132,10 @@ func (r *Runtime) AccelReason() string { return r.cfg.Accel + ": " + r.accelReas
 
 // Info names QEMU's build and accelerator: a snapshot restores only into
 // the same QEMU (its migration format is not stable across versions).
+// Capabilities: QEMU's migration stream has none of the checkpoint options
+// beyond the basics; the guest agent moves GPU state (runtime.GPUAgent).
+func (r *Runtime) Capabilities() runtime.Capabilities { return runtime.Capabilities{} }
+
 func (r *Runtime) Info() runtime.Info {
 	return runtime.Info{Name: "qemu-microvm", Version: r.version, Platform: r.cfg.Accel}
 }

@@ -1,0 +1,132 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/stasis-run/stasis/bundle"
+	"github.com/stasis-run/stasis/cuda/helper"
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/internal/runtimetest"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
+)
+
+// gpuActor boots a fake GPU sandbox with two CUDA processes.
+func gpuActor(t *testing.T, rt *runtimetest.Runtime, id string) engine.Actor {
+	t.Helper()
+	dir := t.TempDir()
+	if err := bundle.Save(dir, &specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/counter"}}, Root: &specs.Root{Path: "rootfs"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := rt.Create(ctx, id, dir, runtime.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	sb, _ := rt.Sandbox(id)
+	sb.CUDA = []string{"running", "running"}
+	rt.Put(id, &sb)
+	return engine.Actor{ID: id, Bundle: dir, GPU: true}
+}
+
+func stepNames(obs *[]string) engine.Observer {
+	return engine.Observer{After: func(s engine.Step) { *obs = append(*obs, s.Name) }}
+}
+
+// TestGPUPathFollowsTheRuntime: on a runtime that checkpoints CUDA
+// processes itself the suspend hands it the helper and takes no GPU step
+// of its own, the manifest says so, and the resume hands the device map to
+// the helper through the restore's environment and waits for the runtime
+// to put the processes back; on a runtime without, the helper runs through
+// exec both ways.
+func TestGPUPathFollowsTheRuntime(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		caps     bool
+		path     engine.GPUPath
+		wantPath string
+	}{
+		{"auto, runtime can", true, engine.GPUPathAuto, snapshot.GPUPathRuntime},
+		{"auto, runtime cannot", false, engine.GPUPathAuto, snapshot.GPUPathExec},
+		{"exec forced", true, engine.GPUPathExec, snapshot.GPUPathExec},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rt := runtimetest.New()
+			rt.Caps.CUDACheckpoint = c.caps
+			eng := &engine.Engine{Runtime: rt, GPUPath: c.path}
+			a := gpuActor(t, rt, "g1")
+			var seen []string
+			dir := filepath.Join(t.TempDir(), "snap")
+			ctx := context.Background()
+			m, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir, Observer: stepNames(&seen)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.GPU == nil || m.GPU.Path != c.wantPath {
+				t.Fatalf("manifest GPU %+v, want path %s", m.GPU, c.wantPath)
+			}
+			byRuntime := c.wantPath == snapshot.GPUPathRuntime
+			if (rt.LastCheckpoint.CUDACheckpointPath == bundle.HelperPath) != byRuntime || slices.Contains(seen, "gpu-suspend") == byRuntime {
+				t.Fatalf("checkpoint options %+v, steps %v", rt.LastCheckpoint, seen)
+			}
+			if back, _ := snapshot.Load(dir); back.GPU.Path != c.wantPath {
+				t.Fatalf("the manifest on disk says path %q", back.GPU.Path)
+			}
+			swap, _ := gpu.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100")
+			seen = nil
+			if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{ID: "g2", DeviceMap: swap, Observer: stepNames(&seen)}); err != nil {
+				t.Fatal(err)
+			}
+			env := strings.Join(rt.LastRestore.Env, " ")
+			if strings.Contains(env, helper.DeviceMapEnv+"="+swap.String()) != byRuntime {
+				t.Fatalf("restore environment %q (device map for the runtime's helper: %v)", env, byRuntime)
+			}
+			if sb, _ := rt.Sandbox("g2"); !slices.Equal(sb.CUDA, []string{"running", "running"}) || !slices.Contains(seen, "gpu-resume") {
+				t.Fatalf("after the resume the CUDA processes are %v, steps %v", sb.CUDA, seen)
+			}
+		})
+	}
+}
+
+// TestRuntimePathNeedsTheRuntime: forcing the runtime path on a runtime
+// that cannot is refused by the plan, before anything is touched; a
+// snapshot made by the runtime path is refused by a runtime that cannot put
+// it back.
+func TestRuntimePathNeedsTheRuntime(t *testing.T) {
+	rt := runtimetest.New()
+	eng := &engine.Engine{Runtime: rt, GPUPath: engine.GPUPathRuntime}
+	a := gpuActor(t, rt, "g1")
+	dir := filepath.Join(t.TempDir(), "snap")
+	_, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "gpu-path") || !strings.Contains(err.Error(), "--cuda-checkpoint-path") {
+		t.Fatalf("the runtime path on a runtime without it: %v", err)
+	}
+	if sb, _ := rt.Sandbox("g1"); !slices.Equal(sb.CUDA, []string{"running", "running"}) || rt.Calls["Checkpoint"] != 0 {
+		t.Fatalf("the refused suspend touched the sandbox: %+v, %d checkpoints", sb, rt.Calls["Checkpoint"])
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatal("the refused suspend made its folder")
+	}
+	rt.Caps.CUDACheckpoint = true
+	if _, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	rt.Caps.CUDACheckpoint = false
+	m, _ := snapshot.Load(dir)
+	if _, err := eng.Compatible(context.Background(), a, m); err == nil || !strings.Contains(err.Error(), "runtime's own CUDA step") {
+		t.Fatalf("a runtime-path snapshot on a runtime without it: %v", err)
+	}
+	if _, err := engine.ParseGPUPath("sideways"); err == nil {
+		t.Fatal("an unknown GPU path was accepted")
+	}
+}
