@@ -237,6 +237,9 @@ func TestCheckpointOutOfSpaceKeepsActorRunning(t *testing.T) {
 	ctl := t.TempDir()
 	a := f.start("enospc", testactor.Options{FakeHelper: true, Ctl: ctl})
 	a.GPU = true
+	// The stand-in helper speaks the exec path's verbs, not the
+	// cuda-checkpoint commands runsc's own CUDA step runs.
+	f.eng.GPUPath = engine.GPUPathExec
 	inst, _ := instanceAndValue(f.incr(a.ID, 4))
 	// Let preflight pass so that the checkpoint itself runs out of space.
 	f.eng.FreeDisk = func(string) (uint64, error) { return 1 << 40, nil }
@@ -277,6 +280,7 @@ func TestHelperFailureRollsBack(t *testing.T) {
 	}
 	a := f.start("helperfail", testactor.Options{FakeHelper: true, Ctl: ctl})
 	a.GPU = true
+	f.eng.GPUPath = engine.GPUPathExec
 	inst, _ := instanceAndValue(f.incr(a.ID, 2))
 	dir := filepath.Join(t.TempDir(), "snap")
 	_, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})

@@ -72,8 +72,8 @@ func TestGPUPathFollowsTheRuntime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.GPU == nil || m.GPU.Path != c.wantPath {
-				t.Fatalf("manifest GPU %+v, want path %s", m.GPU, c.wantPath)
+			if m.GPU == nil || m.GPU.Path != c.wantPath || m.GPU.Processes != 2 {
+				t.Fatalf("manifest GPU %+v, want path %s and 2 CUDA processes", m.GPU, c.wantPath)
 			}
 			byRuntime := c.wantPath == snapshot.GPUPathRuntime
 			if (rt.LastCheckpoint.CUDACheckpointPath == bundle.HelperPath) != byRuntime || slices.Contains(seen, "gpu-suspend") == byRuntime {

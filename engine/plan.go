@@ -12,6 +12,7 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/cuda"
+	"github.com/stasis-run/stasis/cuda/helper"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/internal/units"
@@ -35,11 +36,14 @@ type Plan struct {
 	HostMemory uint64 `json:"hostMemoryBytes"`
 	// MemoryLimit is the sandbox's memory limit; 0 when it has none.
 	MemoryLimit uint64 `json:"memoryLimitBytes,omitempty"`
-	// GPUPath is how the GPU state would move (GPU actors).
-	GPUPath  GPUPath  `json:"gpuPath,omitempty"`
-	DiskFree uint64   `json:"diskFreeBytes"`
-	Checks   []Check  `json:"checks"`
-	Warnings []string `json:"warnings,omitempty"`
+	// GPUPath is how the GPU state would move (GPU actors), and
+	// CUDAProcesses how many CUDA processes the helper found for the
+	// runtime path to move.
+	GPUPath       GPUPath  `json:"gpuPath,omitempty"`
+	CUDAProcesses int      `json:"cudaProcesses,omitempty"`
+	DiskFree      uint64   `json:"diskFreeBytes"`
+	Checks        []Check  `json:"checks"`
+	Warnings      []string `json:"warnings,omitempty"`
 }
 
 // Check is one thing a suspend needs, and whether the node has it.
@@ -119,6 +123,15 @@ func (e *Engine) Plan(ctx context.Context, a Actor, dir string) (*Plan, error) {
 
 func (e *Engine) planGPU(ctx context.Context, p *Plan, a Actor, sandboxPID int) error {
 	err := e.helperPresent(ctx, a.ID)
+	if err == nil && p.GPUPath == GPUPathRuntime {
+		// The runtime will run the helper on every CUDA process itself
+		// and report nothing: ask the helper now which there are (the
+		// host sees one process, the sandbox's, for all of them).
+		var rep runtime.GPUReport
+		if rep, err = e.runHelper(ctx, a.ID, helper.Status, 0, ""); err == nil {
+			p.CUDAProcesses = len(rep.Processes)
+		}
+	}
 	p.check("helper", err == nil, "%s", okOr(err, "stasis-cuda runs inside the sandbox"))
 	if !p.Node.GPU.Available {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("no GPU facts on this node (%s): GPU memory, MIG and MPS were not checked", p.Node.GPU.Reason))

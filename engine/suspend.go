@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/stasis-run/stasis/bundle"
-	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
@@ -106,7 +105,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 		ExcludeZeroPages: e.ExcludeZeroPages && e.Runtime.Capabilities().ExcludeZeroPages}
 	if a.GPU {
 		manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: plan.Node.GPU.CUDADriverAPI, NvproxyABI: plan.Node.Runtime.GPUABI,
-			Processes: gpuProcesses(plan.GPUs), Devices: plan.GPUs, Path: string(plan.GPUPath)}
+			Processes: plan.CUDAProcesses, Devices: plan.GPUs, Path: string(plan.GPUPath)}
 		if plan.GPUPath == GPUPathRuntime {
 			// The runtime checkpoints every CUDA process itself inside the
 			// checkpoint step, and puts them back when that fails.
@@ -231,17 +230,6 @@ func (e *Engine) checkpointFlags() []string {
 		flags = append(flags, "--exclude-committed-zero-pages")
 	}
 	return flags
-}
-
-// gpuProcesses counts the processes holding device memory.
-func gpuProcesses(usage []gpu.Usage) int {
-	pids := map[int]bool{}
-	for _, u := range usage {
-		for _, pid := range u.PIDs {
-			pids[pid] = true
-		}
-	}
-	return len(pids)
 }
 
 func (e *Engine) runtimeInfo(checkpointFlags []string) snapshot.Runtime {
