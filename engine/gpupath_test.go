@@ -13,6 +13,7 @@ import (
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/cuda/helper"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/runtimetest"
 	"github.com/stasis-run/stasis/runtime"
@@ -43,12 +44,12 @@ func stepNames(obs *[]string) engine.Observer {
 	return engine.Observer{After: func(s engine.Step) { *obs = append(*obs, s.Name) }}
 }
 
-// TestGPUPathFollowsTheRuntime: on a runtime that checkpoints CUDA
-// processes itself the suspend hands it the helper and takes no GPU step
-// of its own, the manifest says so, and the resume hands the device map to
-// the helper through the restore's environment and waits for the runtime
-// to put the processes back; on a runtime without, the helper runs through
-// exec both ways.
+// TestGPUPathFollowsTheRuntime: with the runtime path the suspend hands
+// the runtime the helper and takes no GPU step of its own, the manifest
+// says so, and the resume hands the device map to the helper through the
+// restore's environment and waits for the runtime to put the processes
+// back; with the exec path (the default, also where the runtime could do
+// it) the helper runs through exec both ways.
 func TestGPUPathFollowsTheRuntime(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -56,9 +57,9 @@ func TestGPUPathFollowsTheRuntime(t *testing.T) {
 		path     engine.GPUPath
 		wantPath string
 	}{
-		{"auto, runtime can", true, engine.GPUPathAuto, snapshot.GPUPathRuntime},
-		{"auto, runtime cannot", false, engine.GPUPathAuto, snapshot.GPUPathExec},
-		{"exec forced", true, engine.GPUPathExec, snapshot.GPUPathExec},
+		{"runtime", true, engine.GPUPathRuntime, snapshot.GPUPathRuntime},
+		{"default, runtime can", true, "", snapshot.GPUPathExec},
+		{"exec", false, engine.GPUPathExec, snapshot.GPUPathExec},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rt := runtimetest.New()
@@ -128,5 +129,36 @@ func TestRuntimePathNeedsTheRuntime(t *testing.T) {
 	}
 	if _, err := engine.ParseGPUPath("sideways"); err == nil {
 		t.Fatal("an unknown GPU path was accepted")
+	}
+}
+
+// TestCorruptGPUSnapshotNeverRuns: a GPU actor's snapshot is hashed beside
+// its GPU step; a flipped byte fails the resume as corrupt and removes the
+// new sandbox.
+func TestCorruptGPUSnapshotNeverRuns(t *testing.T) {
+	rt := runtimetest.New()
+	eng := &engine.Engine{Runtime: rt}
+	a := gpuActor(t, rt, "g1")
+	dir := filepath.Join(t.TempDir(), "snap")
+	ctx := context.Background()
+	if _, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	pages := filepath.Join(dir, "image", "pages.img")
+	data, err := os.ReadFile(pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-1] ^= 1
+	if err := os.WriteFile(pages, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	err = eng.Resume(ctx, a, dir, engine.ResumeOptions{ID: "g2", Verify: engine.VerifyWhileRestoring, Observer: stepNames(&seen)})
+	if errdefs.Code(err) != "data_loss" || !slices.Contains(seen, "verify-blocks") || !slices.Contains(seen, "cleanup") {
+		t.Fatalf("resume of a corrupt GPU snapshot: %v, steps %v", err, seen)
+	}
+	if _, ok := rt.Sandbox("g2"); ok {
+		t.Fatal("the sandbox restored from a corrupt snapshot is still there")
 	}
 }

@@ -94,7 +94,7 @@ func (e *Engine) Plan(ctx context.Context, a Actor, dir string) (*Plan, error) {
 	}
 	if a.GPU {
 		path, err := e.gpuPath()
-		p.check("gpu-path", err == nil, "%s", okOr(err, fmt.Sprintf("GPU state moves by the %s path", orAuto(path))))
+		p.check("gpu-path", err == nil, "%s", okOr(err, fmt.Sprintf("GPU state moves by the %s path", path)))
 		p.GPUPath = path
 		if err := e.planGPU(ctx, p, a, st.PID); err != nil {
 			return nil, err
@@ -169,13 +169,6 @@ func (e *Engine) planGPU(ctx context.Context, p *Plan, a Actor, sandboxPID int) 
 	p.check("mps", len(mps) == 0, "%s", okOr(mpsError(mps), "no MPS daemon runs"))
 	p.Warnings = append(p.Warnings, "managed (UVM) and IPC-shared device memory cannot be seen from outside a process; the driver refuses to checkpoint them, and the suspend then rolls back")
 	return nil
-}
-
-func orAuto(p GPUPath) string {
-	if p == "" {
-		return "auto"
-	}
-	return string(p)
 }
 
 func mpsError(mps []procfs.Proc) error {

@@ -60,12 +60,18 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 			return err
 		}
 	}
-	// The hashing runs beside the restore; a mismatch cuts the restore
-	// short (its context is cancelled with the cause) and fails the resume.
+	// The hashing runs beside the restore, or, for a GPU actor, beside the
+	// GPU step, which is the long one (on the H200, hashing beside runsc's
+	// restore slowed the restore more than the hashing took); a mismatch
+	// cuts what runs short (its context is cancelled with the cause) and
+	// fails the resume.
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var hashed chan error
-	if opts.Pull == nil && opts.Verify == VerifyWhileRestoring {
+	startHash := func() {
+		if hashed != nil || opts.Pull != nil || opts.Verify != VerifyWhileRestoring {
+			return
+		}
 		hashed = make(chan error, 1)
 		go func() {
 			err := snapshot.VerifyContents(rctx, dir, m)
@@ -75,6 +81,9 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 			hashed <- err
 		}()
 	}
+	if m.Scope != snapshot.ScopeFull || !a.GPU {
+		startHash()
+	}
 	defer func() {
 		if err != nil {
 			if hashed != nil {
@@ -83,15 +92,13 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 			}
 			cctx, cancel := e.cleanupContext(ctx)
 			defer cancel()
-			_ = o.step("cleanup", func() (string, error) {
-				return "the new sandbox was removed; the snapshot is as it was", e.Runtime.Delete(cctx, id)
-			})
+			_ = o.undo("cleanup", func() (string, error) { return "the new sandbox was removed; the snapshot is as it was", e.Runtime.Delete(cctx, id) })
 		}
 	}()
 	if m.Scope == snapshot.ScopeData {
 		err = e.resumeData(rctx, o, a, id, dir, m)
 	} else {
-		err = e.resumeFull(rctx, o, a, id, dir, m, opts)
+		err = e.resumeFull(rctx, o, a, id, dir, m, opts, startHash)
 	}
 	// The sandbox is not reported ready, nor probed, before its snapshot
 	// is proven whole; a restore cut short by a mismatch reports it.
@@ -167,7 +174,9 @@ func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error 
 	return o.step("probe", func() (string, error) { return e.probe(ctx, id, p) })
 }
 
-func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest, opts ResumeOptions) error {
+// resumeFull restores the image and puts the GPU state back; afterRestore
+// runs between the two.
+func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest, opts ResumeOptions, afterRestore func()) error {
 	byRuntime := a.GPU && m.GPU != nil && m.GPU.Path == snapshot.GPUPathRuntime
 	ro := runtime.RestoreOptions{
 		ImageDir: filepath.Join(dir, imageDir), Bundle: a.Bundle, Background: !e.EagerRestore,
@@ -182,6 +191,7 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 	if err != nil {
 		return err
 	}
+	afterRestore()
 	if h, ok := e.Runtime.(runtime.DeviceHolder); ok {
 		if err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
 			return err

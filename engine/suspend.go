@@ -163,7 +163,14 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 // container. They are two steps because the second can take a while: runsc
 // delete waits until the host's init has reaped the dead sandbox.
 func (e *Engine) stop(ctx context.Context, o op, id string) error {
-	if err := o.step("stop", func() (string, error) { return "sandbox gone, GPU and memory freed", e.Runtime.Stop(ctx, id) }); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	err := o.step("stop", func() (string, error) {
+		err := e.Runtime.Stop(ctx, id)
+		if errors.Is(err, runtime.ErrNotFound) {
+			return "the sandbox was gone already", nil
+		}
+		return "sandbox gone, GPU and memory freed", err
+	})
+	if err != nil {
 		return err
 	}
 	return o.step("delete", func() (string, error) { return "", e.Runtime.Delete(ctx, id) })

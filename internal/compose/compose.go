@@ -57,7 +57,7 @@ func (o *Options) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Runsc.Platform, "platform", DefaultPlatform, "runsc platform")
 	fs.StringVar(&o.Runsc.Network, "network", "", "runsc network: sandbox, host or none (default: runsc's)")
 	fs.StringVar(&o.Runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
-	fs.StringVar(&o.GPUPath, "gpu-path", "auto", "how a GPU suspend moves device memory: runtime (runsc --cuda-checkpoint-path runs stasis-cuda), exec (stasis-cuda run through runsc exec) or auto (runtime where runsc has it)")
+	fs.StringVar(&o.GPUPath, "gpu-path", "exec", "how a GPU suspend moves device memory: exec (stasis-cuda run through runsc exec; the faster, measured) or runtime (runsc --cuda-checkpoint-path runs stasis-cuda itself)")
 	fs.BoolVar(&o.DirectIO, "direct-io", false, "write and read checkpoint images around the page cache where runsc can (--direct)")
 	fs.BoolVar(&o.ExcludeZeroPages, "exclude-zero-pages", false, "leave committed zero pages out of checkpoint images where runsc can")
 	fs.BoolVar(&o.CUDASequential, "cuda-sequential", false, "with the runtime GPU path, checkpoint and restore CUDA processes one at a time")
