@@ -92,7 +92,9 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 			}
 			cctx, cancel := e.cleanupContext(ctx)
 			defer cancel()
-			_ = o.undo("cleanup", func() (string, error) { return "the new sandbox was removed; the snapshot is as it was", e.Runtime.Delete(cctx, id) })
+			_ = o.undo("cleanup", func() (string, error) {
+				return "the new sandbox was removed; the snapshot is as it was", e.Runtime.Delete(cctx, id)
+			})
 		}
 	}()
 	if m.Scope == snapshot.ScopeData {

@@ -22,4 +22,4 @@ elif [[ -n "${1:-}" ]]; then
 	echo "usage: $0 [--reference]" >&2
 	exit 2
 fi
-go_install_pinned runsc gvisor.dev/gvisor/runsc "${GVISOR_VERSION:-$version}" "about a minute on 2 cores"
+go_install_pinned runsc gvisor.dev/gvisor/runsc "${GVISOR_VERSION:-$version}" "about 2 minutes on 2 cores with a cold build cache"

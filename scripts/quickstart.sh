@@ -6,7 +6,8 @@
 # and walks a demo actor through run, suspend and resume through it. With an
 # NVIDIA GPU and PyTorch on the machine, a GPU demo actor follows. stasisd
 # keeps running afterwards; its log is /var/lib/stasis/stasisd.log. Needs
-# root and Go 1.26+. Arguments go to `stasis demo` (for example --json);
+# root and Go 1.26+; about 4 minutes on 2 cores the first time (runsc and
+# stasis are built from source), seconds afterwards. Arguments go to `stasis demo` (for example --json);
 # STASISD_FLAGS adds stasisd flags (for example --nvproxy-driver-version).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ if ! bin/stasis actor ps --socket "$socket" >/dev/null 2>&1; then
 	mkdir -p "$data"
 	# stasisd finds bin/stasis-cuda next to itself for GPU actors.
 	# shellcheck disable=SC2086
-	nohup bin/stasisd --data "$data" --socket "$socket" ${STASISD_FLAGS:-} >>"$data/stasisd.log" 2>&1 &
+	nohup bin/stasisd --data "$data" --socket "$socket" --log-file "$data/stasisd.log" ${STASISD_FLAGS:-} >/dev/null 2>>"$data/stasisd.log" &
 	echo "started stasisd (pid $!, log $data/stasisd.log; stop it with: kill $!)"
 	for _ in $(seq 100); do
 		bin/stasis actor ps --socket "$socket" >/dev/null 2>&1 && break

@@ -36,3 +36,7 @@ go test -count=1 -timeout 45m "$@" ./...
 reference=/usr/local/lib/stasis/runsc-reference/bin
 echo "== go test on the reference runsc $(cat /usr/local/lib/stasis/runsc-reference/share/stasis/runsc.version)"
 PATH="$reference:$PATH" go test -count=1 -timeout 45m "$@" ./runtime/gvisor ./engine ./service ./cmd/stasisd
+# The Debian package: built, installed with dpkg, its unit's command line
+# serving the API and a demo actor through the packaged runsc.
+echo "== the Debian package"
+scripts/check-deb.sh

@@ -163,9 +163,16 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 			log.Warn("the store has a damaged index: snapshots that need its chunks are refused, and gc will not run until it is fixed", "object", d.Object, "reason", d.Reason)
 		}
 	}
-	rt := eng.Runtime.(interface{ NvproxyNotice() string })
-	if n := rt.NvproxyNotice(); n != "" {
-		log.Warn(n)
+	runsc, _ := eng.Runtime.(interface {
+		NvproxyNotice() string
+		Path() string
+	})
+	runscPath := ""
+	if runsc != nil {
+		runscPath = runsc.Path()
+		if n := runsc.NvproxyNotice(); n != "" {
+			log.Warn(n)
+		}
 	}
 	svc, err := service.New(ctx, service.Config{
 		DataDir:   o.DataDir,
@@ -205,7 +212,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	log.Info("stasisd serving", "socket", o.Socket, "data", o.DataDir, "runscRoot", o.RunscRoot(), "store", storeLocation(repo), "hostPaths", policy.Paths, "version", buildinfo.Version())
+	log.Info("stasisd serving", "socket", o.Socket, "data", o.DataDir, "runsc", runscPath, "runtime", eng.Runtime.Info(), "runscRoot", o.RunscRoot(), "store", storeLocation(repo), "hostPaths", policy.Paths, "version", buildinfo.Version())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

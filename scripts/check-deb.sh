@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The Debian package's check (run by scripts/test.sh): builds the package,
+# installs it with dpkg, checks the installed systemd unit with
+# systemd-analyze verify, starts stasisd with the unit's ExecStart command
+# line (these machines run no systemd), and through the
+# installed stasis checks that the API answers and that a demo actor, in a
+# sandbox of the packaged runsc, is suspended and resumed. stasisd is then
+# stopped with SIGTERM, as systemd stops it, and must exit cleanly.
+#
+# The daemon runs in a private mount namespace with empty /run/stasis and
+# /var/lib/stasis, so that a stasisd already serving on this machine (the
+# quick start's) is neither seen nor touched. A package that was not
+# installed before is purged afterwards. Needs root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $(id -u) -eq 0 ]] || { echo "scripts/check-deb.sh: dpkg -i needs root (run with sudo)" >&2; exit 1; }
+
+deb=$(scripts/build-deb.sh | tail -1)
+was_installed=$(dpkg-query -W -f='${Status}' stasis 2>/dev/null || true)
+work=$(mktemp -d)
+cleanup() {
+	if [[ "$was_installed" != "install ok installed" ]]; then
+		dpkg --purge stasis >/dev/null 2>&1 || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "== dpkg -i $deb"
+dpkg -i "$deb"
+[[ "$(dpkg-query -W -f='${Status}' stasis)" == "install ok installed" ]] || { echo "check-deb: dpkg does not list stasis as installed" >&2; exit 1; }
+/usr/bin/stasis --version
+/usr/bin/stasisd --version
+/usr/bin/stasis-cuda --version 2>&1 | sed -n 1p
+runsc_version=$(cat /usr/lib/stasis/share/stasis/runsc.version)
+echo "packaged runsc $runsc_version"
+
+unit=/usr/lib/systemd/system/stasisd.service
+# systemd's own check of the unit (directives, the ExecStart binary).
+if ! command -v systemd-analyze >/dev/null; then
+	apt-get update -qq && apt-get install -y -qq systemd >/dev/null
+fi
+echo "== systemd-analyze verify $unit"
+systemd-analyze verify "$unit"
+exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+[[ -n "$exec_start" ]] || { echo "check-deb: $unit has no ExecStart" >&2; exit 1; }
+echo "== the unit's command line: $exec_start"
+
+# The rest runs in the private mount namespace; the variables go in as
+# arguments.
+mkdir -p /run/stasis /var/lib/stasis
+unshare --mount --propagation private bash -euo pipefail -c '
+	exec_start=$1 log=$2/stasisd.log report=$2/demo.json
+	# What the unit'"'"'s RuntimeDirectory= and StateDirectory= make.
+	mount -t tmpfs -o mode=0755 stasis-run /run/stasis
+	mount -t tmpfs -o mode=0700 stasis-state /var/lib/stasis
+	read -ra cmdline <<<"$exec_start"
+	"${cmdline[@]}" 2>"$log" &
+	daemon=$!
+	socket=/run/stasis/stasisd.sock
+	for _ in $(seq 300); do
+		/usr/bin/stasis actor ps --socket "$socket" --json >/dev/null 2>&1 && break
+		kill -0 "$daemon" 2>/dev/null || { echo "check-deb: stasisd exited before serving:" >&2; cat "$log" >&2; exit 1; }
+		sleep 0.1
+	done
+	echo "API answers on $socket: actors $(/usr/bin/stasis actor ps --socket "$socket" --json)"
+	grep -q "\"msg\":\"stasisd serving\".*\"runsc\":\"/usr/lib/stasis/bin/runsc\"" "$log" || { echo "check-deb: stasisd does not run the packaged runsc:" >&2; cat "$log" >&2; exit 1; }
+	if ! /usr/bin/stasis demo --json --socket "$socket" >"$report" 2>"$2/demo.err"; then
+		echo "check-deb: the demo failed:" >&2
+		tail -5 "$2/demo.err" >&2
+		echo "stasisd said:" >&2
+		tail -20 "$log" >&2
+		kill "$daemon"
+		exit 1
+	fi
+	tr -d " \n" <"$report" | grep -q "\"statePreserved\":true" || { echo "check-deb: the demo actor lost its state:" >&2; cat "$report" >&2; exit 1; }
+	echo "demo actor suspended and resumed with its state: $(tr -d " \n" <"$report")"
+	kill -TERM "$daemon"
+	if ! wait "$daemon"; then
+		echo "check-deb: stasisd did not exit cleanly on SIGTERM:" >&2
+		tail -20 "$log" >&2
+		exit 1
+	fi
+	grep -q "stasisd stopped" "$log"
+	echo "stasisd stopped on SIGTERM"
+' check-deb "$exec_start" "$work"
+echo "== the package installs and its unit serves the API"
