@@ -221,3 +221,46 @@ func TestGPUSeedFailure(t *testing.T) {
 		_ = g.rt.Delete(ctx, id)
 	}
 }
+
+// TestGPUZeroPages: an actor holding STASIS_ZERO_GIB (default 4) GiB of
+// patterned device memory and as much again of zeroed device memory (a
+// preallocated cache) is suspended and resumed with committed zero pages
+// kept in the image and left out of it (runsc's
+// --exclude-committed-zero-pages, the default), twice each; after every
+// resume the pattern and the zeros are checked.
+func TestGPUZeroPages(t *testing.T) {
+	g := newGPUEnv(t)
+	ctx := context.Background()
+	gib := getenv("STASIS_ZERO_GIB", "4")
+	a := g.startActorArgs("zero-pages", []string{"/usr/bin/env", "HOLDER_ZERO_GIB=" + gib, g.python, "/stasis-scripts/holder_server.py", gib})
+	g.mustAsk(a.ID, "info")
+	if !g.rt.Capabilities().ExcludeZeroPages {
+		t.Fatalf("runsc %s cannot leave zero pages out", g.rt.Info().Version)
+	}
+	for cycle, keep := range []bool{true, false, true, false} {
+		eng := *g.eng
+		eng.KeepZeroPages = keep
+		dir := filepath.Join(g.work, fmt.Sprintf("zero-pages-%d", cycle))
+		g.takeEvents()
+		start := time.Now()
+		m, err := eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
+		suspend := time.Since(start)
+		if err != nil {
+			t.Fatalf("cycle %d suspend: %v", cycle, err)
+		}
+		suspendSteps := steps(g.takeEvents())
+		start = time.Now()
+		if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
+			t.Fatalf("cycle %d resume: %v", cycle, err)
+		}
+		resume := time.Since(start)
+		verify, err := g.ask(a.ID, "verify")
+		if err != nil || !strings.HasPrefix(verify, "OK") {
+			t.Fatalf("cycle %d: data after resume: %q %v", cycle, verify, err)
+		}
+		g.record("zero-pages", map[string]any{"gib": gib, "zeroGib": gib, "cycle": cycle + 1, "keepZeroPages": keep, "flags": m.Runtime.CheckpointFlags,
+			"suspendS": suspend.Seconds(), "resumeS": resume.Seconds(), "imageBytes": m.Size(), "check": verify,
+			"suspendSteps": suspendSteps, "resumeSteps": steps(g.takeEvents())})
+		os.RemoveAll(dir)
+	}
+}

@@ -102,7 +102,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 
 	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo(e.checkpointFlags()), Node: &plan.Node}
 	cp := runtime.CheckpointOptions{ImageDir: filepath.Join(dir, imageDir), LeaveRunning: true, Direct: e.DirectIO && e.Runtime.Capabilities().Direct,
-		ExcludeZeroPages: e.ExcludeZeroPages && e.Runtime.Capabilities().ExcludeZeroPages}
+		ExcludeZeroPages: !e.KeepZeroPages && e.Runtime.Capabilities().ExcludeZeroPages}
 	if a.GPU {
 		manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: plan.Node.GPU.CUDADriverAPI, NvproxyABI: plan.Node.Runtime.GPUABI,
 			Processes: plan.CUDAProcesses, Devices: plan.GPUs, Path: string(plan.GPUPath)}
@@ -233,7 +233,7 @@ func (e *Engine) checkpointFlags() []string {
 	if e.DirectIO && caps.Direct {
 		flags = append(flags, "--direct")
 	}
-	if e.ExcludeZeroPages && caps.ExcludeZeroPages {
+	if !e.KeepZeroPages && caps.ExcludeZeroPages {
 		flags = append(flags, "--exclude-committed-zero-pages")
 	}
 	return flags

@@ -3,9 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -24,13 +22,7 @@ import (
 //
 //	go test -run '^$' -bench ResumeVerification -benchtime 5x ./engine
 func BenchmarkResumeVerification(b *testing.B) {
-	mib := 1024
-	if v := os.Getenv("STASIS_BENCH_MIB"); v != "" {
-		var err error
-		if mib, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	mib := getenvInt(b, "STASIS_BENCH_MIB", 1024)
 	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: testactor.RunscRoot(b), Network: "none"})
 	if err != nil {
 		b.Fatal(err)

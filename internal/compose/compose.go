@@ -41,7 +41,8 @@ type Options struct {
 	KernelPolicy string
 	Runsc        gvisor.Config
 	// GPUPath, DirectIO, ExcludeZeroPages and CUDASequential tune the
-	// engine (engine.Engine's fields of those names).
+	// engine (engine.Engine's fields of those names; ExcludeZeroPages is
+	// the opposite of its KeepZeroPages).
 	GPUPath                                    string
 	DirectIO, ExcludeZeroPages, CUDASequential bool
 }
@@ -59,7 +60,7 @@ func (o *Options) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Runsc.NvproxyDriverVersion, "nvproxy-driver-version", "", "driver ABI for GPU sandboxes when runsc does not know the host's driver")
 	fs.StringVar(&o.GPUPath, "gpu-path", "exec", "how a GPU suspend moves device memory: exec (stasis-cuda run through runsc exec; the faster, measured) or runtime (runsc --cuda-checkpoint-path runs stasis-cuda itself)")
 	fs.BoolVar(&o.DirectIO, "direct-io", false, "write and read checkpoint images around the page cache where runsc can (--direct)")
-	fs.BoolVar(&o.ExcludeZeroPages, "exclude-zero-pages", false, "leave committed zero pages out of checkpoint images where runsc can")
+	fs.BoolVar(&o.ExcludeZeroPages, "exclude-zero-pages", true, "leave committed zero pages out of checkpoint images where runsc can (--exclude-zero-pages=false writes them)")
 	fs.BoolVar(&o.CUDASequential, "cuda-sequential", false, "with the runtime GPU path, checkpoint and restore CUDA processes one at a time")
 }
 
@@ -127,7 +128,7 @@ func (o Options) Engine(ctx context.Context) (*engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &engine.Engine{Runtime: rt, GPU: GPU(), Policy: policy, GPUPath: path, DirectIO: o.DirectIO, ExcludeZeroPages: o.ExcludeZeroPages, CUDASequential: o.CUDASequential}, nil
+	return &engine.Engine{Runtime: rt, GPU: GPU(), Policy: policy, GPUPath: path, DirectIO: o.DirectIO, KeepZeroPages: !o.ExcludeZeroPages, CUDASequential: o.CUDASequential}, nil
 }
 
 // Lock names the locks of the two folders stasisd owns: its data folder

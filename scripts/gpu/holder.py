@@ -31,9 +31,17 @@ def fill(gib):
     return data
 
 
-def verify(data):
-    """"OK <seconds>" when every element still holds the pattern and a matrix
-    product runs, else "MISMATCH <first bad chunk> kernel_ok=<bool>"."""
+def zeros(gib):
+    """Allocates gib GiB of zeroed device memory (a preallocated cache)."""
+    data = torch.zeros(int(gib * (1 << 30)) // 8, dtype=torch.int64, device="cuda")
+    torch.cuda.synchronize()
+    return data
+
+
+def verify(data, zero=None):
+    """"OK <seconds>" when every element still holds the pattern, every
+    element of zero (when given) is still 0 and a matrix product runs, else
+    "MISMATCH <first bad chunk> kernel_ok=<bool>" (chunk -2: the zeros)."""
     t0 = time.monotonic()
     n = data.numel()
     bad = -1
@@ -42,10 +50,12 @@ def verify(data):
         if not torch.equal(data[start:end], pattern(start, end, "cuda")):
             bad = start
             break
+    if bad < 0 and zero is not None and int(torch.count_nonzero(zero)) != 0:
+        bad = -2
     a = torch.ones(1024, 1024, device="cuda")
     ok_kernel = float((a @ a)[0, 0]) == 1024.0
     torch.cuda.synchronize()
-    if bad >= 0 or not ok_kernel:
+    if bad != -1 or not ok_kernel:
         return f"MISMATCH {bad} kernel_ok={ok_kernel}"
     return f"OK {time.monotonic() - t0:.3f}"
 

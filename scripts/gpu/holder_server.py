@@ -5,6 +5,7 @@ pattern and answers on a unix socket, one command a connection:
   verify  -> "OK <seconds>" when every byte still holds the pattern and a
              kernel runs, else "MISMATCH ..."
 Usage: holder_server.py GIB [SOCKET]   (default socket /tmp/holder.sock)
+HOLDER_ZERO_GIB=N also holds N GiB of zeroed device memory, checked by verify.
 """
 import os
 import socket
@@ -13,12 +14,14 @@ import time
 
 import torch
 
-from holder import fill, verify
+from holder import fill, verify, zeros
 
 
 def main():
     path = sys.argv[2] if len(sys.argv) > 2 else "/tmp/holder.sock"
     data = fill(float(sys.argv[1]))
+    zero_gib = float(os.environ.get("HOLDER_ZERO_GIB", "0"))
+    zero = zeros(zero_gib) if zero_gib > 0 else None
     n = data.numel()
     # Bind under a temporary name and rename, so the socket appears ready.
     tmp = path + ".new"
@@ -39,7 +42,7 @@ def main():
                 ok = float(x.sum()) == 256.0
                 reply = f"OK {time.monotonic() - t0:.4f}" if ok else "MISMATCH touch"
             elif cmd == "verify":
-                reply = verify(data)
+                reply = verify(data, zero)
             else:
                 reply = f"ERROR unknown command {cmd!r}"
             conn.sendall((reply + "\n").encode())
