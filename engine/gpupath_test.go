@@ -162,3 +162,40 @@ func TestCorruptGPUSnapshotNeverRuns(t *testing.T) {
 		t.Fatal("the sandbox restored from a corrupt snapshot is still there")
 	}
 }
+
+// TestImageOptionsFollowTheRuntime: committed zero pages are left out of
+// the image by default where the runtime can, kept with KeepZeroPages, and
+// --direct is used only when asked for; the manifest records the flags the
+// checkpoint got.
+func TestImageOptionsFollowTheRuntime(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		caps          runtime.Capabilities
+		keep, direct  bool
+		wantExclude   bool
+		wantDirect    bool
+		wantInRecords []string
+	}{
+		{"default, runtime can", runtime.Capabilities{ExcludeZeroPages: true, Direct: true}, false, false, true, false, []string{"--leave-running", "--exclude-committed-zero-pages"}},
+		{"zero pages kept", runtime.Capabilities{ExcludeZeroPages: true, Direct: true}, true, false, false, false, []string{"--leave-running"}},
+		{"runtime cannot", runtime.Capabilities{}, false, true, false, false, []string{"--leave-running"}},
+		{"direct asked for", runtime.Capabilities{ExcludeZeroPages: true, Direct: true}, false, true, true, true, []string{"--leave-running", "--direct", "--exclude-committed-zero-pages"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rt := runtimetest.New()
+			rt.Caps = c.caps
+			eng := &engine.Engine{Runtime: rt, KeepZeroPages: c.keep, DirectIO: c.direct}
+			a := gpuActor(t, rt, "g1")
+			m, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Dir: filepath.Join(t.TempDir(), "snap")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rt.LastCheckpoint; got.ExcludeZeroPages != c.wantExclude || got.Direct != c.wantDirect {
+				t.Fatalf("checkpoint options %+v, want zero pages left out %v, direct %v", got, c.wantExclude, c.wantDirect)
+			}
+			if !slices.Equal(m.Runtime.CheckpointFlags, c.wantInRecords) {
+				t.Fatalf("manifest records checkpoint flags %q, want %q", m.Runtime.CheckpointFlags, c.wantInRecords)
+			}
+		})
+	}
+}
