@@ -11,9 +11,8 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/testdisk"
 )
 
 func open(t *testing.T, path string) *Journal {
@@ -309,14 +308,8 @@ func TestEndsAnOperationOnAFullDisk(t *testing.T) {
 // its write-ahead log truncated, and the filesystem filled to the last
 // block by the file it returns.
 func fullDisk(t *testing.T, reserve int64) (*Journal, string) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts a small tmpfs and needs root")
-	}
 	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=8m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	testdisk.Tmpfs(t, dir, "8m")
 	ctx := context.Background()
 	j, err := Open(ctx, filepath.Join(dir, "journal.db"), Options{Reserve: reserve})
 	if err != nil {
@@ -333,18 +326,6 @@ func fullDisk(t *testing.T, reserve int64) (*Journal, string) {
 		t.Fatal(err)
 	}
 	fill := filepath.Join(dir, "filler")
-	f, err := os.Create(fill)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, size := range []int{1 << 20, 4 << 10, 1} {
-		chunk := make([]byte, size)
-		for {
-			if _, err := f.Write(chunk); err != nil {
-				break
-			}
-		}
-	}
+	testdisk.Fill(t, fill)
 	return j, fill
 }

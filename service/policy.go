@@ -145,6 +145,7 @@ func (p HostPolicy) describe() string {
 // checkSpec refuses a bundle's spec that gives the sandbox more of the host
 // than the policy allows: its root, every bind mount, any device or hook.
 func (p HostPolicy) checkSpec(spec *specs.Spec, bundleDir string) error {
+	//lint:ignore SA1019 Prestart is deprecated in the spec, but runtimes still run it: a bundle with one is refused like any hook
 	if h := spec.Hooks; h != nil && (len(h.Prestart) > 0 || len(h.CreateRuntime) > 0 || len(h.CreateContainer) > 0 || len(h.StartContainer) > 0 || len(h.Poststart) > 0 || len(h.Poststop) > 0) {
 		return fmt.Errorf("%w: the bundle %s has OCI hooks, which run on the host; remove them", ErrForbidden, bundleDir)
 	}

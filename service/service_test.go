@@ -589,6 +589,7 @@ func TestHostPolicy(t *testing.T) {
 		"bind of /":           {api.Template{Bundle: e.bundle(bindOf("/", "ro"))}, "host's root"},
 		"the data folder":     {api.Template{Bundle: e.bundle(bindOf(e.cfg.DataDir, "ro"))}, "data folder"},
 		"hooks": {api.Template{Bundle: e.bundle(func(s *specs.Spec) {
+			//lint:ignore SA1019 the deprecated hook still runs, so it is the one a hostile bundle would use
 			s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: "/bin/sh"}}}
 		})}, "OCI hooks"},
 		"devices": {api.Template{Bundle: e.bundle(func(s *specs.Spec) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"time"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // permanentError marks an error that a retry cannot fix.
@@ -23,7 +25,8 @@ func IsPermanent(err error) bool {
 }
 
 // retrying is a Backend that retries failed calls with exponential backoff,
-// except those that cannot succeed: a missing object, a permanent error, a
+// except those that cannot succeed: a permanent error, one with a category
+// other than unavailable (a missing object, an invalid key: errdefs), a
 // cancelled context, or a Put whose reader cannot be rewound.
 type retrying struct {
 	Backend
@@ -41,7 +44,7 @@ func (r *retrying) do(ctx context.Context, fn func() error) error {
 	wait := r.base
 	var err error
 	for attempt := 1; ; attempt++ {
-		if err = fn(); err == nil || attempt >= r.attempts || errors.Is(err, ErrNotExist) || IsPermanent(err) || ctx.Err() != nil {
+		if err = fn(); err == nil || attempt >= r.attempts || !transient(err) || ctx.Err() != nil {
 			return err
 		}
 		select {
@@ -51,6 +54,13 @@ func (r *retrying) do(ctx context.Context, fn func() error) error {
 		}
 		wait *= 4
 	}
+}
+
+// transient tells whether another try may succeed: the error has no
+// category (a network failure, an I/O error) or says the service is
+// unavailable, and is not marked Permanent.
+func transient(err error) bool {
+	return !IsPermanent(err) && (errdefs.Of(err) == errdefs.Internal || errors.Is(err, errdefs.ErrUnavailable))
 }
 
 func (r *retrying) Put(ctx context.Context, key string, rd io.Reader, size int64) error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/backendtest"
 	"github.com/stasis-run/stasis/store/local"
 )
 
@@ -55,4 +56,59 @@ func TestRetryRewindsAndGivesUpOnPermanentErrors(t *testing.T) {
 	if _, err := r.Size(ctx, "missing"); !errors.Is(err, store.ErrNotExist) {
 		t.Errorf("size of a missing key: %v", err)
 	}
+}
+
+// unreliable fails the first try of every call with a transient error and
+// then delegates, so the retry wrapper over it must behave as the backend.
+type unreliable struct {
+	store.Backend
+	tries map[string]int
+}
+
+func (u *unreliable) fail(call, key string) error {
+	u.tries[call+" "+key]++
+	if u.tries[call+" "+key]%2 == 1 {
+		return errors.New("connection reset by peer")
+	}
+	return nil
+}
+
+func (u *unreliable) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := u.fail("put", key); err != nil {
+		return err
+	}
+	return u.Backend.Put(ctx, key, r, size)
+}
+
+func (u *unreliable) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if err := u.fail("get", key); err != nil {
+		return nil, err
+	}
+	return u.Backend.Get(ctx, key, offset, length)
+}
+
+func (u *unreliable) Size(ctx context.Context, key string) (int64, error) {
+	if err := u.fail("size", key); err != nil {
+		return 0, err
+	}
+	return u.Backend.Size(ctx, key)
+}
+
+func (u *unreliable) Delete(ctx context.Context, key string) error {
+	if err := u.fail("delete", key); err != nil {
+		return err
+	}
+	return u.Backend.Delete(ctx, key)
+}
+
+// TestRetryConformance runs the backend suite on the retry wrapper over a
+// backend whose every call fails once before it works.
+func TestRetryConformance(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) store.Backend {
+		be, err := local.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store.WithRetry(&unreliable{Backend: be, tries: map[string]int{}}, 3, time.Millisecond)
+	})
 }

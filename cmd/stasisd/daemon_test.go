@@ -22,29 +22,34 @@ import (
 // These tests start the real stasisd binary on a fresh data folder and drive
 // real runsc sandboxes through its API: they need root and runsc.
 
-var built struct {
-	once sync.Once
-	bin  string
-	err  error
+// program is a command of this module, built once for all the tests that
+// run it.
+type program struct {
+	name, pkg string
+	once      sync.Once
+	bin       string
+	err       error
 }
 
-func stasisdBinary(t *testing.T) string {
+var stasisd, stasisCLI = &program{name: "stasisd", pkg: "."}, &program{name: "stasis", pkg: "../stasis"}
+
+func (p *program) path(t *testing.T) string {
 	t.Helper()
-	built.once.Do(func() {
-		dir, err := os.MkdirTemp("", "stasisd-test-")
+	p.once.Do(func() {
+		dir, err := os.MkdirTemp("", p.name+"-test-")
 		if err != nil {
-			built.err = err
+			p.err = err
 			return
 		}
-		built.bin = filepath.Join(dir, "stasisd")
-		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
-			built.err = errors.New(string(out))
+		p.bin = filepath.Join(dir, p.name)
+		if out, err := exec.Command("go", "build", "-o", p.bin, p.pkg).CombinedOutput(); err != nil {
+			p.err = errors.New(string(out))
 		}
 	})
-	if built.err != nil {
-		t.Fatalf("build stasisd: %v", built.err)
+	if p.err != nil {
+		t.Fatalf("build %s: %v", p.name, p.err)
 	}
-	return built.bin
+	return p.bin
 }
 
 type daemon struct {
@@ -95,7 +100,7 @@ func (d *daemon) logText() string {
 func (d *daemon) command(failpoint string) *exec.Cmd {
 	// The test actors' bundles are made under the temporary folder.
 	args := append([]string{"--data", d.data, "--socket", d.socket, "--network", "none", "--log-format", "text", "--host-path", os.TempDir()}, d.extra...)
-	cmd := exec.Command(stasisdBinary(d.t), args...)
+	cmd := exec.Command(stasisd.path(d.t), args...)
 	cmd.Env = append(os.Environ(), "STASIS_FAILPOINT="+failpoint)
 	return cmd
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/testdisk"
 )
 
 // These tests are the faults and attacks of "Keep the promise" (the fault
@@ -43,12 +44,12 @@ func TestSecondDaemonIsRefused(t *testing.T) {
 		{"--data", d.data, "--socket", filepath.Join(t.TempDir(), "s")},
 		{"--data", t.TempDir(), "--runsc-root", filepath.Join(d.data, "runsc"), "--socket", filepath.Join(t.TempDir(), "s")},
 	} {
-		out, err := exec.Command(stasisdBinary(t), args...).CombinedOutput()
+		out, err := exec.Command(stasisd.path(t), args...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "stasisd (pid ") {
 			t.Fatalf("a second stasisd %v: %v\n%s", args, err, out)
 		}
 	}
-	cli := buildCLI(t)
+	cli := stasisCLI.path(t)
 	out, err := exec.Command(cli, "suspend", "a1", "--bundle", filepath.Join(d.data, "actors", "a1", "bundle"), "--snapshot", filepath.Join(t.TempDir(), "s"),
 		"--data", d.data).CombinedOutput()
 	if code := exitCode(err); code != 6 || !strings.Contains(string(out), "belongs to stasisd (pid ") || !strings.Contains(string(out), "stasis actor") {
@@ -57,31 +58,6 @@ func TestSecondDaemonIsRefused(t *testing.T) {
 	if a := d.op("Suspend", "a1"); a.State != api.Suspended {
 		t.Fatalf("the first daemon's suspend: %+v", a)
 	}
-}
-
-var cli struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
-func buildCLI(t *testing.T) string {
-	t.Helper()
-	cli.once.Do(func() {
-		dir, err := os.MkdirTemp("", "stasis-cli-")
-		if err != nil {
-			cli.err = err
-			return
-		}
-		cli.bin = filepath.Join(dir, "stasis")
-		if out, err := exec.Command("go", "build", "-o", cli.bin, "../stasis").CombinedOutput(); err != nil {
-			cli.err = errors.New(string(out))
-		}
-	})
-	if cli.err != nil {
-		t.Fatalf("build stasis: %v", cli.err)
-	}
-	return cli.bin
 }
 
 func exitCode(err error) int {
@@ -194,10 +170,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // the actor runs on, RUNNING, and rm is not answered busy.
 func TestFullDiskDoesNotStrandTheActor(t *testing.T) {
 	d := newDaemon(t)
-	if err := unix.Mount("tmpfs", d.data, "tmpfs", 0, "size=96m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(d.data, unix.MNT_DETACH) })
+	testdisk.Tmpfs(t, d.data, "96m")
 	d.start("")
 	d.template("counter", nil)
 	d.run("counter", "a1")
@@ -210,7 +183,7 @@ func TestFullDiskDoesNotStrandTheActor(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	fill(t, filepath.Join(d.data, "filler"))
+	testdisk.Fill(t, filepath.Join(d.data, "filler"))
 	_, err = d.api.Pause(context.Background(), api.OpRequest{ID: "a1"})
 	if err == nil || !strings.Contains(err.Error(), "disk") {
 		t.Fatalf("pause onto a full disk: %v", err)
@@ -227,24 +200,6 @@ func TestFullDiskDoesNotStrandTheActor(t *testing.T) {
 	}
 	if _, err := d.api.Delete(context.Background(), api.DeleteRequest{ID: "a1"}); err != nil {
 		t.Fatalf("rm after the disk was full: %v", err)
-	}
-}
-
-// fill writes path until its filesystem has no block left.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, size := range []int{1 << 20, 4 << 10, 1} {
-		chunk := make([]byte, size)
-		for {
-			if _, err := f.Write(chunk); err != nil {
-				break
-			}
-		}
 	}
 }
 
@@ -456,7 +411,7 @@ func TestSocketPathIsNeverAFile(t *testing.T) {
 	if err := os.WriteFile(precious, []byte("keep me"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(stasisdBinary(t), "--data", t.TempDir(), "--socket", precious).CombinedOutput()
+	out, err := exec.Command(stasisd.path(t), "--data", t.TempDir(), "--socket", precious).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "is not a socket") {
 		t.Fatalf("stasisd on a regular file's path: %v\n%s", err, out)
 	}
@@ -561,7 +516,7 @@ func TestCategoriesReachTheCLI(t *testing.T) {
 	d.start("")
 	d.template("counter", nil)
 	d.run("counter", "a1")
-	cli := buildCLI(t)
+	cli := stasisCLI.path(t)
 	stasis := func(args ...string) (string, int) {
 		out, err := exec.Command(cli, append(args, "--socket", d.socket, "--data", d.data)...).CombinedOutput()
 		return string(out), exitCode(err)

@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // TempPrefix starts the names of the temporary files WriteAtomic makes. A
@@ -106,9 +108,15 @@ func replaceFile(path string, r io.Reader, size int64, direct bool) error {
 func copyExactly(f *os.File, r io.Reader, size int64) error {
 	n, err := io.Copy(f, r)
 	if err == nil && n != size {
-		err = fmt.Errorf("wrote %d bytes, expected %d", n, size)
+		err = wrongSize(fmt.Sprintf("%d bytes", n), size)
 	}
 	return err
+}
+
+// wrongSize is the error of a source that did not hold the size declared
+// for it: the caller's mistake, which writing again cannot mend.
+func wrongSize(got string, size int64) error {
+	return errdefs.Mark(fmt.Errorf("the source held %s, %d were declared", got, size), errdefs.ErrInvalidArgument)
 }
 
 // writeDirect copies size bytes from r to f, opened with O_DIRECT. A reader
@@ -125,6 +133,9 @@ func writeDirect(f *os.File, r io.Reader, size int64) error {
 	var written int64
 	for written < size {
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-written)])
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return wrongSize(fmt.Sprintf("%d bytes", written+int64(n)), size)
+		}
 		if err != nil {
 			return fmt.Errorf("wrote %d bytes, expected %d: %w", written, size, err)
 		}
@@ -134,7 +145,7 @@ func writeDirect(f *os.File, r io.Reader, size int64) error {
 		written += int64(n)
 	}
 	if extra, _ := r.Read(make([]byte, 1)); extra > 0 {
-		return fmt.Errorf("more than the expected %d bytes", size)
+		return wrongSize("more", size)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 func TestWriteAtomic(t *testing.T) {
@@ -21,7 +23,7 @@ func TestWriteAtomic(t *testing.T) {
 		t.Fatalf("content %q", data)
 	}
 	// A short source leaves the old content and no temporary file.
-	if err := WriteAtomic(path, strings.NewReader("xy"), 3); err == nil || !strings.Contains(err.Error(), "expected 3") {
+	if err := WriteAtomic(path, strings.NewReader("xy"), 3); errdefs.Code(err) != "invalid_argument" || !strings.Contains(err.Error(), "held 2 bytes, 3 were declared") {
 		t.Fatalf("short write: %v", err)
 	}
 	if data, _ := os.ReadFile(path); string(data) != "new" {
@@ -67,9 +69,9 @@ func TestWriteAtomicDirect(t *testing.T) {
 	for _, c := range []struct {
 		data string
 		want string
-	}{{"short", "expected 9"}, {"much too long", "more than the expected 9"}} {
+	}{{"short", "held 5 bytes, 9 were declared"}, {"much too long", "held more, 9 were declared"}} {
 		err := WriteAtomicDirect(path, strings.NewReader(c.data), 9)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
+		if errdefs.Code(err) != "invalid_argument" || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%q as 9 bytes: %v", c.data, err)
 		}
 	}

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/internal/testdisk"
 	"github.com/stasis-run/stasis/internal/vmtest"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/conformance"
@@ -280,7 +279,7 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 	// The checkpoint fails on a full disk after the device was detached:
 	// the device comes back and the GPU state is resumed.
 	full := t.TempDir()
-	mountTmpfs(t, full, "1m")
+	testdisk.Tmpfs(t, full, "1m")
 	f.eng.FreeDisk = func(string) (uint64, error) { return 1 << 40, nil } // get past the preflight's disk check
 	_, err = f.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: f.obs, Dir: filepath.Join(full, "s2")})
 	f.eng.FreeDisk = nil
@@ -378,14 +377,6 @@ func TestGuestWithoutAgent(t *testing.T) {
 	if s := f.status("noagent"); s != "absent" {
 		t.Fatalf("after delete the VM is %s", s)
 	}
-}
-
-func mountTmpfs(t *testing.T, dir, size string) {
-	t.Helper()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, 0) })
 }
 
 // corrupt overwrites a run of bytes in the middle of the file, keeping its

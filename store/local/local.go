@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -36,8 +35,8 @@ func (b *Backend) Location() string { return b.root }
 
 // path maps a key to its file, refusing keys that would leave the root.
 func (b *Backend) path(key string) (string, error) {
-	if key == "" || strings.HasPrefix(key, "/") || path.Clean(key) != key || key == ".." || strings.HasPrefix(key, "../") {
-		return "", fmt.Errorf("local store %s: invalid key %q", b.root, key)
+	if err := store.CheckKey(key); err != nil {
+		return "", fmt.Errorf("local store %s: %w", b.root, err)
 	}
 	return filepath.Join(b.root, filepath.FromSlash(key)), nil
 }
@@ -108,6 +107,9 @@ func (b *Backend) Size(_ context.Context, key string) (int64, error) {
 }
 
 func (b *Backend) List(_ context.Context, prefix string, fn func(string, int64) error) error {
+	if err := store.CheckPrefix(prefix); err != nil {
+		return fmt.Errorf("local store %s: %w", b.root, err)
+	}
 	dir := filepath.Join(b.root, filepath.FromSlash(prefix))
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {

@@ -14,6 +14,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/store"
 )
 
@@ -97,14 +98,45 @@ func (b *Backend) wrap(op, key string, err error) error {
 }
 
 func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	_, err := b.client.PutObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err := store.CheckKey(key); err != nil {
+		return fmt.Errorf("%s: %w", b.Location(), err)
+	}
+	src := &countingReader{r: r}
+	_, err := b.client.PutObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, src, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	// A source of the wrong size is the caller's mistake, not the
+	// network's: no retry can help.
+	if err != nil && src.ended && src.n < size {
+		return errdefs.Mark(fmt.Errorf("%s: put %s: the source ended after %d of the %d bytes declared", b.Location(), key, src.n, size), errdefs.ErrInvalidArgument)
+	}
+	if err != nil && src.n > size {
+		return errdefs.Mark(fmt.Errorf("%s: put %s: the source held more than the %d bytes declared", b.Location(), key, size), errdefs.ErrInvalidArgument)
+	}
 	if err != nil {
 		return b.wrap("put", key, err)
 	}
 	return nil
 }
 
+// countingReader counts what a Put read, and whether its source ended.
+type countingReader struct {
+	r     io.Reader
+	n     int64
+	ended bool
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err == io.EOF {
+		c.ended = true
+	}
+	return n, err
+}
+
 func (b *Backend) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if err := store.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("%s: %w", b.Location(), err)
+	}
 	opts := minio.GetObjectOptions{}
 	if offset > 0 || length >= 0 {
 		end := int64(0)
@@ -143,6 +175,9 @@ func (o *object) Read(p []byte) (int, error) {
 func (o *object) Close() error { return o.obj.Close() }
 
 func (b *Backend) Size(ctx context.Context, key string) (int64, error) {
+	if err := store.CheckKey(key); err != nil {
+		return 0, fmt.Errorf("%s: %w", b.Location(), err)
+	}
 	info, err := b.client.StatObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.StatObjectOptions{})
 	if err != nil {
 		return 0, b.wrap("stat", key, err)
@@ -151,6 +186,9 @@ func (b *Backend) Size(ctx context.Context, key string) (int64, error) {
 }
 
 func (b *Backend) List(ctx context.Context, prefix string, fn func(string, int64) error) error {
+	if err := store.CheckPrefix(prefix); err != nil {
+		return fmt.Errorf("%s: %w", b.Location(), err)
+	}
 	for obj := range b.client.ListObjects(ctx, b.cfg.Bucket, minio.ListObjectsOptions{Prefix: b.cfg.Prefix + prefix, Recursive: true}) {
 		if obj.Err != nil {
 			return b.wrap("list", prefix, obj.Err)
@@ -163,6 +201,9 @@ func (b *Backend) List(ctx context.Context, prefix string, fn func(string, int64
 }
 
 func (b *Backend) Delete(ctx context.Context, key string) error {
+	if err := store.CheckKey(key); err != nil {
+		return fmt.Errorf("%s: %w", b.Location(), err)
+	}
 	if err := b.client.RemoveObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.RemoveObjectOptions{}); err != nil {
 		return b.wrap("delete", key, err)
 	}

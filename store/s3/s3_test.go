@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/stasis-run/stasis/internal/s3test"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/backendtest"
 	"github.com/stasis-run/stasis/store/location"
 )
 
@@ -108,4 +110,19 @@ func TestRepositoryOnS3(t *testing.T) {
 	if err := r2.Verify(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestConformance runs the backend suite against a real S3 server, each
+// case in a bucket of its own.
+func TestConformance(t *testing.T) {
+	srv := s3test.Start(t)
+	buckets := 0
+	backendtest.Run(t, func(t *testing.T) store.Backend {
+		buckets++
+		be, err := location.Open(context.Background(), srv.Location(fmt.Sprintf("conformance-%d", buckets)), srv.Env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return be
+	})
 }
