@@ -49,7 +49,8 @@ func stepNames(obs *[]string) engine.Observer {
 // says so, and the resume hands the device map to the helper through the
 // restore's environment and waits for the runtime to put the processes
 // back; with the exec path (the default, also where the runtime could do
-// it) the helper runs through exec both ways.
+// it) the helper runs through exec both ways. Either way the manifest
+// records the driver ABI the runtime ran the sandbox with (gpu.nvproxyABI).
 func TestGPUPathFollowsTheRuntime(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -64,6 +65,7 @@ func TestGPUPathFollowsTheRuntime(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rt := runtimetest.New()
 			rt.Caps.CUDACheckpoint = c.caps
+			rt.GPUABI = "580.159.04"
 			eng := &engine.Engine{Runtime: rt, GPUPath: c.path}
 			a := gpuActor(t, rt, "g1")
 			var seen []string
@@ -73,8 +75,8 @@ func TestGPUPathFollowsTheRuntime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.GPU == nil || m.GPU.Path != c.wantPath || m.GPU.Processes != 2 {
-				t.Fatalf("manifest GPU %+v, want path %s and 2 CUDA processes", m.GPU, c.wantPath)
+			if m.GPU == nil || m.GPU.Path != c.wantPath || m.GPU.Processes != 2 || m.GPU.NvproxyABI != "580.159.04" {
+				t.Fatalf("manifest GPU %+v, want path %s, 2 CUDA processes and the runtime's ABI", m.GPU, c.wantPath)
 			}
 			byRuntime := c.wantPath == snapshot.GPUPathRuntime
 			if (rt.LastCheckpoint.CUDACheckpointPath == bundle.HelperPath) != byRuntime || slices.Contains(seen, "gpu-suspend") == byRuntime {

@@ -54,6 +54,8 @@ type Runtime struct {
 	// Calls counts the calls of each method.
 	Calls map[string]int
 	Caps  runtime.Capabilities
+	// GPUABI is the driver ABI Info reports GPU sandboxes run with.
+	GPUABI string
 	// LastCheckpoint and LastRestore are the options the last calls got.
 	LastCheckpoint runtime.CheckpointOptions
 	LastRestore    runtime.RestoreOptions
@@ -112,7 +114,7 @@ func (r *Runtime) Put(id string, s *Sandbox) {
 func (r *Runtime) Capabilities() runtime.Capabilities { return r.Caps }
 
 func (r *Runtime) Info() runtime.Info {
-	return runtime.Info{Name: "fake", Version: "1", Platform: "memory"}
+	return runtime.Info{Name: "fake", Version: "1", Platform: "memory", GPUABI: r.GPUABI}
 }
 
 func (r *Runtime) Create(ctx context.Context, id, bundle string, _ runtime.CreateOptions) error {
