@@ -100,9 +100,8 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 		}
 	}()
 
-	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo(e.checkpointFlags()), Node: &plan.Node}
-	cp := runtime.CheckpointOptions{ImageDir: filepath.Join(dir, imageDir), LeaveRunning: true, Direct: e.DirectIO && e.Runtime.Capabilities().Direct,
-		ExcludeZeroPages: !e.KeepZeroPages && e.Runtime.Capabilities().ExcludeZeroPages}
+	cp := e.checkpointOptions(dir)
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node}
 	if a.GPU {
 		manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: plan.Node.GPU.CUDADriverAPI, NvproxyABI: plan.Node.Runtime.GPUABI,
 			Processes: plan.CUDAProcesses, Devices: plan.GPUs, Path: string(plan.GPUPath)}
@@ -225,15 +224,23 @@ func (e *Engine) preflightFull(ctx context.Context, a Actor, dir string) (*Plan,
 	return p, msg, nil
 }
 
-// checkpointFlags are the options beyond the basics a checkpoint takes, as
-// the manifest records them.
-func (e *Engine) checkpointFlags() []string {
-	flags := []string{"--leave-running"}
+// checkpointOptions is how a Full snapshot's image is written into dir:
+// the sandbox always left running, with the image options this runtime
+// takes.
+func (e *Engine) checkpointOptions(dir string) runtime.CheckpointOptions {
 	caps := e.Runtime.Capabilities()
-	if e.DirectIO && caps.Direct {
+	return runtime.CheckpointOptions{ImageDir: filepath.Join(dir, imageDir), LeaveRunning: true,
+		Direct: e.DirectIO && caps.Direct, ExcludeZeroPages: !e.KeepZeroPages && caps.ExcludeZeroPages}
+}
+
+// checkpointFlags are cp's options beyond the basics, as the manifest
+// records them.
+func checkpointFlags(cp runtime.CheckpointOptions) []string {
+	flags := []string{"--leave-running"}
+	if cp.Direct {
 		flags = append(flags, "--direct")
 	}
-	if !e.KeepZeroPages && caps.ExcludeZeroPages {
+	if cp.ExcludeZeroPages {
 		flags = append(flags, "--exclude-committed-zero-pages")
 	}
 	return flags
