@@ -28,7 +28,7 @@ func (e *Engine) Boot(ctx context.Context, a Actor, opts BootOptions) (err error
 		if err != nil {
 			cctx, cancel := e.cleanupContext(ctx)
 			defer cancel()
-			_ = o.step("cleanup", func() (string, error) {
+			_ = o.undo("cleanup", func() (string, error) {
 				return "the sandbox that did not start was removed", e.Runtime.Delete(cctx, id)
 			})
 		}
