@@ -191,11 +191,11 @@ func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, er
 			var notStored *engine.NotStoredError
 			switch {
 			case errors.As(err, &notStored):
-				return outcome{state: api.Suspended, reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", snap.Dir, notStored.Err)}, err
+				return notStoredOutcome(snap.Dir, notStored.Err), err
 			case err != nil:
 				return s.afterFailure(ctx, o, err), err
 			case s.cfg.Repo == nil:
-				return outcome{state: api.Suspended, reason: "no store is configured: the snapshot is kept on this node only"}, nil
+				return noStoreOutcome(), nil
 			}
 			return outcome{state: api.Suspended}, nil
 		}})
@@ -216,6 +216,17 @@ func (s *Service) pushTo(o *operation) *engine.Transfer {
 	}}
 }
 
+// noStoreOutcome is a suspend's end on a node without a store.
+func noStoreOutcome() outcome {
+	return outcome{state: api.Suspended, reason: "no store is configured: the snapshot is kept on this node only"}
+}
+
+// notStoredOutcome is a suspend's end when the snapshot in dir is whole
+// but its push failed.
+func notStoredOutcome(dir string, err error) outcome {
+	return outcome{state: api.Suspended, reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", dir, err)}
+}
+
 // storeExisting stores the snapshot of a PAUSED actor, or of a SUSPENDED
 // one whose push failed: nothing runs, so nothing but the store changes.
 func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, error) {
@@ -228,7 +239,7 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 		return back, err
 	}
 	if s.cfg.Repo == nil {
-		return outcome{state: api.Suspended, reason: "no store is configured: the snapshot is kept on this node only"}, nil
+		return noStoreOutcome(), nil
 	}
 	if snap.Stored != "" {
 		return outcome{state: api.Suspended}, nil
@@ -243,7 +254,7 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 		return s.journal.PutSnapshot(context.Background(), snap)
 	}
 	if _, err := s.eng.Push(ctx, o.actor.ID, snap.Dir, m, *t, o.observer()); err != nil {
-		return outcome{state: api.Suspended, reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", snap.Dir, err)}, err
+		return notStoredOutcome(snap.Dir, err), err
 	}
 	return outcome{state: api.Suspended}, nil
 }
