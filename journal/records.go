@@ -120,20 +120,10 @@ func (j *Journal) SetGolden(ctx context.Context, name, snapshot string) error {
 // failed precondition naming the actors that still do.
 func (j *Journal) DeleteTemplate(ctx context.Context, name string) error {
 	return j.tx(ctx, settles, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM actors WHERE template = ? ORDER BY id`, name)
+		users, err := list(ctx, tx, func(row scanner) (id string, err error) { return id, row.Scan(&id) }, `SELECT id FROM actors WHERE template = ? ORDER BY id`, name)
 		if err != nil {
 			return err
 		}
-		var users []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			users = append(users, id)
-		}
-		rows.Close()
 		if len(users) > 0 {
 			return fmt.Errorf("%w: template %s is used by actor(s) %s; delete them first", errdefs.ErrFailedPrecondition, name, strings.Join(users, ", "))
 		}
