@@ -131,7 +131,7 @@ func (o Options) Engine(ctx context.Context) (*engine.Engine, error) {
 	return &engine.Engine{Runtime: rt, GPU: GPU(), Policy: policy, GPUPath: path, DirectIO: o.DirectIO, KeepZeroPages: !o.ExcludeZeroPages, CUDASequential: o.CUDASequential}, nil
 }
 
-// Lock names the locks of the two folders stasisd owns: its data folder
+// locks names the locks of the two folders stasisd owns: its data folder
 // and its runsc state folder.
 func (o Options) locks() (data, runsc string) {
 	return filepath.Join(o.DataDir, "stasisd.lock"), filepath.Join(o.RunscRoot(), "stasis.lock")
