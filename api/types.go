@@ -3,7 +3,7 @@ package api
 import (
 	"time"
 
-	"github.com/stasis-run/stasis/node"
+	"github.com/stasis-run/stasis/fingerprint"
 )
 
 // State is where an actor stands.
@@ -257,5 +257,5 @@ type (
 	}
 
 	// NodeInfo is the node's fingerprint (docs/compatibility.md).
-	NodeInfo = node.Fingerprint
+	NodeInfo = fingerprint.Fingerprint
 )

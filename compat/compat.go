@@ -23,9 +23,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/units"
-	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -76,7 +76,7 @@ type Result struct {
 }
 
 // Check compares a snapshot with a node.
-func Check(m *snapshot.Manifest, n node.Fingerprint, p Policy) Result {
+func Check(m *snapshot.Manifest, n fingerprint.Fingerprint, p Policy) Result {
 	c := checker{m: m, n: n, p: p, res: Result{Node: n.Hostname, Class: n.Class()}}
 	c.runtime()
 	if m.Scope == snapshot.ScopeFull {
@@ -94,7 +94,7 @@ func Check(m *snapshot.Manifest, n node.Fingerprint, p Policy) Result {
 
 type checker struct {
 	m   *snapshot.Manifest
-	n   node.Fingerprint
+	n   fingerprint.Fingerprint
 	p   Policy
 	res Result
 }
@@ -110,7 +110,7 @@ func (c *checker) warn(format string, args ...any) {
 // taken is the snapshot's node, or nil for snapshots written before
 // manifests recorded it; their checks fall back on the manifest's own
 // runtime and GPU fields.
-func (c *checker) taken() *node.Fingerprint { return c.m.Node }
+func (c *checker) taken() *fingerprint.Fingerprint { return c.m.Node }
 
 func (c *checker) runtime() {
 	if c.m.Runtime.Name != c.n.Runtime.Name {

@@ -7,17 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/gpu"
-	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
 // recorded loads the fingerprint of the H200 machine and the manifest of a
 // snapshot of an 8 GiB PyTorch actor taken there (both written by the GPU
 // test TestGPUCompatAndPlan, docs/results/h200-compat-plan.jsonl).
-func recorded(t *testing.T) (*snapshot.Manifest, node.Fingerprint) {
+func recorded(t *testing.T) (*snapshot.Manifest, fingerprint.Fingerprint) {
 	t.Helper()
-	n, err := node.Load("testdata/h200-node.json")
+	n, err := fingerprint.Load("testdata/h200-node.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,12 +35,12 @@ func recorded(t *testing.T) (*snapshot.Manifest, node.Fingerprint) {
 	return m, n
 }
 
-func clone(t *testing.T, n node.Fingerprint) node.Fingerprint {
+func clone(t *testing.T, n fingerprint.Fingerprint) fingerprint.Fingerprint {
 	data, err := json.Marshal(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c node.Fingerprint
+	var c fingerprint.Fingerprint
 	if err := json.Unmarshal(data, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -65,27 +65,29 @@ func TestSameNodeIsCompatible(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	cases := []struct {
 		name string
-		edit func(*node.Fingerprint)
+		edit func(*fingerprint.Fingerprint)
 		want string
 	}{
-		{"driver", func(n *node.Fingerprint) { n.GPU.DriverVersion = "570.124.06" }, "NVIDIA driver 580.159.04 needed, node has 570.124.06"},
-		{"runsc build", func(n *node.Fingerprint) { n.Runtime.Version = "release-20260608.0" }, "build v0.0.0-20260527191743-a81fd9dd382e needed"},
-		{"runtime", func(n *node.Fingerprint) { n.Runtime.Name = "microvm" }, "runtime gvisor needed, node runs microvm"},
-		{"platform", func(n *node.Fingerprint) { n.Runtime.Platform = "kvm" }, "runtime platform systrap needed, node runs kvm"},
-		{"nvproxy ABI", func(n *node.Fingerprint) { n.Runtime.GPUABI = "" }, "nvproxy driver ABI 580.126.20 needed, node runs GPU sandboxes with the host driver's own"},
-		{"arch", func(n *node.Fingerprint) { n.Arch = "arm64" }, "CPU architecture amd64 needed, node is arm64"},
-		{"cpu flags", func(n *node.Fingerprint) {
+		{"driver", func(n *fingerprint.Fingerprint) { n.GPU.DriverVersion = "570.124.06" }, "NVIDIA driver 580.159.04 needed, node has 570.124.06"},
+		{"runsc build", func(n *fingerprint.Fingerprint) { n.Runtime.Version = "release-20260608.0" }, "build v0.0.0-20260527191743-a81fd9dd382e needed"},
+		{"runtime", func(n *fingerprint.Fingerprint) { n.Runtime.Name = "microvm" }, "runtime gvisor needed, node runs microvm"},
+		{"platform", func(n *fingerprint.Fingerprint) { n.Runtime.Platform = "kvm" }, "runtime platform systrap needed, node runs kvm"},
+		{"nvproxy ABI", func(n *fingerprint.Fingerprint) { n.Runtime.GPUABI = "" }, "nvproxy driver ABI 580.126.20 needed, node runs GPU sandboxes with the host driver's own"},
+		{"arch", func(n *fingerprint.Fingerprint) { n.Arch = "arm64" }, "CPU architecture amd64 needed, node is arm64"},
+		{"cpu flags", func(n *fingerprint.Fingerprint) {
 			n.CPU.Flags = slices.DeleteFunc(n.CPU.Flags, func(f string) bool { return f == "amx_tile" || f == "avx512_fp16" })
 		}, "CPU features avx512_fp16 amx_tile of the snapshot's node (Intel(R) Xeon(R) Processor) are missing"},
-		{"no gpu", func(n *node.Fingerprint) { n.GPU = gpu.Info{Reason: "libnvidia-ml.so.1 not found"} }, "node has no usable GPU (libnvidia-ml.so.1 not found)"},
-		{"model", func(n *node.Fingerprint) {
+		{"no gpu", func(n *fingerprint.Fingerprint) { n.GPU = gpu.Info{Reason: "libnvidia-ml.so.1 not found"} }, "node has no usable GPU (libnvidia-ml.so.1 not found)"},
+		{"model", func(n *fingerprint.Fingerprint) {
 			n.GPU.Devices[0].PCIDeviceID = "0x233010de"
 			n.GPU.Devices[0].Name = "NVIDIA H100"
 		}, "needs 1 NVIDIA H200 (0x233510de), node has 0 free"},
-		{"gpu memory", func(n *node.Fingerprint) { n.GPU.Devices[0].MemoryUsed = n.GPU.Devices[0].MemoryTotal - 2<<30 }, "needs 9.2 GiB free GPU memory on one NVIDIA H200, best is 2.0 GiB"},
-		{"mig", func(n *node.Fingerprint) { n.GPU.Devices[0].MIGEnabled = true }, "node has 0 free"},
-		{"host memory", func(n *node.Fingerprint) { n.Memory.Available = 4 << 30 }, "needs 9.0 GiB of host memory available for the image, node has 4.0 GiB (5.0 GiB short)"},
-		{"checkpoint api", func(n *node.Fingerprint) { n.CheckpointAPI = node.Support{Reason: "cuCheckpointProcessLock missing"} }, "no checkpoint API (cuCheckpointProcessLock missing)"},
+		{"gpu memory", func(n *fingerprint.Fingerprint) { n.GPU.Devices[0].MemoryUsed = n.GPU.Devices[0].MemoryTotal - 2<<30 }, "needs 9.2 GiB free GPU memory on one NVIDIA H200, best is 2.0 GiB"},
+		{"mig", func(n *fingerprint.Fingerprint) { n.GPU.Devices[0].MIGEnabled = true }, "node has 0 free"},
+		{"host memory", func(n *fingerprint.Fingerprint) { n.Memory.Available = 4 << 30 }, "needs 9.0 GiB of host memory available for the image, node has 4.0 GiB (5.0 GiB short)"},
+		{"checkpoint api", func(n *fingerprint.Fingerprint) {
+			n.CheckpointAPI = fingerprint.Support{Reason: "cuCheckpointProcessLock missing"}
+		}, "no checkpoint API (cuCheckpointProcessLock missing)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -206,7 +208,7 @@ func TestPlaceRanks(t *testing.T) {
 	empty := clone(t, a)
 	empty.Hostname = "gpu-empty"
 	empty.GPU.Devices[0].MemoryUsed = 0
-	results := Place(m, []node.Fingerprint{old, busy, a, empty}, Policy{})
+	results := Place(m, []fingerprint.Fingerprint{old, busy, a, empty}, Policy{})
 	var order []string
 	for _, r := range results {
 		order = append(order, r.Node)

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/stasis-run/stasis/node"
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -12,7 +12,7 @@ import (
 // nodes first, those left with the most free GPU memory and then the most
 // free host memory after the restore ahead (spreading load); then the
 // refused ones, each with its reasons.
-func Place(m *snapshot.Manifest, nodes []node.Fingerprint, p Policy) []Result {
+func Place(m *snapshot.Manifest, nodes []fingerprint.Fingerprint, p Policy) []Result {
 	results := make([]Result, len(nodes))
 	for i, n := range nodes {
 		results[i] = Check(m, n, p)

@@ -23,6 +23,7 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 )
 
 // Actor is one sandbox the engine manages.
@@ -166,7 +167,7 @@ type SuspendOptions struct {
 type Transfer struct {
 	Repo    *store.Repository
 	Name    string
-	Options store.Options
+	Options archiver.Options
 	// OnStored, when set, runs inside the push step once the store holds
 	// the snapshot, so that a journal records it before the step is over;
 	// its error fails the step.

@@ -19,6 +19,7 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
 )
 
@@ -259,7 +260,7 @@ func (g *gpuEnv) storeSize(dir string) map[string]any {
 	if err != nil {
 		return map[string]any{"error": err.Error()}
 	}
-	saveS, err := g.timed(func() error { _, err := repo.Save(ctx, "snapshot", dir, store.Options{}); return err })
+	saveS, err := g.timed(func() error { _, err := archiver.Save(ctx, repo, "snapshot", dir, archiver.Options{}); return err })
 	if err != nil {
 		return map[string]any{"error": err.Error()}
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/gpu/nvml"
 	"github.com/stasis-run/stasis/internal/procfs"
@@ -42,6 +43,7 @@ import (
 	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
 )
 
@@ -550,15 +552,15 @@ func TestGPUCompatAndPlan(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		edit func(*node.Fingerprint)
+		edit func(*fingerprint.Fingerprint)
 		want string
 	}{
-		{"this node", func(*node.Fingerprint) {}, ""},
-		{"older driver", func(f *node.Fingerprint) { f.GPU.DriverVersion = "570.124.06" }, "NVIDIA driver " + here.GPU.DriverVersion + " needed, node has 570.124.06"},
-		{"no GPU", func(f *node.Fingerprint) { f.GPU = gpu.Info{Reason: "edited"} }, "node has no usable GPU"},
-		{"GPU full", func(f *node.Fingerprint) { f.GPU.Devices[0].MemoryUsed = f.GPU.Devices[0].MemoryTotal }, "free GPU memory on one"},
-		{"other runsc", func(f *node.Fingerprint) { f.Runtime.Version = "release-20260608.0" }, "restores only into the build that took it"},
-		{"other ABI", func(f *node.Fingerprint) { f.Runtime.GPUABI = "590.48.01" }, "nvproxy driver ABI"},
+		{"this node", func(*fingerprint.Fingerprint) {}, ""},
+		{"older driver", func(f *fingerprint.Fingerprint) { f.GPU.DriverVersion = "570.124.06" }, "NVIDIA driver " + here.GPU.DriverVersion + " needed, node has 570.124.06"},
+		{"no GPU", func(f *fingerprint.Fingerprint) { f.GPU = gpu.Info{Reason: "edited"} }, "node has no usable GPU"},
+		{"GPU full", func(f *fingerprint.Fingerprint) { f.GPU.Devices[0].MemoryUsed = f.GPU.Devices[0].MemoryTotal }, "free GPU memory on one"},
+		{"other runsc", func(f *fingerprint.Fingerprint) { f.Runtime.Version = "release-20260608.0" }, "restores only into the build that took it"},
+		{"other ABI", func(f *fingerprint.Fingerprint) { f.Runtime.GPUABI = "590.48.01" }, "nvproxy driver ABI"},
 	}
 	for _, c := range cases {
 		f := here
@@ -643,7 +645,10 @@ func TestGPUStoreDedup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := g.timed(func() error { _, err := repo.Save(ctx, fmt.Sprintf("actor-%d", i), dir, store.Options{}); return err })
+		s, err := g.timed(func() error {
+			_, err := archiver.Save(ctx, repo, fmt.Sprintf("actor-%d", i), dir, archiver.Options{})
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/cuda/helper"
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/internal/units"
@@ -23,8 +24,8 @@ import (
 // Plan is what a Full suspend of an actor needs against what the node has,
 // measured before anything is touched.
 type Plan struct {
-	Actor string           `json:"actor"`
-	Node  node.Fingerprint `json:"node"`
+	Actor string                  `json:"actor"`
+	Node  fingerprint.Fingerprint `json:"node"`
 	// SandboxMemory is the sandbox's resident memory now.
 	SandboxMemory uint64 `json:"sandboxMemoryBytes"`
 	// GPUs is the device memory the actor's processes hold, per GPU; a GPU
@@ -227,7 +228,7 @@ func existingAncestor(dir string) string {
 // Fingerprint reads this node's facts as a suspend records them and a
 // resume checks them: its GPUs (through the engine's GPU source) and the
 // engine's runtime.
-func (e *Engine) Fingerprint(ctx context.Context) (node.Fingerprint, error) {
+func (e *Engine) Fingerprint(ctx context.Context) (fingerprint.Fingerprint, error) {
 	return node.Collector{GPU: e.GPU, Runtime: e.Runtime.Info(), CheckpointAPI: cuda.CheckpointAPI}.Collect(ctx)
 }
 

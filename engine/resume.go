@@ -16,6 +16,7 @@ import (
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store/archiver"
 )
 
 // Resume brings the actor back from the snapshot in dir, in a new sandbox
@@ -138,7 +139,7 @@ func (e *Engine) pull(ctx context.Context, o op, a Actor, id, dir string, t Tran
 		return nil, err
 	}
 	err = o.step("pull", func() (string, error) {
-		if err := t.Repo.RestoreSnapshot(ctx, stored, dir, t.Options); err != nil {
+		if err := archiver.RestoreSnapshot(ctx, t.Repo, stored, dir, t.Options); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("%s (%s) fetched from %s, every chunk hash-checked", t.Name, units.Bytes(stored.Size()), t.Repo.Backend().Location()), nil

@@ -12,6 +12,7 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 )
 
 // imageDir is the snapshot subfolder that holds a Full snapshot's image.
@@ -69,7 +70,7 @@ func (e *Engine) push(ctx context.Context, o op, dir string, m *snapshot.Manifes
 	var stored *store.Snapshot
 	err := o.step("push", func() (string, error) {
 		var err error
-		if stored, err = t.Repo.SaveManifest(ctx, t.Name, dir, m, t.Options); err != nil {
+		if stored, err = archiver.SaveManifest(ctx, t.Repo, t.Name, dir, m, t.Options); err != nil {
 			return "", err
 		}
 		msg := fmt.Sprintf("stored as %s in %s", t.Name, t.Repo.Backend().Location())

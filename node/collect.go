@@ -1,3 +1,6 @@
+// Package node collects this node's fingerprint (package fingerprint): it
+// reads /proc, uname, the GPUs through a gpu.Source and the runtime's own
+// report.
 package node
 
 import (
@@ -12,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/runtime"
@@ -23,16 +27,16 @@ type Collector struct {
 	Runtime runtime.Info
 	// CheckpointAPI says whether the host's CUDA driver library exports
 	// the checkpoint API (cuda.CheckpointAPI); nil records it as not
-	// checked. It is a function so that this package, a format that
-	// snapshots embed, links no CUDA binding.
+	// checked. It is a function so that this package links no CUDA
+	// binding.
 	CheckpointAPI func() error
 	// ProcDir is where /proc is mounted; "/proc" when empty.
 	ProcDir string
 }
 
 // Collect reads every fact afresh. A node without GPUs is a valid node.
-func (c Collector) Collect(ctx context.Context) (Fingerprint, error) {
-	f := Fingerprint{FormatVersion: FormatVersion, CollectedAt: time.Now().UTC(), Arch: goruntime.GOARCH, Runtime: c.Runtime}
+func (c Collector) Collect(ctx context.Context) (fingerprint.Fingerprint, error) {
+	f := fingerprint.Fingerprint{FormatVersion: fingerprint.FormatVersion, CollectedAt: time.Now().UTC(), Arch: goruntime.GOARCH, Runtime: c.Runtime}
 	var err error
 	if f.Hostname, err = os.Hostname(); err != nil {
 		return f, fmt.Errorf("hostname: %w", err)
@@ -69,12 +73,12 @@ func (c Collector) proc(name string) string {
 
 // cpu reads the first processor of /proc/cpuinfo: every core of a node
 // reports the same model and flags.
-func (c Collector) cpu() (CPU, error) {
+func (c Collector) cpu() (fingerprint.CPU, error) {
 	data, err := os.ReadFile(c.proc("cpuinfo"))
 	if err != nil {
-		return CPU{}, fmt.Errorf("CPU facts: %w", err)
+		return fingerprint.CPU{}, fmt.Errorf("CPU facts: %w", err)
 	}
-	var cpu CPU
+	var cpu fingerprint.CPU
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -100,20 +104,20 @@ func (c Collector) cpu() (CPU, error) {
 	return cpu, sc.Err()
 }
 
-func (c Collector) memory() (Memory, error) {
+func (c Collector) memory() (fingerprint.Memory, error) {
 	fields, err := procfs.Meminfo(c.proc("meminfo"))
 	if err != nil {
-		return Memory{}, fmt.Errorf("memory facts: %w", err)
+		return fingerprint.Memory{}, fmt.Errorf("memory facts: %w", err)
 	}
-	return Memory{Total: fields["MemTotal"], Available: fields["MemAvailable"]}, nil
+	return fingerprint.Memory{Total: fields["MemTotal"], Available: fields["MemAvailable"]}, nil
 }
 
-func (c Collector) checkpointAPI() Support {
+func (c Collector) checkpointAPI() fingerprint.Support {
 	if c.CheckpointAPI == nil {
-		return Support{Reason: "not checked"}
+		return fingerprint.Support{Reason: "not checked"}
 	}
 	if err := c.CheckpointAPI(); err != nil {
-		return Support{Reason: err.Error()}
+		return fingerprint.Support{Reason: err.Error()}
 	}
-	return Support{Available: true}
+	return fingerprint.Support{Available: true}
 }

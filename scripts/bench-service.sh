@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/cgo-env.sh
 export LOAD_OUT="${LOAD_OUT:-$PWD/docs/results/service-load.json}"
-go test -tags loadbench -count=1 -v -run TestServiceLoad -timeout 60m ./cmd/stasisd 2>&1 | grep -v '^=== RUN'
+go test -tags loadbench -count=1 -v -run TestServiceLoad -timeout 60m ./integration 2>&1 | grep -v '^=== RUN'

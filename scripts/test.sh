@@ -28,14 +28,14 @@ go vet ./...
 echo "== staticcheck $STATICCHECK_VERSION"
 go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
 echo "== go test"
-# The stasisd and engine tests drive many real sandboxes; on a 2-core machine
+# The integration and engine tests drive many real sandboxes; on a 2-core machine
 # they take minutes, so the default 10-minute limit per package is raised.
 go test -count=1 -timeout 45m "$@" ./...
-# The runtime, engine and service tests again on the reference runsc (May
+# The runtime, engine, service and integration tests again on the reference runsc (May
 # 2026, without --cuda-checkpoint-path), which Stasis still supports.
 reference=/usr/local/lib/stasis/runsc-reference/bin
 echo "== go test on the reference runsc $(cat /usr/local/lib/stasis/runsc-reference/share/stasis/runsc.version)"
-PATH="$reference:$PATH" go test -count=1 -timeout 45m "$@" ./runtime/gvisor ./engine ./service ./cmd/stasisd
+PATH="$reference:$PATH" go test -count=1 -timeout 45m "$@" ./runtime/gvisor ./engine ./service ./integration
 # The Debian package: built, installed with dpkg, its unit's command line
 # serving the API and a demo actor through the packaged runsc.
 echo "== the Debian package"

@@ -16,6 +16,7 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 )
 
 // Run starts an actor of a template: from the template's golden snapshot
@@ -126,9 +127,9 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 
 // transferEvents reports a transfer's progress in the actor's history,
 // every 10% or so.
-func (s *Service) transferEvents(o *operation, verb string) store.Options {
+func (s *Service) transferEvents(o *operation, verb string) archiver.Options {
 	last := -1
-	return store.Options{Progress: func(p store.Progress) {
+	return archiver.Options{Progress: func(p archiver.Progress) {
 		if p.Bytes <= 0 {
 			return
 		}

@@ -24,8 +24,8 @@ import (
 
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/journal"
-	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/store"
 )
 
@@ -46,7 +46,7 @@ type Config struct {
 	// every step.
 	Failpoint string
 	// Node reads this node's fingerprint (NodeInfo, golden compatibility).
-	Node func(context.Context) (node.Fingerprint, error)
+	Node func(context.Context) (fingerprint.Fingerprint, error)
 	// Deadlines override the operation kinds' deadlines, by kind name
 	// (KindNames, ParseDeadlines).
 	Deadlines map[string]time.Duration
@@ -186,9 +186,9 @@ func (s *Service) failpoint(kind, step string, after bool) {
 }
 
 // NodeInfo is this node's fingerprint, for placement across nodes.
-func (s *Service) NodeInfo(ctx context.Context) (node.Fingerprint, error) {
+func (s *Service) NodeInfo(ctx context.Context) (fingerprint.Fingerprint, error) {
 	if s.cfg.Node == nil {
-		return node.Fingerprint{}, errors.New("this stasisd was started without a fingerprint reader")
+		return fingerprint.Fingerprint{}, errors.New("this stasisd was started without a fingerprint reader")
 	}
 	return s.cfg.Node(ctx)
 }

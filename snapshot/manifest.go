@@ -11,8 +11,8 @@ package snapshot
 import (
 	"time"
 
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/gpu"
-	"github.com/stasis-run/stasis/node"
 )
 
 // FormatVersion is the manifest format this package writes and reads.
@@ -49,7 +49,7 @@ type Manifest struct {
 	GPU *GPU `json:"gpu,omitempty"`
 	// Node is the fingerprint of the node the snapshot was taken on, which
 	// a restore is checked against (package compat).
-	Node *node.Fingerprint `json:"node,omitempty"`
+	Node *fingerprint.Fingerprint `json:"node,omitempty"`
 	// DurableDirs maps each durable folder inside the sandbox to the
 	// snapshot subfolder holding its copy (Data scope).
 	DurableDirs map[string]string `json:"durableDirs,omitempty"`

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 )
 
 // benchMiB is the incompressible folder the benchmarks push and pull: four
@@ -22,7 +22,7 @@ func BenchmarkSave(b *testing.B) {
 		b.StopTimer()
 		r, _ := newRepo(b)
 		b.StartTimer()
-		if _, err := r.Save(context.Background(), "s", src, store.Options{}); err != nil {
+		if _, err := archiver.Save(context.Background(), r, "s", src, archiver.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -33,12 +33,12 @@ func BenchmarkSave(b *testing.B) {
 func BenchmarkRestore(b *testing.B) {
 	src := makeFolderZeros(b, 0, benchMiB, 7, 0)
 	r, _ := newRepo(b)
-	if _, err := r.Save(context.Background(), "s", src, store.Options{}); err != nil {
+	if _, err := archiver.Save(context.Background(), r, "s", src, archiver.Options{}); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(benchMiB << 20)
 	for b.Loop() {
-		if err := r.Restore(context.Background(), "s", filepath.Join(b.TempDir(), "out"), store.Options{}); err != nil {
+		if err := archiver.Restore(context.Background(), r, "s", filepath.Join(b.TempDir(), "out"), archiver.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}

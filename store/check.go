@@ -32,13 +32,13 @@ func (r *Repository) Verify(ctx context.Context, names ...string) error {
 		}
 		snaps = append(snaps, s)
 	}
-	chunks, err := r.newChunkReader(8)
+	chunks, err := r.NewChunkReader(8)
 	if err != nil {
 		return err
 	}
-	defer chunks.close()
+	defer chunks.Close()
 	for _, s := range snaps {
-		if err := r.checkChunks(s); err != nil {
+		if err := r.CheckChunks(s); err != nil {
 			return err
 		}
 		g, gctx := errgroup.WithContext(ctx)
@@ -50,9 +50,8 @@ func (r *Repository) Verify(ctx context.Context, names ...string) error {
 					continue
 				}
 				checked[id] = true
-				loc, _ := r.lookup(id)
 				g.Go(func() error {
-					if err := chunks.read(gctx, id, loc, nil); err != nil {
+					if err := chunks.Read(gctx, id, nil); err != nil {
 						return fmt.Errorf("store %s: snapshot %s: file %s: chunk %d: %w", r.be.Location(), s.Name, f.Path, i, err)
 					}
 					return nil
@@ -130,7 +129,7 @@ type GCResult struct {
 // kept whole.
 func (r *Repository) GC(ctx context.Context) (GCResult, error) {
 	var res GCResult
-	unlock, err := r.lock(ctx, true)
+	unlock, err := r.Lock(ctx, true)
 	if err != nil {
 		return res, err
 	}

@@ -56,9 +56,9 @@ func (c *Chunking) check() error {
 	return nil
 }
 
-// cutter cuts a stream into chunks. A chunk returned by Next is valid until
+// Chunker cuts a stream into chunks. A chunk returned by Next is valid until
 // the next call; Next returns io.EOF, and no chunk, at the end.
-type cutter interface {
+type Chunker interface {
 	Next() ([]byte, error)
 }
 
@@ -70,26 +70,27 @@ func (r *Repository) maxChunk() int {
 	return chunker.MaxSize
 }
 
-// scanBufferSize is the buffer a cutter reads into. FastCDC's reader slides
+// ChunkerBufferSize is the buffer a Chunker reads into. FastCDC's reader slides
 // the unread rest to the front whenever fewer than MaxSize bytes remain, so
 // four times MaxSize moves at most a third of the bytes once more. The
 // Rabin chunker reads through its own buffer and only copies each chunk
 // into this one.
-func (r *Repository) scanBufferSize() int {
+func (r *Repository) ChunkerBufferSize() int {
 	if r.cfg.Chunking == nil {
 		return chunker.MaxSize
 	}
 	return 4 * r.maxChunk()
 }
 
-// newCutter cuts rd the repository's way, reading through buf (of
-// scanBufferSize bytes).
-func (r *Repository) newCutter(rd io.Reader, buf []byte) (cutter, error) {
+// NewChunker cuts rd the repository's way, reading through buf (of
+// ChunkerBufferSize bytes). Every writer of a repository must cut the same
+// way for its chunks to match, so the way is the repository's.
+func (r *Repository) NewChunker(rd io.Reader, buf []byte) (Chunker, error) {
 	c := r.cfg.Chunking
 	if c == nil {
 		return &rabinCutter{c: chunker.New(rd, r.cfg.ChunkerPolynomial), buf: buf}, nil
 	}
-	// The library keeps the options it is given; each cutter gets its own.
+	// The library keeps the options it is given; each Chunker gets its own.
 	opts := &chunkers.ChunkerOpts{MinSize: c.MinSize, NormalSize: c.NormalSize, MaxSize: c.MaxSize, Key: c.Key}
 	fc, err := chunkers.NewChunkerBuffer(c.Algorithm, rd, opts, buf)
 	if err != nil {

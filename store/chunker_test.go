@@ -33,7 +33,7 @@ func pseudoRandom(seed uint64, n int) []byte {
 // cutAll returns the chunks of data by hash, with their sizes.
 func cutAll(t testing.TB, r *Repository, data []byte) map[[32]byte]int {
 	t.Helper()
-	c, err := r.newCutter(bytes.NewReader(data), make([]byte, r.scanBufferSize()))
+	c, err := r.NewChunker(bytes.NewReader(data), make([]byte, r.ChunkerBufferSize()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +108,10 @@ func BenchmarkCut(b *testing.B) {
 	data := pseudoRandom(4, 256<<20)
 	for name, r := range testRepos() {
 		b.Run(name, func(b *testing.B) {
-			buf := make([]byte, r.scanBufferSize())
+			buf := make([]byte, r.ChunkerBufferSize())
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
-				c, err := r.newCutter(bytes.NewReader(data), buf)
+				c, err := r.NewChunker(bytes.NewReader(data), buf)
 				if err != nil {
 					b.Fatal(err)
 				}

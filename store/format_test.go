@@ -11,6 +11,7 @@ import (
 	"github.com/restic/chunker"
 
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
 )
 
@@ -45,11 +46,11 @@ func TestFormat1RepositoryStillWorks(t *testing.T) {
 	ctx := context.Background()
 	r, _ := newFormat1Repo(t)
 	src := makeFolder(t, 16, 2, 2)
-	if _, err := r.Save(ctx, "s", src, store.Options{}); err != nil {
+	if _, err := archiver.Save(ctx, r, "s", src, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	if err := r.Restore(ctx, "s", dst, store.Options{}); err != nil {
+	if err := archiver.Restore(ctx, r, "s", dst, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	sameFiles(t, src, dst)

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Locking keeps garbage collection away from writers. A writer (Save,
+// Locking keeps garbage collection away from writers. A writer (a save,
 // Delete) holds a shared lock, GC an exclusive one. Each takes its lock by
 // writing locks/<id>, then lists locks/: a writer that sees an exclusive
 // lock, or GC that sees any other lock, removes its own and fails. Since
@@ -31,7 +31,10 @@ type lockFile struct {
 // ErrLocked means another process holds a conflicting lock.
 var ErrLocked = errors.New("repository is locked")
 
-func (r *Repository) lock(ctx context.Context, exclusive bool) (unlock func(), err error) {
+// Lock takes the repository's lock: shared for a writer of snapshots,
+// exclusive for GC. It fails with ErrLocked when a conflicting lock is
+// held; unlock releases it.
+func (r *Repository) Lock(ctx context.Context, exclusive bool) (unlock func(), err error) {
 	host, _ := os.Hostname()
 	key := locksPrefix + newID()
 	lf := lockFile{Exclusive: exclusive, Host: host, PID: os.Getpid(), Time: time.Now().UTC()}

@@ -163,11 +163,11 @@ func (r *Repository) damage(manifests []Damage) error {
 	return corrupt("store %s: %d damaged object(s): %s", r.be.Location(), len(all), strings.Join(lines, "; "))
 }
 
-// checkChunks refuses, before anything is read, a snapshot that a restore
+// CheckChunks refuses, before anything is read, a snapshot that a restore
 // could not complete: a chunk no pack's index holds, or a file whose
-// chunks do not add up to its size. Restore and Verify both run it, so
-// that a snapshot Verify passes is one Restore takes.
-func (r *Repository) checkChunks(s *Snapshot) error {
+// chunks do not add up to its size. A restore (package archiver) and Verify
+// both run it, so that a snapshot Verify passes is one a restore takes.
+func (r *Repository) CheckChunks(s *Snapshot) error {
 	for _, f := range s.Files {
 		var total int64
 		for i, id := range f.Chunks {
@@ -202,10 +202,40 @@ func (r *Repository) Delete(ctx context.Context, name string) error {
 		}
 		return err
 	}
-	unlock, err := r.lock(ctx, false)
+	unlock, err := r.Lock(ctx, false)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	return r.be.Delete(ctx, snapshotsPrefix+name)
+}
+
+// CheckNewName refuses a snapshot name that is invalid or taken, so that a
+// save can fail before it moves any bytes.
+func (r *Repository) CheckNewName(ctx context.Context, name string) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	if _, err := r.be.Size(ctx, snapshotsPrefix+name); err == nil {
+		return fmt.Errorf("store %s: snapshot %q exists already; delete it first or pick another name: %w", r.be.Location(), name, errdefs.ErrAlreadyExists)
+	} else if !errors.Is(err, ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// AddSnapshot writes s's manifest, the commit point of a save: it is
+// refused unless every chunk it names is stored and adds up to its file,
+// so a snapshot in the repository is always one a restore can complete.
+// The caller holds the repository's lock (Lock, shared) from before it
+// stored the first chunk, so that GC cannot free them meanwhile.
+func (r *Repository) AddSnapshot(ctx context.Context, s *Snapshot) error {
+	if err := validName(s.Name); err != nil {
+		return err
+	}
+	s.Version = manifestVersion
+	if err := r.CheckChunks(s); err != nil {
+		return err
+	}
+	return putJSON(ctx, r.be, snapshotsPrefix+s.Name, s)
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/restic/chunker"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
 )
 
@@ -98,8 +101,8 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	r, root := newRepo(t)
 	src := makeFolder(t, 24, 8, 2)
-	var last store.Progress
-	snap, err := r.Save(ctx, "actor-1", src, store.Options{Progress: func(p store.Progress) { last = p }})
+	var last archiver.Progress
+	snap, err := archiver.Save(ctx, r, "actor-1", src, archiver.Options{Progress: func(p archiver.Progress) { last = p }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +119,7 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "restored")
-	if err := r2.Restore(ctx, "actor-1", dst, store.Options{}); err != nil {
+	if err := archiver.Restore(ctx, r2, "actor-1", dst, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	sameFiles(t, src, dst)
@@ -126,7 +129,7 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 	if err := r2.Verify(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Save(ctx, "actor-1", src, store.Options{}); err == nil || !strings.Contains(err.Error(), "exists already") {
+	if _, err := archiver.Save(ctx, r, "actor-1", src, archiver.Options{}); err == nil || !strings.Contains(err.Error(), "exists already") {
 		t.Errorf("saving over an existing snapshot: %v", err)
 	}
 }
@@ -139,7 +142,7 @@ func TestTwoActorsOfOneTemplateDeduplicate(t *testing.T) {
 	b := makeFolder(t, templateMiB, ownMiB, 3)
 	var stored [2]int64
 	for i, dir := range []string{a, b} {
-		if _, err := r.Save(ctx, []string{"a", "b"}[i], dir, store.Options{Progress: func(p store.Progress) { stored[i] = p.Stored }}); err != nil {
+		if _, err := archiver.Save(ctx, r, []string{"a", "b"}[i], dir, archiver.Options{Progress: func(p archiver.Progress) { stored[i] = p.Stored }}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -184,7 +187,7 @@ func TestInterruptedSaveResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Save(ctx, "s", src, store.Options{Uploads: 1}); err == nil || !strings.Contains(err.Error(), "injected") {
+	if _, err := archiver.Save(ctx, r, "s", src, archiver.Options{Uploads: 1}); err == nil || !strings.Contains(err.Error(), "injected") {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := r.Snapshot(ctx, "s"); !errors.Is(err, store.ErrNotExist) {
@@ -194,8 +197,8 @@ func TestInterruptedSaveResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last store.Progress
-	if _, err := r.Save(ctx, "s", src, store.Options{Progress: func(p store.Progress) { last = p }}); err != nil {
+	var last archiver.Progress
+	if _, err := archiver.Save(ctx, r, "s", src, archiver.Options{Progress: func(p archiver.Progress) { last = p }}); err != nil {
 		t.Fatal(err)
 	}
 	u, err := r.DU(ctx)
@@ -219,7 +222,7 @@ func TestCorruptAndMissingPacks(t *testing.T) {
 	ctx := context.Background()
 	r, root := newRepo(t)
 	src := makeFolder(t, 4, 0, 2)
-	if _, err := r.Save(ctx, "s", src, store.Options{}); err != nil {
+	if _, err := archiver.Save(ctx, r, "s", src, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	pack := packFiles(t, root)[0]
@@ -229,7 +232,7 @@ func TestCorruptAndMissingPacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	err := r.Restore(ctx, "s", dst, store.Options{})
+	err := archiver.Restore(ctx, r, "s", dst, archiver.Options{})
 	if err == nil || !strings.Contains(err.Error(), "snapshot s") || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("restore of a corrupt pack: %v", err)
 	}
@@ -242,7 +245,7 @@ func TestCorruptAndMissingPacks(t *testing.T) {
 	if err := os.Remove(pack); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Restore(ctx, "s", dst, store.Options{}); err == nil || !strings.Contains(err.Error(), "is missing") {
+	if err := archiver.Restore(ctx, r, "s", dst, archiver.Options{}); err == nil || !strings.Contains(err.Error(), "is missing") {
 		t.Errorf("restore with a missing pack: %v", err)
 	}
 }
@@ -250,7 +253,7 @@ func TestCorruptAndMissingPacks(t *testing.T) {
 func TestTruncatedPackAndAbsurdIndex(t *testing.T) {
 	ctx := context.Background()
 	r, root := newRepo(t)
-	if _, err := r.Save(ctx, "s", makeFolder(t, 4, 0, 2), store.Options{}); err != nil {
+	if _, err := archiver.Save(ctx, r, "s", makeFolder(t, 4, 0, 2), archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	pack := packFiles(t, root)[0]
@@ -277,7 +280,7 @@ func TestTruncatedPackAndAbsurdIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	if err := r.Restore(ctx, "s", dst, store.Options{}); err == nil || !strings.Contains(err.Error(), "claims 1099511627776 stored") {
+	if err := archiver.Restore(ctx, r, "s", dst, archiver.Options{}); err == nil || !strings.Contains(err.Error(), "claims 1099511627776 stored") {
 		t.Errorf("restore through an absurd index entry: %v", err)
 	}
 	if entries, _ := os.ReadDir(dst); len(entries) != 0 {
@@ -288,7 +291,7 @@ func TestTruncatedPackAndAbsurdIndex(t *testing.T) {
 func TestHostileManifests(t *testing.T) {
 	ctx := context.Background()
 	r, root := newRepo(t)
-	if _, err := r.Save(ctx, "s", makeFolder(t, 1, 0, 2), store.Options{}); err != nil {
+	if _, err := archiver.Save(ctx, r, "s", makeFolder(t, 1, 0, 2), archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(root, "snapshots", "s")
@@ -312,7 +315,7 @@ func TestHostileManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		dst := filepath.Join(t.TempDir(), "out")
-		err := r.Restore(ctx, "s", dst, store.Options{})
+		err := archiver.Restore(ctx, r, "s", dst, archiver.Options{})
 		if err == nil || !strings.Contains(err.Error(), "snapshot s") {
 			t.Errorf("%s: restore accepted it or did not name the snapshot: %v", name, err)
 		}
@@ -321,11 +324,11 @@ func TestHostileManifests(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"../x", "a/b", "", "x y"} {
-		if _, err := r.Save(ctx, bad, makeFolder(t, 1, 0, 2), store.Options{}); err == nil {
+		if _, err := archiver.Save(ctx, r, bad, makeFolder(t, 1, 0, 2), archiver.Options{}); err == nil {
 			t.Errorf("snapshot name %q accepted", bad)
 		}
 	}
-	if _, err := r.Save(ctx, "nofolder", t.TempDir(), store.Options{}); err == nil {
+	if _, err := archiver.Save(ctx, r, "nofolder", t.TempDir(), archiver.Options{}); err == nil {
 		t.Error("a folder without a manifest was saved")
 	}
 }
@@ -336,7 +339,7 @@ func TestGCFreesUnusedPacksAndRespectsLocks(t *testing.T) {
 	// Nothing shared, so that every pack of a is a's alone.
 	a, b := makeFolderZeros(t, 0, 24, 2, 0), makeFolderZeros(t, 0, 24, 3, 0)
 	for name, dir := range map[string]string{"a": a, "b": b} {
-		if _, err := r.Save(ctx, name, dir, store.Options{}); err != nil {
+		if _, err := archiver.Save(ctx, r, name, dir, archiver.Options{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -352,7 +355,7 @@ func TestGCFreesUnusedPacksAndRespectsLocks(t *testing.T) {
 	if res.PacksDeleted == 0 || after.Stored >= before.Stored || after.Stored+res.BytesFreed != before.Stored {
 		t.Errorf("gc %+v: stored %d -> %d", res, before.Stored, after.Stored)
 	}
-	if err := r.Restore(ctx, "b", filepath.Join(t.TempDir(), "b"), store.Options{}); err != nil {
+	if err := archiver.Restore(ctx, r, "b", filepath.Join(t.TempDir(), "b"), archiver.Options{}); err != nil {
 		t.Fatalf("the kept snapshot after gc: %v", err)
 	}
 
@@ -367,7 +370,7 @@ func TestGCFreesUnusedPacksAndRespectsLocks(t *testing.T) {
 	if err := os.WriteFile(lock, []byte(`{"exclusive": true, "host": "h", "pid": 1, "time": "`+nowRFC3339()+`"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Save(ctx, "c", a, store.Options{}); !errors.Is(err, store.ErrLocked) {
+	if _, err := archiver.Save(ctx, r, "c", a, archiver.Options{}); !errors.Is(err, store.ErrLocked) {
 		t.Errorf("save beside gc: %v", err)
 	}
 	if err := os.WriteFile(lock, []byte(`{"exclusive": true, "host": "h", "pid": 1, "time": "2000-01-01T00:00:00Z"}`), 0o600); err != nil {
@@ -386,11 +389,11 @@ func TestFileAcrossSegments(t *testing.T) {
 	ctx := context.Background()
 	r, _ := newRepo(t)
 	src := makeFolderZeros(t, 0, 300, 11, 0) // two segments of 256 MiB
-	if _, err := r.Save(ctx, "big", src, store.Options{}); err != nil {
+	if _, err := archiver.Save(ctx, r, "big", src, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	if err := r.Restore(ctx, "big", dst, store.Options{}); err != nil {
+	if err := archiver.Restore(ctx, r, "big", dst, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	sameFiles(t, src, dst)
@@ -404,7 +407,7 @@ func TestDamagedObjectsAreIsolated(t *testing.T) {
 	ctx := context.Background()
 	r, root := newRepo(t)
 	for _, name := range []string{"good", "bad"} {
-		if _, err := r.Save(ctx, name, makeFolder(t, 1, 1, uint64(len(name))), store.Options{}); err != nil {
+		if _, err := archiver.Save(ctx, r, name, makeFolder(t, 1, 1, uint64(len(name))), archiver.Options{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -447,7 +450,7 @@ func TestDamagedObjectsAreIsolated(t *testing.T) {
 		t.Fatalf("damaged indexes: %+v", d)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	if err := r.Restore(ctx, "good", dst, store.Options{}); err == nil || !strings.Contains(err.Error(), "in no pack's index") {
+	if err := archiver.Restore(ctx, r, "good", dst, archiver.Options{}); err == nil || !strings.Contains(err.Error(), "in no pack's index") {
 		t.Fatalf("restore through the damaged index: %v", err)
 	}
 	if _, err := r.GC(ctx); err == nil || !strings.Contains(err.Error(), "index/") {
@@ -460,7 +463,7 @@ func TestDamagedObjectsAreIsolated(t *testing.T) {
 func TestVerifyChecksWhatRestoreChecks(t *testing.T) {
 	ctx := context.Background()
 	r, root := newRepo(t)
-	if _, err := r.Save(ctx, "s", makeFolder(t, 2, 0, 3), store.Options{}); err != nil {
+	if _, err := archiver.Save(ctx, r, "s", makeFolder(t, 2, 0, 3), archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(root, "snapshots", "s")
@@ -474,10 +477,40 @@ func TestVerifyChecksWhatRestoreChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	verr := r.Verify(ctx, "s")
-	rerr := r.Restore(ctx, "s", filepath.Join(t.TempDir(), "out"), store.Options{})
+	rerr := archiver.Restore(ctx, r, "s", filepath.Join(t.TempDir(), "out"), archiver.Options{})
 	for what, err := range map[string]error{"verify": verr, "restore": rerr} {
 		if err == nil || !strings.Contains(err.Error(), "its chunks hold") {
 			t.Errorf("%s of a snapshot whose chunks do not add up: %v", what, err)
 		}
+	}
+}
+
+// A snapshot's manifest is the commit point of a save: one that names a
+// chunk no pack holds, or whose chunks do not add up, is refused and leaves
+// no snapshot behind.
+func TestAddSnapshotNeedsEveryChunkStored(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRepo(t)
+	saved, err := archiver.Save(ctx, r, "a", makeFolder(t, 1, 0, 2), archiver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := *saved
+	missing.Name = "missing"
+	missing.Files = slices.Clone(saved.Files)
+	missing.Files[0].Chunks = append(slices.Clone(missing.Files[0].Chunks), strings.Repeat("ab", 32))
+	if err := r.AddSnapshot(ctx, &missing); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "in no pack's index") {
+		t.Fatalf("a snapshot naming an unstored chunk: %v", err)
+	}
+	short := *saved
+	short.Name = "short"
+	short.Files = slices.Clone(saved.Files)
+	short.Files[0].Size++
+	if err := r.AddSnapshot(ctx, &short); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("a snapshot whose chunks do not add up: %v", err)
+	}
+	list, err := r.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != "a" {
+		t.Fatalf("after the refusals the repository lists %+v (%v), want only a", list, err)
 	}
 }

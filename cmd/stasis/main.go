@@ -18,9 +18,9 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/buildinfo"
 	"github.com/stasis-run/stasis/internal/compose"
-	"github.com/stasis-run/stasis/node"
 )
 
 // globals are the flags every subcommand shares.
@@ -125,10 +125,10 @@ func strict(cmd *cobra.Command) {
 func (g *globals) client() *api.Client { return api.Dial(g.Socket) }
 
 // fingerprint reads this node's facts with the runtime as configured.
-func (g *globals) fingerprint(ctx context.Context) (node.Fingerprint, error) {
+func (g *globals) fingerprint(ctx context.Context) (fingerprint.Fingerprint, error) {
 	eng, err := g.Engine(ctx)
 	if err != nil {
-		return node.Fingerprint{}, err
+		return fingerprint.Fingerprint{}, err
 	}
 	return eng.Fingerprint(ctx)
 }

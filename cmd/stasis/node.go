@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
-	"github.com/stasis-run/stasis/node"
 )
 
 func newNode(g *globals) *cobra.Command {
@@ -57,7 +57,7 @@ which NFD turns into labels; with --ttl they expire unless rewritten.`,
 				expiry = time.Now().Add(ttl)
 			}
 			var text strings.Builder
-			if err := node.WriteFeatureFile(&text, labels, expiry); err != nil {
+			if err := fingerprint.WriteFeatureFile(&text, labels, expiry); err != nil {
 				return err
 			}
 			if write != "" {
@@ -78,7 +78,7 @@ which NFD turns into labels; with --ttl they expire unless rewritten.`,
 	return cmd
 }
 
-func describeNode(f node.Fingerprint) string {
+func describeNode(f fingerprint.Fingerprint) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "host:       %s (%s, kernel %s)\n", f.Hostname, f.Arch, f.Kernel)
 	fmt.Fprintf(&b, "cpu:        %s, %d feature flags\n", f.CPU.Model, len(f.CPU.Flags))

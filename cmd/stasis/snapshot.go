@@ -10,8 +10,8 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/units"
-	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -96,7 +96,7 @@ is listed with every reason, in numbers. It exits 1 when no node can restore it.
 			if err != nil {
 				return err
 			}
-			var nodes []node.Fingerprint
+			var nodes []fingerprint.Fingerprint
 			for _, path := range nodeFiles {
 				n, err := loadNode(cmd.Context(), path)
 				if err != nil {
@@ -126,10 +126,10 @@ is listed with every reason, in numbers. It exits 1 when no node can restore it.
 }
 
 // loadNode reads a fingerprint file, or asks a stasisd for its node's.
-func loadNode(ctx context.Context, where string) (node.Fingerprint, error) {
+func loadNode(ctx context.Context, where string) (fingerprint.Fingerprint, error) {
 	socket, ok := strings.CutPrefix(where, "unix://")
 	if !ok {
-		return node.Load(where)
+		return fingerprint.Load(where)
 	}
 	f, err := api.Dial(socket).NodeInfo(ctx)
 	if err != nil {

@@ -9,13 +9,14 @@ import (
 
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/location"
 )
 
 // transferProgress prints a transfer's progress on stderr (a JSON line each
 // with --json).
-func (g *globals) transferProgress(verb string) store.Options {
-	return store.Options{ProgressEvery: time.Second, Progress: func(p store.Progress) {
+func (g *globals) transferProgress(verb string) archiver.Options {
+	return archiver.Options{ProgressEvery: time.Second, Progress: func(p archiver.Progress) {
 		if g.json {
 			g.emit(map[string]any{"progress": verb, "snapshot": p.Snapshot, "bytesDone": p.BytesDone, "bytes": p.Bytes, "stored": p.Stored, "filesDone": p.FilesDone, "files": p.Files})
 			return
@@ -57,7 +58,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 				if err != nil {
 					return err
 				}
-				s, err := r.Save(cmd.Context(), args[1], args[0], g.transferProgress("push"))
+				s, err := archiver.Save(cmd.Context(), r, args[1], args[0], g.transferProgress("push"))
 				if err != nil {
 					return err
 				}
@@ -71,7 +72,7 @@ AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
 				if err != nil {
 					return err
 				}
-				if err := r.Restore(cmd.Context(), args[0], args[1], g.transferProgress("pull")); err != nil {
+				if err := archiver.Restore(cmd.Context(), r, args[0], args[1], g.transferProgress("pull")); err != nil {
 					return err
 				}
 				return g.print(map[string]string{"snapshot": args[0], "folder": args[1]}, fmt.Sprintf("pulled %s into %s\n", args[0], args[1]))

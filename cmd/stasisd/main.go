@@ -22,10 +22,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stasis-run/stasis/api/server"
+	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/buildinfo"
 	"github.com/stasis-run/stasis/internal/compose"
 	"github.com/stasis-run/stasis/internal/fsutil"
-	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/store"
 )
@@ -183,7 +183,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		Failpoint: os.Getenv("STASIS_FAILPOINT"),
 		Deadlines: deadlines,
 		HostPaths: policy,
-		Node: func(ctx context.Context) (node.Fingerprint, error) {
+		Node: func(ctx context.Context) (fingerprint.Fingerprint, error) {
 			return eng.Fingerprint(ctx)
 		},
 	})

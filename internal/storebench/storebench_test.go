@@ -30,6 +30,7 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
 	"github.com/stasis-run/stasis/store/location"
 )
@@ -156,9 +157,9 @@ func TestStoreBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timed(t, &rows, "ingest actor a into the local store", sizeA, "", func() error { _, err := repo.Save(ctx, "a", a, store.Options{}); return err })
+	timed(t, &rows, "ingest actor a into the local store", sizeA, "", func() error { _, err := archiver.Save(ctx, repo, "a", a, archiver.Options{}); return err })
 	b := image("b", "2")
-	timed(t, &rows, "ingest actor b (same template)", folderSize(b), "", func() error { _, err := repo.Save(ctx, "b", b, store.Options{}); return err })
+	timed(t, &rows, "ingest actor b (same template)", folderSize(b), "", func() error { _, err := archiver.Save(ctx, repo, "b", b, archiver.Options{}); return err })
 	os.RemoveAll(b)
 	u, err := repo.DU(ctx)
 	if err != nil {
@@ -168,7 +169,7 @@ func TestStoreBench(t *testing.T) {
 	rows = append(rows, row{What: "two actors of one template: logical / stored", Bytes: u.Stored, Note: fmt.Sprintf("%s / %s = %.2fx", units.Bytes(u.Logical), units.Bytes(u.Stored), u.Dedup)})
 
 	out := filepath.Join(base, "restored")
-	timed(t, &rows, "restore a from the local store (fetch, verify, write)", sizeA, "", func() error { return repo.Restore(ctx, "a", out, store.Options{}) })
+	timed(t, &rows, "restore a from the local store (fetch, verify, write)", sizeA, "", func() error { return archiver.Restore(ctx, repo, "a", out, archiver.Options{}) })
 	os.RemoveAll(out)
 	os.RemoveAll(filepath.Join(base, "repo"))
 
@@ -181,9 +182,9 @@ func TestStoreBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timed(t, &rows, "ingest a into S3 (versitygw on loopback)", sizeA, "", func() error { _, err := srepo.Save(ctx, "a", a, store.Options{}); return err })
+	timed(t, &rows, "ingest a into S3 (versitygw on loopback)", sizeA, "", func() error { _, err := archiver.Save(ctx, srepo, "a", a, archiver.Options{}); return err })
 	os.RemoveAll(a)
-	timed(t, &rows, "restore a from S3 (versitygw on loopback)", sizeA, "", func() error { return srepo.Restore(ctx, "a", out, store.Options{}) })
+	timed(t, &rows, "restore a from S3 (versitygw on loopback)", sizeA, "", func() error { return archiver.Restore(ctx, srepo, "a", out, archiver.Options{}) })
 
 	fmt.Println("| step | size | seconds | MB/s | note |\n|---|---|---|---|---|")
 	for _, r := range rows {

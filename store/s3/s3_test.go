@@ -14,6 +14,7 @@ import (
 	"github.com/stasis-run/stasis/internal/s3test"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/backendtest"
 	"github.com/stasis-run/stasis/store/location"
 )
@@ -93,7 +94,7 @@ func TestRepositoryOnS3(t *testing.T) {
 	if _, err := snapshot.Commit(ctx, src, snapshot.Manifest{Scope: snapshot.ScopeFull}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Save(ctx, "s3-actor", src, store.Options{}); err != nil {
+	if _, err := archiver.Save(ctx, r, "s3-actor", src, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	r2, err := store.Open(ctx, be)
@@ -101,7 +102,7 @@ func TestRepositoryOnS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "out")
-	if err := r2.Restore(ctx, "s3-actor", dst, store.Options{}); err != nil {
+	if err := archiver.Restore(ctx, r2, "s3-actor", dst, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := snapshot.Verify(ctx, dst); err != nil {

@@ -1,8 +1,10 @@
-// Package node describes a node as the facts a snapshot's restore depends
-// on (its fingerprint): the GPUs and their driver, the kernel, the CPU, the
-// runtime build and its settings. Snapshots record the fingerprint of the
-// node they were taken on; package compat compares one with another node's.
-package node
+// Package fingerprint is the format of a node's fingerprint: the facts a
+// snapshot's restore depends on (the GPUs and their driver, the kernel, the
+// CPU, the runtime build and its settings), its compatibility class and its
+// scheduling labels. Snapshots record the fingerprint of the node they were
+// taken on, package node collects this node's, and package compat compares
+// one with another. It is a leaf: it reads nothing from the machine.
+package fingerprint
 
 import (
 	"bytes"

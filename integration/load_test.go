@@ -1,6 +1,6 @@
 //go:build loadbench
 
-package main
+package integration
 
 import (
 	"context"

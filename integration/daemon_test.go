@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"bufio"
@@ -31,7 +31,7 @@ type program struct {
 	err       error
 }
 
-var stasisd, stasisCLI = &program{name: "stasisd", pkg: "."}, &program{name: "stasis", pkg: "../stasis"}
+var stasisd, stasisCLI = &program{name: "stasisd", pkg: "../cmd/stasisd"}, &program{name: "stasis", pkg: "../cmd/stasis"}
 
 func (p *program) path(t *testing.T) string {
 	t.Helper()

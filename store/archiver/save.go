@@ -1,0 +1,295 @@
+// Package archiver moves snapshot folders into and out of a store
+// repository: Save cuts each file with the repository's chunker, hashes the
+// chunks on every core and hands the new ones to the repository's packer;
+// Restore fetches the chunks back, checked, and writes the folder with its
+// manifest last. The repository (package store) owns the format: chunking,
+// compression, packs, the index, locks and GC.
+package archiver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+)
+
+// Progress reports a transfer as it goes.
+type Progress struct {
+	Snapshot  string `json:"snapshot"`
+	Files     int    `json:"files"`
+	FilesDone int    `json:"filesDone"`
+	Bytes     int64  `json:"bytes"`
+	BytesDone int64  `json:"bytesDone"`
+	// Stored counts new compressed bytes written (Save) or read (Restore).
+	Stored int64 `json:"stored"`
+}
+
+// Options tune Save and Restore.
+type Options struct {
+	// Progress, when set, is called from one goroutine at a time, at most
+	// every ProgressEvery and once at the end.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+	// Uploads bounds the packs written at once (Save), Downloads the chunks
+	// read at once (Restore); 4 and 8 when zero.
+	Uploads   int
+	Downloads int
+}
+
+type progressReporter struct {
+	mu    sync.Mutex
+	p     Progress
+	fn    func(Progress)
+	every time.Duration
+	last  time.Time
+}
+
+func newReporter(opts Options, p Progress) *progressReporter {
+	every := opts.ProgressEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	return &progressReporter{p: p, fn: opts.Progress, every: every}
+}
+
+func (r *progressReporter) add(done, stored int64, filesDone int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.p.BytesDone += done
+	r.p.Stored += stored
+	r.p.FilesDone += filesDone
+	if r.fn != nil && time.Since(r.last) >= r.every {
+		r.last = time.Now()
+		r.fn(r.p)
+	}
+}
+
+func (r *progressReporter) finish() Progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fn != nil {
+		r.fn(r.p)
+	}
+	return r.p
+}
+
+// segmentSize is the span of a file that one cutter chunks on its own, so
+// that large files are cut on every core. Chunk boundaries restart at each
+// segment's start; for snapshots of one template the segments line up, and
+// elsewhere only the chunks at segment edges differ.
+const segmentSize = 256 << 20
+
+// segment is a span of a file for one cutter.
+type segment struct {
+	file   int // index in Snapshot.Files
+	index  int // index among the file's segments
+	offset int64
+	length int64
+}
+
+// chunkLists collects the chunk ids of every segment, which cutters fill in
+// in parallel, a segment each.
+type chunkLists struct {
+	mu       sync.Mutex
+	segments [][][]string    // file -> segment -> chunk ids
+	taken    map[string]bool // chunks sent for storing in this run
+	left     []int           // segments not yet cut, per file
+}
+
+// add appends a chunk's id to its segment's list and tells whether this
+// cutter should store it: it is neither in the repository nor taken by
+// another cutter.
+func (l *chunkLists) add(seg segment, id string, stored bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := &l.segments[seg.file][seg.index]
+	*ids = append(*ids, id)
+	if stored || l.taken[id] {
+		return false
+	}
+	l.taken[id] = true
+	return true
+}
+
+// segmentDone tells whether seg was its file's last segment to be cut.
+func (l *chunkLists) segmentDone(seg segment) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.left[seg.file]--
+	return l.left[seg.file] == 0
+}
+
+// splitFiles cuts every file into segments.
+func splitFiles(files []store.File) ([]segment, *chunkLists) {
+	lists := &chunkLists{taken: map[string]bool{}, segments: make([][][]string, len(files)), left: make([]int, len(files))}
+	var segs []segment
+	for i, f := range files {
+		n := int(max(1, (f.Size+segmentSize-1)/segmentSize))
+		lists.segments[i] = make([][]string, n)
+		lists.left[i] = n
+		for j := range n {
+			off := int64(j) * segmentSize
+			segs = append(segs, segment{file: i, index: j, offset: off, length: min(segmentSize, f.Size-off)})
+		}
+	}
+	return segs, lists
+}
+
+// Save stores the snapshot folder dir under name: every chunk not already in
+// the repository is compressed and packed, each pack and its index are
+// written, and the snapshot's manifest last. Saving a name that exists is
+// refused. An interrupted Save leaves no snapshot; run again, it skips the
+// chunks already stored.
+func Save(ctx context.Context, repo *store.Repository, name, dir string, opts Options) (*store.Snapshot, error) {
+	m, err := snapshot.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot folder %s: %w", dir, err)
+	}
+	return SaveManifest(ctx, repo, name, dir, m, opts)
+}
+
+// SaveManifest is Save of a snapshot folder whose manifest the caller holds
+// (the one Commit just wrote): the file list and sizes come from m, so the
+// folder is not listed or its files stat'ed again.
+func SaveManifest(ctx context.Context, repo *store.Repository, name, dir string, m *snapshot.Manifest, opts Options) (*store.Snapshot, error) {
+	if err := repo.CheckNewName(ctx, name); err != nil {
+		return nil, err
+	}
+	meta, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	snap := &store.Snapshot{Name: name, CreatedAt: time.Now().UTC(), Meta: meta}
+	for _, f := range m.Files {
+		snap.Files = append(snap.Files, store.File{Path: f.Path, Size: f.Size, Mode: f.Mode})
+	}
+
+	unlock, err := repo.Lock(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	rep := newReporter(opts, Progress{Snapshot: name, Files: len(snap.Files), Bytes: m.Size()})
+	if err := ingest(ctx, repo, dir, snap, opts, rep); err != nil {
+		return nil, fmt.Errorf("store %s: save %s: %w", repo.Backend().Location(), name, err)
+	}
+	rep.finish()
+	if err := repo.AddSnapshot(ctx, snap); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// ingest runs the pipeline: cutters (one per core) each take a file segment
+// and cut and hash its chunks, handing those the repository lacks to its
+// packer, which compresses each on the cutter's goroutine (while it is
+// still in that core's cache and without a copy), packs and uploads them.
+func ingest(ctx context.Context, repo *store.Repository, dir string, snap *store.Snapshot, opts Options, rep *progressReporter) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	packer, err := repo.NewPacker(pctx, opts.Uploads, func(n int64) { rep.add(0, n, 0) })
+	if err != nil {
+		return err
+	}
+	segs, lists := splitFiles(snap.Files)
+	todo := make(chan segment, len(segs))
+	for _, seg := range segs {
+		todo <- seg
+	}
+	close(todo)
+	g, gctx := errgroup.WithContext(pctx)
+	for range min(runtime.GOMAXPROCS(0), len(segs)) {
+		g.Go(func() error {
+			c := segmentCutter{repo: repo, dir: dir, snap: snap, lists: lists, packer: packer, rep: rep, scan: make([]byte, repo.ChunkerBufferSize())}
+			for seg := range todo {
+				if err := c.cut(gctx, seg); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	// A cutter's error is the first failure: a failed packer's reaches
+	// the cutters through Add. Either way the packer is stopped.
+	if err := g.Wait(); err != nil {
+		cancel()
+		_ = packer.Close()
+		return err
+	}
+	if err := packer.Close(); err != nil {
+		return err
+	}
+	for i := range snap.Files {
+		for _, ids := range lists.segments[i] {
+			snap.Files[i].Chunks = append(snap.Files[i].Chunks, ids...)
+		}
+	}
+	return nil
+}
+
+// segmentCutter is one cutter goroutine's state: its scan buffer is reused
+// for every segment it takes.
+type segmentCutter struct {
+	repo   *store.Repository
+	dir    string
+	snap   *store.Snapshot
+	lists  *chunkLists
+	packer *store.Packer
+	rep    *progressReporter
+	scan   []byte
+}
+
+// cut chunks one segment of a file; every chunk the repository lacks goes
+// to the packer.
+func (c *segmentCutter) cut(ctx context.Context, seg segment) error {
+	f := c.snap.Files[seg.file]
+	fh, err := os.Open(filepath.Join(c.dir, filepath.FromSlash(f.Path)))
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	chunks, err := c.repo.NewChunker(io.NewSectionReader(fh, seg.offset, seg.length), c.scan)
+	if err != nil {
+		return err
+	}
+	var read int64
+	for {
+		data, err := chunks.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+		read += int64(len(data))
+		sum := sha256.Sum256(data)
+		id := hex.EncodeToString(sum[:])
+		if c.lists.add(seg, id, c.repo.HasChunk(id)) {
+			if err := c.packer.Add(ctx, id, data); err != nil {
+				return err
+			}
+		}
+		c.rep.add(int64(len(data)), 0, 0)
+	}
+	if read != seg.length {
+		return fmt.Errorf("%s changed while it was saved: read %d bytes at %d, expected %d", f.Path, read, seg.offset, seg.length)
+	}
+	if c.lists.segmentDone(seg) {
+		c.rep.add(0, 0, 1)
+	}
+	return nil
+}
