@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|benchmarks|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
 # ENGINE_TIMEOUT (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
@@ -11,7 +11,9 @@
 # STASIS_NVPROXY_ABI, the driver ABI runsc uses when it does not know the
 # host's driver: the default runsc (September 2026) knows 580.159.04 and
 # needs none; with the May build set it to 580.126.20 (see FACTS).
-# STASIS_GPU_PATHS and STASIS_PATH_GIB (paths); STASIS_ZERO_GIB (zero-pages).
+# STASIS_GPU_PATHS and STASIS_PATH_GIB (paths); STASIS_ZERO_GIB (zero-pages);
+# STASIS_RESUME_GIB, STASIS_RESUME_VARIANTS, STASIS_RESUME_COLD and
+# STASIS_RESUME_DEFAULT (resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -152,6 +154,16 @@ run_zero_pages() {
 	ENGINE_RUN=TestGPUZeroPages run_engine
 }
 
+# The resume-speed benchmark (TestGPUResumeSpeed): per size in
+# STASIS_RESUME_GIB (1,8), the driver's own restore in a plain process
+# beside one snapshot resumed each way of STASIS_RESUME_VARIANTS (and, at
+# 8 GiB, of STASIS_RESUME_COLD with the page cache dropped); then the table
+# and resume-summary.json for STASIS_RESUME_DEFAULT, the engine's default.
+run_resume() {
+	ENGINE_RUN=TestGPUResumeSpeed ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
+	python3 scripts/gpu/resume_summary.py "$out" "${STASIS_RESUME_DEFAULT:-lazy+prefault16}" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" | tee "$out/resume-summary.md"
+}
+
 # The table and plot of every benchmark result in OUTDIR so far.
 plot() {
 	"$bundle/benchplot" -o "$out/cold-vs-resume.png" "$out/engine-gpu.jsonl" | tee "$out/cold-vs-resume.md"
@@ -176,7 +188,8 @@ server) run_server ;;
 gvisor) run_gvisor ;;
 paths) run_paths ;;
 zero-pages) run_zero_pages ;;
+resume) run_resume ;;
 benchmarks) run_synthetic; run_server ;;
 all) run_node; run_service; ENGINE_RUN="TestGPUActor|TestGPUCompatAndPlan" run_engine; run_synthetic; run_server; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, benchmarks or all" >&2; exit 2 ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, benchmarks or all" >&2; exit 2 ;;
 esac
