@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
 )
 
@@ -53,6 +54,11 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 // (default "1,8"):
 //   - the floor: the driver's own restore and unlock of that much device
 //     memory in a plain process, no sandbox (holder.py, cuda_e2e.py raw);
+//   - at STASIS_RESUME_RAW_GIB (default 8), runsc's own flag path by hand
+//     as the suspend's floor: `runsc checkpoint --cuda-checkpoint-path`
+//     (helper and image in one command, nothing made durable), then
+//     `runsc restore --background`, which replays the helper itself, to the
+//     first GPU operation;
 //   - an actor in gVisor holding it, suspended once by the engine, whose
 //     snapshot is then resumed once per variant of STASIS_RESUME_VARIANTS
 //     (default "lazy,lazy+prefault16,eager,eager+prefault16"; at 8 GiB also
@@ -61,7 +67,9 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 //     operation and the device data verified, the sandbox then removed so
 //     that the same snapshot serves the next variant.
 //
-// Every resume verifies the snapshot while it restores, as by default.
+// STASIS_RESUME_ZERO_GIB adds that much zeroed device memory to each actor
+// (a preallocated cache, whose committed zero pages the image leaves out).
+// Every resume hashes the snapshot while it restores, as stasisd's do.
 func TestGPUResumeSpeed(t *testing.T) {
 	g := newGPUEnv(t)
 	ctx := context.Background()
@@ -78,8 +86,12 @@ func TestGPUResumeSpeed(t *testing.T) {
 		g.record("resume-driver-floor", map[string]any{"gib": gib, "restoreS": driver["restore_s"], "unlockS": driver["unlock_s"], "checkpointS": driver["checkpoint_s"], "lockS": driver["lock_s"]})
 
 		id := fmt.Sprintf("speed-%s", size)
-		a := g.startActor(id, gib)
+		zero := getenv("STASIS_RESUME_ZERO_GIB", "0")
+		a := g.startActorArgs(id, []string{"/usr/bin/env", "HOLDER_ZERO_GIB=" + zero, g.python, "/stasis-scripts/holder_server.py", size})
 		g.mustAsk(a.ID, "info")
+		if size == getenv("STASIS_RESUME_RAW_GIB", "8") {
+			g.record("resume-raw-flag-path", g.rawFlagPath(a, gib))
+		}
 		dir := filepath.Join(g.work, id)
 		g.takeEvents()
 		start := time.Now()
@@ -87,7 +99,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s suspend: %v", id, err)
 		}
-		g.record("resume-suspend", map[string]any{"gib": gib, "suspendS": time.Since(start).Seconds(), "imageBytes": m.Size(), "steps": steps(g.takeEvents())})
+		g.record("resume-suspend", map[string]any{"gib": gib, "zeroGib": zero, "suspendS": time.Since(start).Seconds(), "imageBytes": m.Size(), "steps": steps(g.takeEvents())})
 
 		todo := variants
 		if gib == 8 {
@@ -104,7 +116,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 			}
 			g.takeEvents()
 			start := time.Now()
-			if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
+			if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifyWhileRestoring}); err != nil {
 				t.Fatalf("%s %s resume: %v", id, name, err)
 			}
 			resume := time.Since(start)
@@ -124,7 +136,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 					gpuMessage = ev.Message
 				}
 			}
-			g.record("resume-variant", map[string]any{"gib": gib, "variant": name, "order": i + 1, "eager": v.eager, "prefault": v.prefault, "cold": v.cold,
+			g.record("resume-variant", map[string]any{"gib": gib, "zeroGib": zero, "variant": name, "order": i + 1, "eager": v.eager, "prefault": v.prefault, "cold": v.cold,
 				"resumeS": resume.Seconds(), "resumeToFirstGPUOpS": firstOp.Seconds(), "imageBytes": m.Size(), "touch": touch, "check": verify,
 				"driverRestoreS": driver["restore_s"] + driver["unlock_s"], "gpuResumeMessage": gpuMessage, "steps": steps(events)})
 			if err := g.rt.Stop(ctx, a.ID); err != nil {
@@ -136,6 +148,48 @@ func TestGPUResumeSpeed(t *testing.T) {
 		}
 		os.RemoveAll(dir)
 	}
+}
+
+// rawFlagPath suspends actor a by hand through runsc's own CUDA step, as
+// an operator would, and restores it the same way: the checkpoint runs the
+// helper's --toggle on every CUDA process and writes the image, without
+// --leave-running (so the sandbox exits) and with nothing fsynced; the
+// restore replays the toggle after it returns, and the first GPU operation
+// waits for it.
+func (g *gpuEnv) rawFlagPath(a engine.Actor, gib float64) map[string]any {
+	t := g.t
+	ctx := context.Background()
+	image := filepath.Join(g.work, a.ID+"-raw")
+	defer os.RemoveAll(image)
+	checkpoint, err := g.runscRaw("checkpoint", "--cuda-checkpoint-path", bundle.HelperPath, "--image-path", image, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.rt.Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	restore, err := g.runscRaw("restore", "--detach", "--background", "--image-path", image, "--bundle", a.Bundle, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	touch, err := g.ask(a.ID, "touch")
+	firstOp := time.Since(start)
+	if err != nil {
+		t.Fatalf("first GPU operation after runsc's own restore: %v", err)
+	}
+	verify, err := g.ask(a.ID, "verify")
+	if err != nil || !strings.HasPrefix(verify, "OK") {
+		t.Fatalf("data after runsc's own restore: %q %v", verify, err)
+	}
+	var size int64
+	_ = filepath.Walk(image, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			size += info.Size()
+		}
+		return nil
+	})
+	return map[string]any{"gib": gib, "checkpointS": checkpoint.Seconds(), "restoreS": restore.Seconds(), "resumeToFirstGPUOpS": firstOp.Seconds(), "imageBytes": size, "touch": touch, "check": verify}
 }
 
 // driverFloor is the driver's own checkpoint and restore of gib GiB of

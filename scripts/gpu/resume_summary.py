@@ -21,6 +21,7 @@ def main():
     floors = next((r for r in rows if r["kind"] == "resume-floors"), {})
     variants = [r for r in rows if r["kind"] == "resume-variant"]
     suspends = {r["gib"]: r for r in rows if r["kind"] == "resume-suspend"}
+    raws = {r["gib"]: r for r in rows if r["kind"] == "resume-raw-flag-path"}
     lines = ["| GiB | variant | restore s | gpu-resume s | driver s | gpu-resume / driver | resume s | to first GPU op s |",
              "|---|---|---|---|---|---|---|---|"]
     for r in variants:
@@ -28,6 +29,8 @@ def main():
         gpu = st.get("resume/gpu-resume", 0)
         lines.append(f"| {r['gib']:g} | {r['variant']} | {st.get('resume/restore', 0):.2f} | {gpu:.2f} | {r['driverRestoreS']:.2f} | "
                      f"{gpu / r['driverRestoreS']:.2f} | {r['resumeS']:.2f} | {r['resumeToFirstGPUOpS']:.2f} |")
+    for gib, r in sorted(raws.items()):
+        lines.append(f"| {gib:g} | runsc's flag path by hand | {r['restoreS']:.2f} | (in restore) | | | | {r['resumeToFirstGPUOpS']:.2f} |")
     print("\n".join(lines))
 
     def pick(gib, name):
@@ -53,8 +56,9 @@ def main():
         "resume_8gib_cold_over_floor": cold_ratio,
         "server_compiled": None,
         "server_plain": None,
-        "suspend_over_raw_8gib": None,
+        "suspend_over_raw_8gib": suspends[8]["suspendS"] / raws[8]["checkpointS"] if 8 in suspends and 8 in raws else None,
         "suspend_8gib_s": suspends.get(8, {}).get("suspendS"),
+        "raw_flag_path_8gib": raws.get(8),
         "floors": floors,
     }
     with open(os.path.join(out, "resume-summary.json"), "w") as f:
