@@ -88,11 +88,6 @@ type Engine struct {
 	// EagerRestore loads all memory before a restored sandbox runs, instead
 	// of letting it load in the background.
 	EagerRestore bool
-	// Prefault has a GPU resume read the restored CUDA processes' memory on
-	// that many threads before the driver restores them (package
-	// cuda/prefault), so that the restore does not fault it in one page
-	// at a time; 0 leaves it to the restore.
-	Prefault int
 	// GPUPath is how a suspend moves GPU state; GPUPathExec when empty.
 	GPUPath GPUPath
 	// CUDASequential has the runtime's own CUDA step (GPUPathRuntime) act

@@ -40,7 +40,7 @@ func (e *Engine) gpuSuspend(ctx context.Context, id string) (runtime.GPUReport, 
 	if g, ok := e.Runtime.(runtime.GPUAgent); ok {
 		return g.GPUSuspend(ctx, id, e.lockTimeout())
 	}
-	return e.runHelper(ctx, id, helper.Suspend, helper.Options{LockTimeout: e.lockTimeout()})
+	return e.runHelper(ctx, id, helper.Suspend, e.lockTimeout(), "")
 }
 
 // gpuResume restores and unlocks every CUDA process that is locked or
@@ -50,21 +50,16 @@ func (e *Engine) gpuResume(ctx context.Context, id string, devices gpu.DeviceMap
 	if g, ok := e.Runtime.(runtime.GPUAgent); ok {
 		return g.GPUResume(ctx, id, devices)
 	}
-	opts := helper.Options{Prefault: e.Prefault}
+	var deviceMap string
 	if len(devices) > 0 {
-		opts.DeviceMap = devices.String()
+		deviceMap = devices.String()
 	}
-	return e.runHelper(ctx, id, helper.Resume, opts)
+	return e.runHelper(ctx, id, helper.Resume, 0, deviceMap)
 }
 
-func (e *Engine) runHelper(ctx context.Context, id, verb string, opts helper.Options) (runtime.GPUReport, error) {
-	argv := helper.Args(e.helperPath(), verb, opts)
-	p := runtime.Process{Args: argv}
-	if verb == helper.Resume && opts.Prefault > 0 {
-		// Reading the CUDA processes' memory needs ptrace access to them.
-		p.Caps = []string{"CAP_SYS_PTRACE"}
-	}
-	res, err := e.Runtime.Exec(ctx, id, p)
+func (e *Engine) runHelper(ctx context.Context, id, verb string, lockTimeout time.Duration, deviceMap string) (runtime.GPUReport, error) {
+	argv := helper.Args(e.helperPath(), verb, lockTimeout, deviceMap)
+	res, err := e.Runtime.Exec(ctx, id, runtime.Process{Args: argv})
 	var rep runtime.GPUReport
 	if err != nil {
 		return rep, fmt.Errorf("run %s: %w", strings.Join(argv, " "), err)
@@ -80,12 +75,5 @@ func summary(rep runtime.GPUReport) string {
 	if rep.Skipped != "" {
 		return rep.Skipped
 	}
-	s := fmt.Sprintf("%d CUDA process(es), driver API %s", len(rep.Outcomes), cuda.FormatVersion(rep.DriverVersion))
-	if p := rep.Prefault; p != nil {
-		s += fmt.Sprintf("; read %.1f GB of their memory first in %s on %d threads", float64(p.Bytes)/1e9, p.Duration.Round(time.Millisecond), p.Workers)
-		if p.Error != "" {
-			s += fmt.Sprintf(" (%d piece(s) unread: %s)", p.Failed, p.Error)
-		}
-	}
-	return s
+	return fmt.Sprintf("%d CUDA process(es), driver API %s", len(rep.Outcomes), cuda.FormatVersion(rep.DriverVersion))
 }

@@ -21,10 +21,9 @@ import (
 
 // resumeVariant is one way of resuming the same snapshot.
 type resumeVariant struct {
-	name     string
-	eager    bool
-	prefault int
-	cold     bool // the page cache dropped first
+	name  string
+	eager bool
+	cold  bool // the page cache dropped first
 }
 
 func parseVariant(t *testing.T, s string) resumeVariant {
@@ -36,14 +35,8 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 			v.eager = true
 		case part == "cold":
 			v.cold = true
-		case strings.HasPrefix(part, "prefault"):
-			n, err := strconv.Atoi(strings.TrimPrefix(part, "prefault"))
-			if err != nil || n <= 0 {
-				t.Fatalf("variant %q: want prefaultN with N threads", s)
-			}
-			v.prefault = n
 		default:
-			t.Fatalf("variant %q: unknown part %q (want lazy, eager, prefaultN, cold joined by +)", s, part)
+			t.Fatalf("variant %q: unknown part %q (want lazy or eager, with +cold)", s, part)
 		}
 	}
 	return v
@@ -61,9 +54,9 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 //     first GPU operation;
 //   - an actor in gVisor holding it, suspended once by the engine, whose
 //     snapshot is then resumed once per variant of STASIS_RESUME_VARIANTS
-//     (default "lazy,lazy+prefault16,eager,eager+prefault16"; at 8 GiB also
-//     STASIS_RESUME_COLD, default "lazy+cold,lazy+prefault16+cold", with the
-//     page cache dropped first), each resume timed to the first GPU
+//     (default "lazy,eager": runsc restore --background or not; at 8 GiB
+//     also STASIS_RESUME_COLD, default "lazy+cold,eager+cold", with the page
+//     cache dropped first), each resume timed to the first GPU
 //     operation and the device data verified, the sandbox then removed so
 //     that the same snapshot serves the next variant.
 //
@@ -75,8 +68,8 @@ func TestGPUResumeSpeed(t *testing.T) {
 	ctx := context.Background()
 	floors := g.floors()
 	g.record("resume-floors", floors)
-	variants := strings.Split(getenv("STASIS_RESUME_VARIANTS", "lazy,lazy+prefault16,eager,eager+prefault16"), ",")
-	cold := strings.Split(getenv("STASIS_RESUME_COLD", "lazy+cold,lazy+prefault16+cold"), ",")
+	variants := strings.Split(getenv("STASIS_RESUME_VARIANTS", "lazy,eager"), ",")
+	cold := strings.Split(getenv("STASIS_RESUME_COLD", "lazy+cold,eager+cold"), ",")
 	for _, size := range strings.Split(getenv("STASIS_RESUME_GIB", "1,8"), ",") {
 		gib, err := strconv.ParseFloat(size, 64)
 		if err != nil {
@@ -108,7 +101,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 		for i, name := range todo {
 			v := parseVariant(t, name)
 			eng := *g.eng
-			eng.EagerRestore, eng.Prefault = v.eager, v.prefault
+			eng.EagerRestore = v.eager
 			if v.cold {
 				if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200); err != nil {
 					t.Fatalf("drop the page cache: %v", err)
@@ -136,7 +129,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 					gpuMessage = ev.Message
 				}
 			}
-			g.record("resume-variant", map[string]any{"gib": gib, "zeroGib": zero, "variant": name, "order": i + 1, "eager": v.eager, "prefault": v.prefault, "cold": v.cold,
+			g.record("resume-variant", map[string]any{"gib": gib, "zeroGib": zero, "variant": name, "order": i + 1, "eager": v.eager, "cold": v.cold,
 				"resumeS": resume.Seconds(), "resumeToFirstGPUOpS": firstOp.Seconds(), "imageBytes": m.Size(), "touch": touch, "check": verify,
 				"driverRestoreS": driver["restore_s"] + driver["unlock_s"], "gpuResumeMessage": gpuMessage, "steps": steps(events)})
 			if err := g.rt.Stop(ctx, a.ID); err != nil {

@@ -129,7 +129,7 @@ func (e *Engine) planGPU(ctx context.Context, p *Plan, a Actor, sandboxPID int) 
 		// and report nothing: ask the helper now which there are (the
 		// host sees one process, the sandbox's, for all of them).
 		var rep runtime.GPUReport
-		if rep, err = e.runHelper(ctx, a.ID, helper.Status, helper.Options{}); err == nil {
+		if rep, err = e.runHelper(ctx, a.ID, helper.Status, 0, ""); err == nil {
 			p.CUDAProcesses = len(rep.Processes)
 		}
 	}

@@ -185,14 +185,10 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 		ImageDir: filepath.Join(dir, imageDir), Bundle: a.Bundle, Background: !e.EagerRestore,
 		ConsoleLog: a.ConsoleLog, Notify: o.note, Direct: e.DirectIO && e.Runtime.Capabilities().Direct,
 	}
-	// The runtime passes no flags to the helper it runs after the
-	// restore; the helper takes the device map and the prefault from its
-	// environment.
 	if byRuntime && len(opts.DeviceMap) > 0 {
-		ro.Env = append(ro.Env, helper.DeviceMapEnv+"="+opts.DeviceMap.String())
-	}
-	if byRuntime && e.Prefault > 0 {
-		ro.Env = append(ro.Env, fmt.Sprintf("%s=%d", helper.PrefaultEnv, e.Prefault))
+		// The runtime passes no device map to the helper it runs after
+		// the restore; the helper takes it from its environment.
+		ro.Env = []string{helper.DeviceMapEnv + "=" + opts.DeviceMap.String()}
 	}
 	err := o.step("restore", func() (string, error) { return "", e.Runtime.Restore(ctx, id, ro) })
 	if err != nil {
@@ -228,7 +224,7 @@ func (e *Engine) awaitRuntimeGPU(ctx context.Context, id string, devices gpu.Dev
 	defer tick.Stop()
 	var last error
 	for polls := 1; ; polls++ {
-		rep, err := e.runHelper(ctx, id, helper.Status, helper.Options{})
+		rep, err := e.runHelper(ctx, id, helper.Status, 0, "")
 		if err == nil {
 			waiting := 0
 			for _, p := range rep.Processes {

@@ -49,9 +49,6 @@ type Process struct {
 	Args []string
 	Env  []string
 	Cwd  string
-	// Caps are capabilities the process gets beyond the container's own
-	// (such as CAP_SYS_PTRACE), where the runtime can grant them.
-	Caps []string
 }
 
 // ExecResult is how an exec'd process ended.
@@ -201,18 +198,6 @@ type GPUReport struct {
 	// Skipped says why nothing was done, when a micro-VM's guest agent
 	// finds no NVIDIA device in the guest.
 	Skipped string `json:"skipped,omitempty"`
-	// Prefault is what a resume's read of the processes' memory did.
-	Prefault *GPUPrefault `json:"prefault,omitempty"`
-}
-
-// GPUPrefault is the part of the helper's prefault report the engine
-// reads (cuda/prefault.Result).
-type GPUPrefault struct {
-	Bytes    int64         `json:"bytes"`
-	Workers  int           `json:"workers"`
-	Duration time.Duration `json:"durationNs"`
-	Failed   int           `json:"failed,omitempty"`
-	Error    string        `json:"error,omitempty"`
 }
 
 // GPUProcess is one CUDA process and its checkpoint state: running,

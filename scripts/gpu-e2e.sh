@@ -161,7 +161,7 @@ run_zero_pages() {
 # and resume-summary.json for STASIS_RESUME_DEFAULT, the engine's default.
 run_resume() {
 	ENGINE_RUN=TestGPUResumeSpeed ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
-	python3 scripts/gpu/resume_summary.py "$out" "${STASIS_RESUME_DEFAULT:-lazy+prefault16}" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" | tee "$out/resume-summary.md"
+	python3 scripts/gpu/resume_summary.py "$out" "${STASIS_RESUME_DEFAULT:-lazy}" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" | tee "$out/resume-summary.md"
 }
 
 # The table and plot of every benchmark result in OUTDIR so far.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/cuda/helper"
-	"github.com/stasis-run/stasis/cuda/prefault"
 	"github.com/stasis-run/stasis/gpu"
 )
 
@@ -212,21 +210,6 @@ func (c cli) toggle(d *cuda.Driver, a compatArgs) int {
 					return 1
 				}
 				fmt.Fprintf(c.stderr, "stasis-cuda: restoring process ID %d with device map %s (from %s)\n", a.pid, a.deviceMap, helper.DeviceMapEnv)
-			}
-		}
-		if v := c.getenv(helper.PrefaultEnv); v != "" {
-			workers, err := strconv.Atoi(v)
-			if err != nil || workers < 0 {
-				fmt.Fprintf(c.stderr, "Could not toggle process ID %d: %s=%q: want a number of threads\n", a.pid, helper.PrefaultEnv, v)
-				return 1
-			}
-			if workers > 0 {
-				res := prefault.Processes(context.Background(), "/proc", []int{a.pid}, workers)
-				fmt.Fprintf(c.stderr, "stasis-cuda: read %d bytes of process ID %d in %s on %d threads before its restore (from %s)", res.Bytes, a.pid, res.Duration.Round(time.Millisecond), res.Workers, helper.PrefaultEnv)
-				if res.Error != "" {
-					fmt.Fprintf(c.stderr, "; %d piece(s) unread: %s", res.Failed, res.Error)
-				}
-				fmt.Fprintln(c.stderr)
 			}
 		}
 	default:

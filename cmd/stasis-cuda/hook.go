@@ -23,7 +23,7 @@ func (c cli) hook(mode string) int {
 		fmt.Fprintf(c.stderr, "stasis-cuda: unknown %s=%q: want save, restore or resume\n", hookModeEnv, mode)
 		return 1
 	}
-	rep, err := c.group(context.Background(), op, "/proc", group.Options{LockTimeout: defaultLockTimeout}, 0, true)
+	rep, err := c.group(context.Background(), op, "/proc", group.Options{LockTimeout: defaultLockTimeout}, true)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "stasis-cuda %s hook: %v\n", mode, err)
 		return 1

@@ -238,31 +238,3 @@ func TestToggleTakesTheDeviceMapFromItsEnvironment(t *testing.T) {
 		t.Fatalf("a malformed map: rc %d state %d stderr %q", rc, h.lib.State(7), h.stderr.String())
 	}
 }
-
-// A prefault is best effort: one that cannot read the processes' memory
-// (here a fake /proc without it) is reported, and the resume goes on.
-func TestResumePrefaultIsReportedAndBestEffort(t *testing.T) {
-	h := newHarness(t)
-	h.lib.AddProcess(t, 30, 0)
-	h.lib.AddProcess(t, 31, 0)
-	root := procTree(t, 30, 31)
-	if rc := h.run("suspend", "--all", "--proc", root); rc != 0 {
-		t.Fatalf("suspend: rc %d %s", rc, h.stderr.String())
-	}
-	if rc := h.run("resume", "--all", "--prefault", "-1", "--proc", root); rc != 2 || h.lib.State(30) != 2 {
-		t.Fatalf("--prefault -1: rc %d state %d", rc, h.lib.State(30))
-	}
-	if rc := h.run("resume", "--all", "--json", "--prefault", "4", "--proc", root); rc != 0 {
-		t.Fatalf("resume: rc %d %s %s", rc, h.stdout.String(), h.stderr.String())
-	}
-	var rep group.Report
-	if err := json.Unmarshal(h.stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("%v: %s", err, h.stdout.String())
-	}
-	if p := rep.Prefault; p == nil || p.Processes != 2 || p.Workers != 4 || p.Failed != 2 || !strings.Contains(p.Error, "maps") {
-		t.Fatalf("prefault report %+v", rep.Prefault)
-	}
-	if _, ok := rep.Steps["prefault"]; !ok || h.lib.State(30) != 0 || h.lib.State(31) != 0 || !strings.Contains(h.stderr.String(), "the restore faults them in itself") {
-		t.Fatalf("after the resume: steps %v, states %d %d, stderr %q", rep.Steps, h.lib.State(30), h.lib.State(31), h.stderr.String())
-	}
-}

@@ -11,9 +11,7 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/cuda/group"
-	"github.com/stasis-run/stasis/cuda/prefault"
 	"github.com/stasis-run/stasis/gpu"
 )
 
@@ -29,7 +27,6 @@ func (c cli) verb(name string, args []string) int {
 	procRoot := fs.String("proc", "/proc", "the procfs to scan")
 	var timeout time.Duration = defaultLockTimeout
 	var deviceMap gpu.DeviceMap
-	var prefaultWorkers int
 	if name == "suspend" {
 		fs.DurationVar(&timeout, "timeout", defaultLockTimeout, "how long a lock waits for running GPU work (0: no limit)")
 	}
@@ -39,7 +36,6 @@ func (c cli) verb(name string, args []string) int {
 			deviceMap, err = gpu.ParseDeviceMap(v)
 			return err
 		})
-		fs.IntVar(&prefaultWorkers, "prefault", 0, "first read the checkpointed processes' memory on N threads, so that the restore finds it resident (needs CAP_SYS_PTRACE; 0: not)")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -53,11 +49,7 @@ func (c cli) verb(name string, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if prefaultWorkers < 0 {
-		fmt.Fprintf(c.stderr, "stasis-cuda %s: --prefault %d: want a number of threads, or 0\n", name, prefaultWorkers)
-		return 2
-	}
-	rep, err := c.group(ctx, name, *procRoot, group.Options{LockTimeout: timeout, DeviceMap: deviceMap}, prefaultWorkers, !*asJSON)
+	rep, err := c.group(ctx, name, *procRoot, group.Options{LockTimeout: timeout, DeviceMap: deviceMap}, !*asJSON)
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -80,7 +72,7 @@ func (c cli) verb(name string, args []string) int {
 // group scans the pid namespace and runs the named group operation. The
 // driver is not closed: the process exits right after, and unloading libcuda
 // would only run its teardown for nothing.
-func (c cli) group(ctx context.Context, op, procRoot string, opt group.Options, prefaultWorkers int, progress bool) (group.Report, error) {
+func (c cli) group(ctx context.Context, op, procRoot string, opt group.Options, progress bool) (group.Report, error) {
 	start := time.Now()
 	rep := group.Report{Op: op, Steps: map[string]time.Duration{}}
 	finish := func(step string, since time.Time, err error) (group.Report, error) {
@@ -112,30 +104,9 @@ func (c cli) group(ctx context.Context, op, procRoot string, opt group.Options, 
 		rep.Outcomes, err = group.Suspend(ctx, d, rep.Processes, opt)
 	case "resume":
 		rep.Processes = group.ToResume(procs)
-		if prefaultWorkers > 0 {
-			rep.Prefault = c.prefault(ctx, procRoot, rep.Processes, prefaultWorkers)
-			rep.Steps["prefault"] = rep.Prefault.Duration
-			opStart = time.Now()
-		}
 		rep.Outcomes, err = group.Resume(ctx, d, rep.Processes, opt)
 	}
 	return finish(op, opStart, err)
-}
-
-// prefault reads the memory of the checkpointed processes among procs. It
-// is best effort: what it could not read, the restore faults in itself.
-func (c cli) prefault(ctx context.Context, procRoot string, procs []group.Process, workers int) *prefault.Result {
-	var pids []int
-	for _, p := range procs {
-		if p.State == cuda.StateCheckpointed {
-			pids = append(pids, p.PID)
-		}
-	}
-	res := prefault.Processes(ctx, procRoot, pids, workers)
-	if res.Error != "" {
-		fmt.Fprintf(c.stderr, "stasis-cuda: prefault: %d piece(s) unread, the restore faults them in itself: %s\n", res.Failed, res.Error)
-	}
-	return &res
 }
 
 func printOutcome(w io.Writer, o group.Outcome) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/cuda"
-	"github.com/stasis-run/stasis/cuda/prefault"
 	"github.com/stasis-run/stasis/gpu"
 )
 
@@ -50,9 +49,6 @@ type Report struct {
 	// Skipped says why nothing was done, when a micro-VM's guest agent
 	// finds no NVIDIA device in the guest.
 	Skipped string `json:"skipped,omitempty"`
-	// Prefault is what a resume's read of the processes' memory did,
-	// when it was asked for.
-	Prefault *prefault.Result `json:"prefault,omitempty"`
 }
 
 // Failure is one process's error within a group operation.

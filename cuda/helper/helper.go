@@ -8,7 +8,6 @@ package helper
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -19,11 +18,6 @@ import (
 // --cuda-checkpoint-path) passes no --device-map, and the engine sets this
 // in the restore's environment instead.
 const DeviceMapEnv = "STASIS_CUDA_DEVICE_MAP"
-
-// PrefaultEnv names the environment variable that has --toggle read a
-// checkpointed process's memory on that many threads before restoring it
-// (runsc's own CUDA step passes no flags), as resume's --prefault does.
-const PrefaultEnv = "STASIS_CUDA_PREFAULT"
 
 // LockTimeoutEnv names the environment variable that bounds --toggle's lock
 // when no --timeout is given, as a Go duration (such as 30s).
@@ -37,29 +31,17 @@ const (
 	Status  = "status"
 )
 
-// Options are the settings of one group operation's command line.
-type Options struct {
-	// LockTimeout bounds a suspend's wait for running GPU work.
-	LockTimeout time.Duration
-	// DeviceMap (OLD=NEW,...) moves a resume's state onto other GPUs.
-	DeviceMap string
-	// Prefault has a resume read the processes' memory on that many
-	// threads before the restore (0: not).
-	Prefault int
-}
-
 // Args is the command line that runs verb on every CUDA process with a JSON
-// report, as opts say; status changes nothing.
-func Args(path, verb string, opts Options) []string {
+// report: a suspend waits at most lockTimeout for running GPU work, a
+// resume moves state by deviceMap (OLD=NEW,...) when it is not empty, and
+// status changes nothing.
+func Args(path, verb string, lockTimeout time.Duration, deviceMap string) []string {
 	argv := []string{path, verb, "--all", "--json"}
-	if verb == Suspend && opts.LockTimeout > 0 {
-		argv = append(argv, "--timeout", opts.LockTimeout.String())
+	if verb == Suspend && lockTimeout > 0 {
+		argv = append(argv, "--timeout", lockTimeout.String())
 	}
-	if verb == Resume && opts.DeviceMap != "" {
-		argv = append(argv, "--device-map", opts.DeviceMap)
-	}
-	if verb == Resume && opts.Prefault > 0 {
-		argv = append(argv, "--prefault", strconv.Itoa(opts.Prefault))
+	if verb == Resume && deviceMap != "" {
+		argv = append(argv, "--device-map", deviceMap)
 	}
 	return argv
 }

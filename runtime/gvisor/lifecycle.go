@@ -84,9 +84,6 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 	for _, e := range p.Env {
 		args = append(args, "--env", e)
 	}
-	for _, c := range p.Caps {
-		args = append(args, "--cap", c)
-	}
 	args = append(append(args, id), p.Args...)
 	cmd, err := r.command(ctx, invocation{args: args})
 	if err != nil {

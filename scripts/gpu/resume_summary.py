@@ -4,7 +4,7 @@
 table of every variant and writes OUTDIR/resume-summary.json.
 
 Usage: resume_summary.py OUTDIR VARIANT COMMIT
-VARIANT is the engine's default way of resuming (such as lazy+prefault16),
+VARIANT is the engine's default way of resuming (lazy: runsc restore --background),
 whose figures fill the summary's keys. A figure this run did not measure
 is null, never a guess.
 """

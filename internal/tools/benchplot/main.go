@@ -1,10 +1,13 @@
-// Command benchplot draws the cold start against resume plot of
-// docs/benchmarks.md from the GPU benchmark's results (one horizontal bar
-// per way of getting the 7B server to its first token, and per synthetic
-// actor its cold start and its resume to the first GPU operation, steps
-// stacked) and prints the figures as tables.
+// Command benchplot draws the plots of docs/benchmarks.md from the GPU
+// benchmarks' results, one horizontal bar per way, steps stacked: the cold
+// start against resume benchmark (the 7B server to its first token, and
+// per synthetic actor its cold start and its resume to the first GPU
+// operation), and the resume-speed benchmark (per size, the driver's own
+// restore beside each way of resuming the same snapshot). It prints the
+// figures as tables.
 //
 //	go run ./internal/tools/benchplot -o docs/benchmarks-cold-vs-resume.png docs/results/h200-server-bench.jsonl
+//	go run ./internal/tools/benchplot -o docs/benchmarks-resume-speed.png docs/results/h200-resume-r2.jsonl docs/results/h200-resume-r3.jsonl
 package main
 
 import (
@@ -78,6 +81,48 @@ type syntheticBench struct {
 	} `json:"store"`
 }
 
+// resumeVariant is TestGPUResumeSpeed's record of one resume.
+type resumeVariant struct {
+	Kind     string             `json:"kind"`
+	GiB      float64            `json:"gib"`
+	Variant  string             `json:"variant"`
+	Resume   float64            `json:"resumeS"`
+	FirstOp  float64            `json:"resumeToFirstGPUOpS"`
+	Driver   float64            `json:"driverRestoreS"`
+	Steps    map[string]float64 `json:"steps"`
+	ZeroGiB  string             `json:"zeroGib"`
+	Image    int64              `json:"imageBytes"`
+	Verified string             `json:"check"`
+}
+
+// resumeBars are, per size, the driver's own restore and each resume.
+func resumeBars(rows []*resumeVariant) []bar {
+	var bars []bar
+	var last float64
+	for _, r := range rows {
+		if r.GiB != last {
+			bars = append(bars, bar{fmt.Sprintf("%g GiB: driver alone", r.GiB), []segment{{"driver restore", r.Driver}}})
+			last = r.GiB
+		}
+		st := r.Steps
+		gpu, restore := st["resume/gpu-resume"], st["resume/restore"]
+		bars = append(bars, bar{fmt.Sprintf("%g GiB: %s", r.GiB, r.Variant), []segment{{"runsc restore", restore}, {"GPU resume", gpu},
+			{"verify + check", r.Resume - restore - gpu}, {"first GPU op", r.FirstOp - r.Resume}}})
+	}
+	return bars
+}
+
+// resumeTable prints one row per resume.
+func resumeTable(rows []*resumeVariant) {
+	fmt.Println("| GiB | way | runsc restore | GPU resume | driver alone | GPU resume / driver | resume | to first GPU op | data |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		gpu := r.Steps["resume/gpu-resume"]
+		fmt.Printf("| %g | %s | %.2f s | %.2f s | %.2f s | %.2fx | %.2f s | %.2f s | %s |\n",
+			r.GiB, r.Variant, r.Steps["resume/restore"], gpu, r.Driver, gpu/r.Driver, r.Resume, r.FirstOp, r.Verified)
+	}
+}
+
 // syntheticTable prints one row per synthetic actor.
 func syntheticTable(rows []*syntheticBench) {
 	fmt.Println("| actor | cold start to first GPU op | Stasis suspend (raw steps) | image | in the store | Stasis resume to first GPU op (raw steps) | speed-up |")
@@ -123,6 +168,7 @@ func main() {
 	// of each workload is the most complete.
 	var b *serverBench
 	synthetic := map[float64]*syntheticBench{}
+	var resumes []*resumeVariant
 	for _, path := range flag.Args() {
 		f, err := os.Open(path)
 		if err != nil {
@@ -141,6 +187,11 @@ func main() {
 				if json.Unmarshal(sc.Bytes(), &r) == nil {
 					b = &r
 				}
+			case "resume-variant":
+				var r resumeVariant
+				if json.Unmarshal(sc.Bytes(), &r) == nil {
+					resumes = append(resumes, &r)
+				}
 			case "bench":
 				var r syntheticBench
 				if json.Unmarshal(sc.Bytes(), &r) == nil && r.ColdStart > 0 {
@@ -150,10 +201,10 @@ func main() {
 		}
 		f.Close()
 	}
-	if b == nil && len(synthetic) == 0 {
-		log.Fatal("no server-bench or bench record in the files given")
+	if b == nil && len(synthetic) == 0 && len(resumes) == 0 {
+		log.Fatal("no server-bench, bench or resume-variant record in the files given")
 	}
-	var bars []bar
+	bars := resumeBars(resumes)
 	if b != nil {
 		bars = append(bars, serverBars(b)...)
 	}
@@ -178,6 +229,9 @@ func main() {
 	}
 	if len(rows) > 0 {
 		syntheticTable(rows)
+	}
+	if len(resumes) > 0 {
+		resumeTable(resumes)
 	}
 }
 
@@ -213,7 +267,7 @@ var colors = map[string]color.RGBA{
 }
 
 func drawBars(path string, bars []bar) error {
-	const width, left, right, top, barH, gap = 1100, 200, 70, 50, 34, 40
+	const width, left, right, top, barH, gap = 1100, 230, 70, 50, 34, 40
 	height := top + len(bars)*(barH+gap) + 40
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
@@ -226,7 +280,7 @@ func drawBars(path string, bars []bar) error {
 		longest = max(longest, total)
 	}
 	scale := float64(width-left-right) / longest
-	text(img, 10, 25, "Cold start against resume on an H200: seconds to the first token (7B server) or first GPU op (synthetic), steps stacked", color.Black)
+	text(img, 10, 25, "On an H200: seconds to the first token (7B server) or the first GPU operation, steps stacked", color.Black)
 	for i, b := range bars {
 		y := top + i*(barH+gap)
 		text(img, 10, y+barH/2+4, b.label, color.Black)

@@ -184,7 +184,7 @@ func (s *Server) gpuStep(ctx context.Context, verb string, lockTimeout time.Dura
 	if _, err := os.Stat(s.Helper); err != nil {
 		return nil, "", fmt.Errorf("the guest has an NVIDIA device but no stasis-cuda at %s: put the helper in the guest image: %w", s.Helper, err)
 	}
-	res, err := s.exec(ctx, &Process{Args: helper.Args(s.Helper, verb, helper.Options{LockTimeout: lockTimeout, DeviceMap: deviceMap})})
+	res, err := s.exec(ctx, &Process{Args: helper.Args(s.Helper, verb, lockTimeout, deviceMap)})
 	if err != nil {
 		return nil, "", err
 	}
