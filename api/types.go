@@ -171,6 +171,12 @@ type (
 		// Cold boots the actor even when the template has a golden
 		// snapshot.
 		Cold bool `json:"cold,omitempty"`
+		// FromStored starts the actor from this snapshot in stasisd's
+		// store (one another node pushed: a fleet moves actors this way)
+		// instead of from the template. It is never cold-booted instead:
+		// a snapshot that cannot be restored here leaves the actor
+		// CRASHED with the reason.
+		FromStored string `json:"fromStored,omitempty"`
 	}
 
 	// OpRequest names an actor for Pause, Suspend and Resume.

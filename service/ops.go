@@ -38,6 +38,17 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 	if err := checkName("actor", req.ID); err != nil {
 		return api.Actor{}, err
 	}
+	if req.FromStored != "" {
+		switch {
+		case req.Cold:
+			return api.Actor{}, fmt.Errorf("%w: cold and fromStored both given: an actor starts from a stored snapshot or from its template, not both", errdefs.ErrInvalidArgument)
+		case s.cfg.Repo == nil:
+			return api.Actor{}, fmt.Errorf("%w: this stasisd has no store to start actor %s from %s (start it with --store)", errdefs.ErrFailedPrecondition, req.ID, req.FromStored)
+		}
+		if err := store.CheckSnapshotName(req.FromStored); err != nil {
+			return api.Actor{}, err
+		}
+	}
 	a, err := s.run(ctx, request{kind: opRun, actor: req.ID, requestID: req.RequestID,
 		create:  &journal.Actor{ID: req.ID, Template: t.Name, Sandbox: req.ID},
 		prepare: func(journal.Actor) (opArgs, error) { return opArgs{Snapshot: t.Golden}, nil },
@@ -50,6 +61,12 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 			})
 			if err != nil {
 				return didNotStart(err), err
+			}
+			if req.FromStored != "" {
+				if err := s.fromStored(ctx, o, t, ea, req.FromStored); err != nil {
+					return didNotStart(err), err
+				}
+				return outcome{state: api.Running, reason: "resumed from the stored snapshot " + req.FromStored}, nil
 			}
 			reason := ""
 			if t.Golden != "" && !req.Cold {
@@ -82,6 +99,24 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, 
 		return err
 	}
 	return s.restore(ctx, o, a, snap, a.ID, t.Probe)
+}
+
+// fromStored restores a snapshot of the store, pushed by this node or
+// another, into the new actor's sandbox and makes it the actor's latest.
+func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, a engine.Actor, stored string) error {
+	snap := journal.Snapshot{ID: newID("snap"), Actor: a.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
+	if err := s.restore(ctx, o, a, snap, a.ID, t.Probe); err != nil {
+		return err
+	}
+	// The pulled folder is whole (the resume checked it): its manifest
+	// gives the record's scope and size.
+	snap.Dir = s.snapshotDir(snap.ID)
+	m, err := snapshot.Load(snap.Dir)
+	if err != nil {
+		return err
+	}
+	snap.Scope, snap.Size = string(m.Scope), m.Size()
+	return s.adopt(ctx, snap)
 }
 
 // restore brings snap back into sandbox id: from its folder on this node,

@@ -656,3 +656,57 @@ func TestDataFolderIsPrivate(t *testing.T) {
 }
 
 var _ runtime.Runtime = runtimetest.New()
+
+// TestRunFromStored: an actor suspended to the store by one node starts on
+// another node, which shares only the store, from that stored snapshot,
+// its state kept; a stored snapshot that is not there leaves the new actor
+// CRASHED (never cold-booted), and bad requests change nothing.
+func TestRunFromStored(t *testing.T) {
+	ctx := context.Background()
+	a := newEnv(t, nil)
+	a.template("t", nil)
+	a.run("m1")
+	a.counter("m1", "incr")
+	a.counter("m1", "incr")
+	suspended, err := a.svc.Suspend(ctx, api.OpRequest{ID: "m1"})
+	if err != nil || suspended.Snapshot == nil || suspended.Snapshot.Stored == "" {
+		t.Fatalf("suspend on node a: %+v %v", suspended, err)
+	}
+	stored := suspended.Snapshot.Stored
+
+	b := newEnv(t, func(c *service.Config) { c.Repo = a.cfg.Repo })
+	b.template("t", nil)
+	for _, c := range []struct {
+		req  api.RunRequest
+		code string
+	}{
+		{api.RunRequest{Template: "t", ID: "x1", FromStored: stored, Cold: true}, "invalid_argument"},
+		{api.RunRequest{Template: "t", ID: "x2", FromStored: "../escape"}, "invalid_argument"},
+	} {
+		if _, err := b.svc.Run(ctx, c.req); code(err) != c.code {
+			t.Errorf("run %+v: %v, want %s", c.req, err, c.code)
+		}
+	}
+	if list, _ := b.svc.Actors(ctx); len(list) != 0 {
+		t.Fatalf("refused requests left actors: %+v", list)
+	}
+	moved, err := b.svc.Run(ctx, api.RunRequest{Template: "t", ID: "m1", FromStored: stored})
+	if err != nil || moved.State != api.Running || !strings.Contains(moved.Reason, stored) || moved.Snapshot == nil || moved.Snapshot.Stored != stored {
+		t.Fatalf("run from the stored snapshot on node b: %+v %v", moved, err)
+	}
+	if got := b.counter("m1", "get"); !strings.HasSuffix(got, " 2") {
+		t.Fatalf("counter on node b after the move: %q, want 2", got)
+	}
+	// Suspended again on b, the actor's newer snapshot is stored under a
+	// new name.
+	again, err := b.svc.Suspend(ctx, api.OpRequest{ID: "m1"})
+	if err != nil || again.Snapshot == nil || again.Snapshot.Stored == "" || again.Snapshot.Stored == stored {
+		t.Fatalf("suspend on node b: %+v %v", again, err)
+	}
+
+	missing, err := b.svc.Run(ctx, api.RunRequest{Template: "t", ID: "m2", FromStored: "m2.snap-000000000000"})
+	_, left := b.rt.Sandbox("m2")
+	if code(err) != "not_found" || missing.State != api.Crashed || left {
+		t.Fatalf("run from a missing stored snapshot: %+v %v (sandbox left: %v)", missing, err, left)
+	}
+}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/restic/chunker"
@@ -256,15 +255,17 @@ func getJSON(ctx context.Context, be Backend, key string, v any) error {
 	return nil
 }
 
-// validName keeps snapshot names usable as object keys.
-func validName(name string) error {
-	if name == "" || len(name) > 200 || strings.ContainsAny(name, "/\\\x00") || name == "." || name == ".." {
-		return fmt.Errorf("invalid snapshot name %q: use letters, digits, '-', '_' and '.'", name)
-	}
+// CheckSnapshotName refuses a snapshot name that is not usable as an object
+// key.
+func CheckSnapshotName(name string) error {
+	bad := name == "" || len(name) > 200 || name == "." || name == ".."
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return fmt.Errorf("invalid snapshot name %q: use letters, digits, '-', '_' and '.'", name)
+			bad = true
 		}
+	}
+	if bad {
+		return errdefs.Mark(fmt.Errorf("invalid snapshot name %q: use up to 200 letters, digits, '-', '_' and '.'", name), errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

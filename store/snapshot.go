@@ -49,7 +49,7 @@ const maxFileSize = 16 << 40
 
 // Snapshot reads and checks a stored snapshot's manifest.
 func (r *Repository) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
-	if err := validName(name); err != nil {
+	if err := CheckSnapshotName(name); err != nil {
 		return nil, err
 	}
 	var s Snapshot
@@ -193,7 +193,7 @@ func corrupt(format string, args ...any) error {
 // Delete removes a snapshot's manifest, a damaged one too; the chunks only
 // it used are freed by GC.
 func (r *Repository) Delete(ctx context.Context, name string) error {
-	if err := validName(name); err != nil {
+	if err := CheckSnapshotName(name); err != nil {
 		return err
 	}
 	if _, err := r.be.Size(ctx, snapshotsPrefix+name); err != nil {
@@ -213,7 +213,7 @@ func (r *Repository) Delete(ctx context.Context, name string) error {
 // CheckNewName refuses a snapshot name that is invalid or taken, so that a
 // save can fail before it moves any bytes.
 func (r *Repository) CheckNewName(ctx context.Context, name string) error {
-	if err := validName(name); err != nil {
+	if err := CheckSnapshotName(name); err != nil {
 		return err
 	}
 	if _, err := r.be.Size(ctx, snapshotsPrefix+name); err == nil {
@@ -230,7 +230,7 @@ func (r *Repository) CheckNewName(ctx context.Context, name string) error {
 // The caller holds the repository's lock (Lock, shared) from before it
 // stored the first chunk, so that GC cannot free them meanwhile.
 func (r *Repository) AddSnapshot(ctx context.Context, s *Snapshot) error {
-	if err := validName(s.Name); err != nil {
+	if err := CheckSnapshotName(s.Name); err != nil {
 		return err
 	}
 	s.Version = manifestVersion

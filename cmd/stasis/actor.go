@@ -17,13 +17,14 @@ func newActor(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "actor", Short: "Run and drive actors through stasisd (run, ps, inspect, pause, suspend, resume, rm, events, exec)"}
 	var requestID string
 	var cold bool
+	var fromStored string
 	var id string
 	run := &cobra.Command{
 		Use:   "run TEMPLATE [--id ID]",
 		Short: "Start an actor of a template: from its golden snapshot when this node can, by booting otherwise",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := api.RunRequest{Template: args[0], ID: id, RequestID: requestID, Cold: cold}
+			req := api.RunRequest{Template: args[0], ID: id, RequestID: requestID, Cold: cold, FromStored: fromStored}
 			if req.ID == "" {
 				// Name it here, so that its progress can be followed.
 				req.ID = fmt.Sprintf("%s-%d", args[0], time.Now().UnixNano()%1e9)
@@ -41,6 +42,7 @@ func newActor(g *globals) *cobra.Command {
 	}
 	run.Flags().StringVar(&id, "id", "", "the actor's id (default: TEMPLATE-NUMBER)")
 	run.Flags().BoolVar(&cold, "cold", false, "boot even when the template has a golden snapshot")
+	run.Flags().StringVar(&fromStored, "from-stored", "", "start from this snapshot in stasisd's store (as another node pushed it) instead of from the template")
 	run.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
 	cmd.AddCommand(run, newActorPS(g), newActorInspect(g), newActorEvents(g), newActorExec(g), newActorRm(g))
 	for _, v := range []struct {
