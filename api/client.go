@@ -21,6 +21,9 @@ type Client struct {
 	socket string
 }
 
+// DefaultSocket is where stasisd listens unless told otherwise.
+const DefaultSocket = "/run/stasis/stasisd.sock"
+
 // Dial makes a client for the stasisd listening on socket. Nothing is
 // connected until the first call.
 func Dial(socket string) *Client {

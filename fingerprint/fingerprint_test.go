@@ -108,3 +108,24 @@ func TestLabelsAreValidNFDFeatures(t *testing.T) {
 
 // TestCollectThisNode reads the real facts of this machine, which has no
 // NVIDIA driver: a valid node without GPUs.
+
+func TestGFDLabels(t *testing.T) {
+	f := recorded(t)
+	got := map[string]string{}
+	for _, l := range f.GFDLabels() {
+		got[l.Key] = l.Value
+	}
+	want := map[string]string{"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/gpu.count": "1", "nvidia.com/cuda.driver.major": "580"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+	if got["nvidia.com/gpu.memory"] == "" || got["nvidia.com/cuda.driver.minor"] == "" {
+		t.Errorf("memory or driver minor missing: %v", got)
+	}
+	f.GPU.Available = false
+	if l := f.GFDLabels(); l != nil {
+		t.Errorf("a node without GPUs gets GFD labels %v", l)
+	}
+}

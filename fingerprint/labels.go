@@ -77,3 +77,26 @@ func WriteFeatureFile(w io.Writer, labels []Label, expiry time.Time) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// GFDLabels are the labels NVIDIA's GPU Feature Discovery publishes, with
+// its names and value forms, for a node with GPUs (none without): a
+// cluster that runs GFD already has them, one that does not gets the same
+// scheduling facts from Stasis.
+func (f Fingerprint) GFDLabels() []Label {
+	if !f.GPU.Available || len(f.GPU.Devices) == 0 {
+		return nil
+	}
+	d := f.GPU.Devices[0]
+	labels := []Label{
+		{"nvidia.com/gpu.product", strings.ReplaceAll(d.Name, " ", "-")},
+		{"nvidia.com/gpu.count", strconv.Itoa(len(f.GPU.Devices))},
+		{"nvidia.com/gpu.memory", strconv.FormatUint(d.MemoryTotal>>20, 10)},
+	}
+	if parts := strings.Split(f.GPU.DriverVersion, "."); len(parts) == 3 {
+		labels = append(labels, Label{"nvidia.com/cuda.driver.major", parts[0]}, Label{"nvidia.com/cuda.driver.minor", parts[1]}, Label{"nvidia.com/cuda.driver.rev", parts[2]})
+	}
+	for i := range labels {
+		labels[i].Value = labelValue(labels[i].Value)
+	}
+	return labels
+}

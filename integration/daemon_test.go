@@ -152,6 +152,10 @@ func (d *daemon) start(failpoint string) {
 	}()
 	d.cmd, d.exited = cmd, make(chan error, 1)
 	if !<-serving {
+		// Its output is read to the end, so it can be reaped here; stop
+		// then has nothing to wait for.
+		_ = cmd.Wait()
+		d.cmd = nil
 		d.t.Fatalf("stasisd did not start:\n%s", d.logText())
 	}
 	go func() { d.exited <- cmd.Wait() }()

@@ -19,6 +19,7 @@ scripts/install-runsc.sh
 scripts/install-runsc.sh --reference
 scripts/install-versitygw.sh
 scripts/install-microvm.sh
+scripts/install-kube.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l .)

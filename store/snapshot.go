@@ -62,7 +62,26 @@ func (r *Repository) Snapshot(ctx context.Context, name string) (*Snapshot, erro
 	if err := s.check(); err != nil {
 		return nil, corrupt("store %s: snapshot %s: %v", r.be.Location(), name, err)
 	}
+	// Another writer sharing the store (another node) may have stored it
+	// after this repository read the index: then the index is read again.
+	if r.lacksChunks(&s) {
+		if err := r.loadIndex(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return &s, nil
+}
+
+// lacksChunks tells whether the index misses a chunk s names.
+func (r *Repository) lacksChunks(s *Snapshot) bool {
+	for _, f := range s.Files {
+		for _, id := range f.Chunks {
+			if _, ok := r.lookup(id); !ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Snapshot) check() error {

@@ -514,3 +514,28 @@ func TestAddSnapshotNeedsEveryChunkStored(t *testing.T) {
 		t.Fatalf("after the refusals the repository lists %+v (%v), want only a", list, err)
 	}
 }
+
+// Two writers share one store (two nodes): a snapshot one stores after the
+// other opened the repository is restored by the other, whose index is
+// read again when a snapshot names chunks it has not seen.
+func TestSnapshotOfAnotherWriter(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	be, err := local.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := store.Open(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := makeFolder(t, 1, 1, 9)
+	if _, err := archiver.Save(ctx, r, "late", src, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "late")
+	if err := archiver.Restore(ctx, other, "late", dst, archiver.Options{}); err != nil {
+		t.Fatalf("restore by the repository opened before the save: %v", err)
+	}
+	sameFiles(t, src, dst)
+}

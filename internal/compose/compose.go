@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/gpu"
@@ -28,7 +29,7 @@ import (
 // The defaults: everything under one data folder, the socket under /run.
 const (
 	DefaultDataDir  = "/var/lib/stasis"
-	DefaultSocket   = "/run/stasis/stasisd.sock"
+	DefaultSocket   = api.DefaultSocket
 	DefaultPlatform = "systrap"
 )
 

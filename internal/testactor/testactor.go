@@ -142,7 +142,13 @@ func RunscRoot(t testing.TB) string {
 	return root
 }
 
-// UnpinNetNS unmounts the network namespace runsc pins in a state folder.
+// UnpinNetNS unmounts the network namespace runsc pins in a state folder:
+// every mount of it, since runsc commands that race to create the first
+// sandboxes of a root may each pin it.
 func UnpinNetNS(root string) {
-	_ = unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
+	for range 64 {
+		if unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) != nil {
+			return
+		}
+	}
 }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/kube/agent"
+)
+
+func newAgent(g *globals) *cobra.Command {
+	var node, socket string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent beside this node's stasisd",
+		Long: `Agent publishes this node's fingerprint on its Node (an annotation and labels,
+NVIDIA GPU Feature Discovery's names where they exist) and a Lease, and runs the
+Actors bound to this node through the local stasisd. Before its first lease it removes
+this node's copies of actors bound elsewhere, without running them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			kube, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			a := &agent.Agent{Kube: kube, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
+				LeaseNamespace: g.leaseNamespace, LeaseDuration: g.leaseDuration, Log: logger()}
+			return a.Run(cmd.Context())
+		},
+	}
+	host, _ := os.Hostname()
+	cmd.Flags().StringVar(&node, "node", envOr("NODE_NAME", host), "this node's name in the cluster (default: $NODE_NAME, else the hostname)")
+	cmd.Flags().StringVar(&socket, "socket", api.DefaultSocket, "the local stasisd's socket")
+	return cmd
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,89 @@
+// Command stasis-kube runs Stasis on Kubernetes (docs/kubernetes.md): the
+// fleet controller, the node agent beside each node's stasisd, and the
+// drain of a node.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stasis-run/stasis/kube/fleet"
+)
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	kubeconfig, namespace, leaseNamespace string
+	leaseDuration                         time.Duration
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot()
+	root.SetArgs(os.Args[1:])
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "stasis-kube:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "stasis-kube",
+		Short:         "Stasis on Kubernetes: the fleet controller, the node agent and drains",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fmt.Errorf("name a command: %s", "controller, agent, drain or undrain")
+		},
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&g.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)")
+	f.StringVar(&g.namespace, "namespace", "default", "the namespace of the Actors, ActorTemplates and Snapshots served")
+	f.StringVar(&g.leaseNamespace, "lease-namespace", fleet.DefaultLeaseNamespace, "the namespace of the nodes' Leases and the controller's leader lease")
+	f.DurationVar(&g.leaseDuration, "lease-duration", fleet.DefaultLeaseDuration, "how long a node, or the leading controller, counts as alive after it last renewed its lease")
+	root.AddCommand(newController(g), newAgent(g), newDrain(g, true), newDrain(g, false))
+	return root
+}
+
+func (g *globals) config() (*rest.Config, error) {
+	if g.kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", g.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", g.kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+func (g *globals) client() (client.Client, *rest.Config, error) {
+	cfg, err := g.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	scheme, err := fleet.Scheme()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	return c, cfg, err
+}
+
+func logger() *slog.Logger { return slog.New(slog.NewTextHandler(os.Stderr, nil)) }

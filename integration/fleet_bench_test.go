@@ -1,0 +1,104 @@
+//go:build kubebench
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+)
+
+// TestFleetDrainBench is the fleet benchmark (scripts/bench-kube.sh):
+// STASIS_FLEET_ACTORS (100) counter actors placed on three nodes, then one
+// node drained; it prints the time to place them all, the time to drain,
+// and the controller's resident memory (now and at its peak).
+func TestFleetDrainBench(t *testing.T) {
+	n, err := strconv.Atoi(getenvOr("STASIS_FLEET_ACTORS", "100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(t)
+	ctx := context.Background()
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		f.addNode(name)
+	}
+	f.template("counter")
+	start := time.Now()
+	for i := range n {
+		a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("b%03d", i)}, Spec: stasisv1.ActorSpec{Template: "counter"}}
+		if err := f.cp.kube.Create(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) }, 20*time.Minute)
+	placed := time.Since(start)
+	onA := f.boundTo("node-a")
+	start = time.Now()
+	f.drain("node-a", true)
+	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) && a.Status.Node != "node-a" }, 20*time.Minute)
+	drained := time.Since(start)
+	rss, peak := memory(t, f.controller.cmd.Process.Pid)
+	res := map[string]any{"actors": n, "nodes": 3, "placeAllS": placed.Seconds(), "drainedActors": len(onA), "drainS": drained.Seconds(),
+		"drainPerActorS": drained.Seconds() / float64(max(1, len(onA))), "controllerRSSMiB": rss, "controllerPeakRSSMiB": peak}
+	data, _ := json.Marshal(res)
+	t.Logf("RESULT %s", data)
+	fmt.Printf("| actors | nodes | place all | drained from node-a | drain | per drained actor | controller RSS (peak) |\n|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| %d | 3 | %.1f s | %d | %.1f s | %.2f s | %.0f MiB (%.0f MiB) |\n", n, placed.Seconds(), len(onA), drained.Seconds(), res["drainPerActorS"], rss, peak)
+}
+
+// awaitAll waits until n actors satisfy cond.
+func (f *fleetEnv) awaitAll(n int, cond func(stasisv1.Actor) bool, limit time.Duration) {
+	f.t.Helper()
+	waitForLong(f.t, fmt.Sprintf("%d actors", n), limit, func() bool {
+		var list stasisv1.ActorList
+		if err := f.cp.kube.List(context.Background(), &list, client.InNamespace("default")); err != nil {
+			return false
+		}
+		ok := 0
+		for _, a := range list.Items {
+			if cond(a) {
+				ok++
+			}
+		}
+		return ok == n
+	})
+}
+
+// memory reads a process's resident and peak resident memory in MiB.
+func memory(t *testing.T, pid int) (rss, peak float64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		kib, _ := strconv.ParseFloat(fields[1], 64)
+		switch fields[0] {
+		case "VmRSS:":
+			rss = kib / 1024
+		case "VmHWM:":
+			peak = kib / 1024
+		}
+	}
+	return rss, peak
+}
+
+func getenvOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

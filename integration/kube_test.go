@@ -1,0 +1,265 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"crypto/tls"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	"github.com/stasis-run/stasis/kube/fleet"
+)
+
+// kubeBin is where scripts/install-kube.sh puts etcd and kube-apiserver.
+const kubeBin = "/usr/local/lib/stasis/kube/bin"
+
+// controlPlane is a real etcd and kube-apiserver on loopback, with token
+// authentication, the Stasis CRDs installed and the lease namespace made.
+type controlPlane struct {
+	kubeconfig string
+	kube       client.Client
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// background runs a command until the test ends, its output in log; the
+// channel is closed when it exits.
+func background(t *testing.T, log string, name string, args ...string) <-chan struct{} {
+	t.Helper()
+	out, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		out.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(log)
+			t.Logf("%s log (last 3000 bytes):\n%s", filepath.Base(log), tail(string(data), 3000))
+		}
+	})
+	return exited
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func startControlPlane(t *testing.T) *controlPlane {
+	t.Helper()
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(kubeBin, b)); err != nil {
+			t.Fatalf("%s is not installed in %s: run scripts/install-kube.sh", b, kubeBin)
+		}
+	}
+	dir := t.TempDir()
+	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	background(t, filepath.Join(dir, "etcd.log"), filepath.Join(kubeBin, "etcd"), "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
+		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", peerPort))
+
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, "sa.key")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const token = "stasis-test-token"
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	apiserver := background(t, filepath.Join(dir, "kube-apiserver.log"), filepath.Join(kubeBin, "kube-apiserver"),
+		// No endpoint reconciler: it refuses a loopback address, and
+		// nothing here reaches the API through the kubernetes Service.
+		"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none",
+		"--secure-port", fmt.Sprint(apiPort), "--cert-dir", filepath.Join(dir, "certs"), "--token-auth-file", tokens,
+		"--authorization-mode", "RBAC", "--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", keyFile, "--service-account-signing-key-file", keyFile,
+		"--service-cluster-ip-range", "10.96.0.0/24")
+	server := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	ready := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 2 * time.Second}
+	waitForLong(t, "kube-apiserver to be ready", 2*time.Minute, func() bool {
+		select {
+		case <-apiserver:
+			t.Fatal("kube-apiserver exited before it was ready")
+		default:
+		}
+		req, _ := http.NewRequest("GET", server+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := ready.Do(req)
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	cfgText := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: %q}}]
+contexts: [{name: test, context: {cluster: test, user: admin}}]
+current-context: test
+`, server, token)
+	if err := os.WriteFile(kubeconfig, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := fleet.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	crds, err := filepath.Glob("../deploy/kube/crds/*.yaml")
+	if err != nil || len(crds) != 3 {
+		t.Fatalf("CRDs: %v %v", crds, err)
+	}
+	for _, f := range crds {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(data, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.Create(ctx, &unstructured.Unstructured{Object: obj}); err != nil {
+			t.Fatalf("install %s: %v", f, err)
+		}
+	}
+	waitFor(t, "the CRDs to serve", func() bool {
+		return kube.List(ctx, &stasisv1.ActorList{}, client.InNamespace("default")) == nil &&
+			kube.List(ctx, &stasisv1.SnapshotList{}, client.InNamespace("default")) == nil &&
+			kube.List(ctx, &stasisv1.ActorTemplateList{}, client.InNamespace("default")) == nil
+	})
+	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleet.DefaultLeaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	return &controlPlane{kubeconfig: kubeconfig, kube: kube}
+}
+
+func waitForLong(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out after %s waiting for %s", limit, what)
+}
+
+// kubeProc is one stasis-kube process (an agent or the controller) that a
+// test can kill and start again.
+type kubeProc struct {
+	t    *testing.T
+	name string
+	args []string
+	log  *os.File
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+}
+
+var stasisKube = &program{name: "stasis-kube", pkg: "../cmd/stasis-kube"}
+
+func (p *kubeProc) start() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cmd := exec.Command(stasisKube.path(p.t), p.args...)
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd = cmd
+}
+
+// kill sends SIGKILL: the process has no chance to release anything.
+func (p *kubeProc) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		_ = p.cmd.Wait()
+		p.cmd = nil
+	}
+}
+
+func newKubeProc(t *testing.T, name string, args ...string) *kubeProc {
+	t.Helper()
+	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &kubeProc{t: t, name: name, args: args, log: log}
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			data, _ := os.ReadFile(log.Name())
+			t.Logf("%s log (last 4000 bytes):\n%s", name, tail(string(data), 4000))
+		}
+		log.Close()
+	})
+	p.start()
+	return p
+}
+
+// logHas tells whether the process's log holds s.
+func (p *kubeProc) logHas(s string) bool {
+	data, _ := os.ReadFile(p.log.Name())
+	return strings.Contains(string(data), s)
+}

@@ -1,0 +1,415 @@
+// Package agent is Stasis's node agent on Kubernetes: beside one node's
+// stasisd, it publishes the node's fingerprint (an annotation and labels on
+// its Node, NVIDIA GPU Feature Discovery's names where they exist) and a
+// Lease, and drives the Actors bound to its node through that stasisd,
+// writing their status. It runs an actor only while the actor is bound to
+// its node: a copy of one bound elsewhere (the node was drained, or lost
+// and came back) is removed without running, before the agent first renews
+// its Lease.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/errdefs"
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	"github.com/stasis-run/stasis/kube/fleet"
+)
+
+// Agent is one node's agent.
+type Agent struct {
+	Kube    client.Client
+	Stasisd *api.Client
+	Node    string
+	// Namespace holds the Actors, ActorTemplates and Snapshots it serves.
+	Namespace      string
+	LeaseNamespace string
+	LeaseDuration  time.Duration
+	// Interval is how often it looks at every actor (1 s when zero).
+	Interval time.Duration
+	// Workers bounds the actors acted on at once (8 when zero).
+	Workers int
+	Log     *slog.Logger
+}
+
+// Run fences, publishes and serves until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.LeaseDuration <= 0 {
+		a.LeaseDuration = fleet.DefaultLeaseDuration
+	}
+	if a.Interval <= 0 {
+		a.Interval = time.Second
+	}
+	if a.Workers <= 0 {
+		a.Workers = 8
+	}
+	// The fence comes first: until it has run, this node holds no live
+	// lease, so nothing is placed here, and nothing bound elsewhere runs.
+	if err := a.pass(ctx); err != nil {
+		return fmt.Errorf("first pass over the actors: %w", err)
+	}
+	if err := a.publish(ctx); err != nil {
+		return err
+	}
+	a.Log.Info("agent serving", "node", a.Node, "namespace", a.Namespace)
+	// The lease is renewed on its own, so that a long pass (a drain
+	// suspends many actors) never lets it lapse.
+	go func() {
+		renew := time.NewTicker(a.LeaseDuration / 3)
+		defer renew.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-renew.C:
+				if err := a.renew(ctx); err != nil && ctx.Err() == nil {
+					a.Log.Warn("lease not renewed", "err", err)
+				}
+			}
+		}
+	}()
+	tick := time.NewTicker(a.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := a.pass(ctx); err != nil && ctx.Err() == nil {
+				a.Log.Warn("pass over the actors", "err", err)
+			}
+		}
+	}
+}
+
+// publish writes the node's fingerprint and labels on its Node, then takes
+// its Lease.
+func (a *Agent) publish(ctx context.Context) error {
+	f, err := a.Stasisd.NodeInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("this node's fingerprint from stasisd: %w", err)
+	}
+	raw, err := fleet.FingerprintJSON(f)
+	if err != nil {
+		return err
+	}
+	var node corev1.Node
+	if err := a.Kube.Get(ctx, types.NamespacedName{Name: a.Node}, &node); err != nil {
+		return fmt.Errorf("node %s: %w (the agent publishes on the Node object its kubelet registered)", a.Node, err)
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	node.Annotations[fleet.FingerprintAnnotation] = raw
+	for _, l := range append(f.Labels(), f.GFDLabels()...) {
+		node.Labels[l.Key] = l.Value
+	}
+	if err := a.Kube.Patch(ctx, &node, patch); err != nil {
+		return fmt.Errorf("publish the fingerprint on node %s: %w", a.Node, err)
+	}
+	return a.renew(ctx)
+}
+
+// renew takes or renews the node's Lease.
+func (a *Agent) renew(ctx context.Context) error {
+	now := metav1.NewMicroTime(time.Now())
+	secs := int32(a.LeaseDuration / time.Second)
+	var lease coordinationv1.Lease
+	err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.LeaseNamespace, Name: fleet.LeaseOf(a.Node)}, &lease)
+	if apierrors.IsNotFound(err) {
+		lease = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: a.LeaseNamespace, Name: fleet.LeaseOf(a.Node)},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &a.Node, LeaseDurationSeconds: &secs, RenewTime: &now, AcquireTime: &now},
+		}
+		return a.Kube.Create(ctx, &lease)
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &a.Node, &secs, &now
+	return a.Kube.Update(ctx, &lease)
+}
+
+// pass looks at every Actor of the namespace and every actor of the local
+// stasisd once, acting on up to Workers at a time.
+func (a *Agent) pass(ctx context.Context) error {
+	var list stasisv1.ActorList
+	if err := a.Kube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
+		return err
+	}
+	local, err := a.Stasisd.ListActors(ctx)
+	if err != nil {
+		return fmt.Errorf("stasisd's actors: %w", err)
+	}
+	here := map[string]api.Actor{}
+	for _, l := range local {
+		here[l.ID] = l
+	}
+	names := map[string]bool{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, a.Workers)
+	do := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				a.Log.Warn("actor", "actor", name, "err", err)
+			}
+		}()
+	}
+	for i := range list.Items {
+		actor := &list.Items[i]
+		names[actor.Name] = true
+		l, ok := here[actor.Name]
+		if actor.Status.Node != a.Node {
+			if ok {
+				why := "it is bound to node " + actor.Status.Node
+				if actor.Status.Node == "" {
+					why = "it is bound to no node"
+				}
+				do(actor.Name, func(ctx context.Context) error { return a.fence(ctx, actor.Name, why) })
+			}
+			continue
+		}
+		var lp *api.Actor
+		if ok {
+			lp = &l
+		}
+		do(actor.Name, func(ctx context.Context) error { return a.serve(ctx, actor.Name, lp) })
+	}
+	for id := range here {
+		if !names[id] {
+			// The Actor was deleted: so is its copy here (its stored
+			// snapshots stay in the store).
+			do(id, func(ctx context.Context) error { return a.fence(ctx, id, "its Actor was deleted") })
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// fence removes this node's copy of an actor that is not bound here,
+// without running it; its stored snapshots stay.
+func (a *Agent) fence(ctx context.Context, id, why string) error {
+	a.Log.Info("removing this node's copy without running it", "actor", id, "why", why)
+	return a.remove(ctx, id)
+}
+
+// remove deletes this node's copy of an actor (its stored snapshots stay).
+func (a *Agent) remove(ctx context.Context, id string) error {
+	_, err := a.Stasisd.Delete(ctx, api.DeleteRequest{ID: id})
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// serve brings an actor bound to this node to what its spec asks.
+func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error {
+	var actor stasisv1.Actor
+	if err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &actor); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if actor.Status.Node != a.Node {
+		return nil // rebound meanwhile; the next pass fences it
+	}
+	want := actor.Spec.Phase
+	if want == "" {
+		want = stasisv1.PhaseRunning
+	}
+	if actor.Status.Evict || want == stasisv1.PhaseSuspended {
+		return a.release(ctx, &actor, local, want)
+	}
+	if local == nil {
+		if actor.Status.Phase == stasisv1.PhaseFailed && actor.Status.ObservedGeneration == actor.Generation {
+			return nil // it failed here; a new spec or binding tries again
+		}
+		started, err := a.start(ctx, &actor)
+		if err != nil {
+			return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) {
+				s.Phase, s.Reason = stasisv1.PhaseFailed, fmt.Sprintf("node %s could not start it: %v", a.Node, err)
+			})
+		}
+		local = &started
+	}
+	var err error
+	switch {
+	case want == stasisv1.PhasePaused && local.State == api.Running:
+		*local, err = a.Stasisd.Pause(ctx, api.OpRequest{ID: name})
+	case want == stasisv1.PhaseRunning && (local.State == api.Paused || local.State == api.Suspended):
+		*local, err = a.Stasisd.Resume(ctx, api.OpRequest{ID: name})
+	}
+	if err != nil {
+		return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) { s.Reason = err.Error() })
+	}
+	return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) {
+		s.Phase, s.Reason = phaseOf(local.State), local.Reason
+		if local.Snapshot != nil && local.Snapshot.Stored != "" {
+			s.Snapshot = local.Snapshot.Stored
+		}
+	})
+}
+
+// start runs the actor on this node's stasisd: from its last stored
+// snapshot when it has one, else from its template (its golden snapshot,
+// or booted).
+func (a *Agent) start(ctx context.Context, actor *stasisv1.Actor) (api.Actor, error) {
+	if err := a.ensureTemplate(ctx, actor.Spec.Template); err != nil {
+		return api.Actor{}, err
+	}
+	req := api.RunRequest{Template: actor.Spec.Template, ID: actor.Name, FromStored: actor.Status.Snapshot,
+		RequestID: fmt.Sprintf("%s-%d", actor.UID, actor.Status.Placement)}
+	a.Log.Info("starting", "actor", actor.Name, "fromStored", req.FromStored)
+	return a.Stasisd.Run(ctx, req)
+}
+
+// ensureTemplate creates the ActorTemplate on this node's stasisd.
+func (a *Agent) ensureTemplate(ctx context.Context, name string) error {
+	var t stasisv1.ActorTemplate
+	if err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &t); err != nil {
+		return fmt.Errorf("actor template %s: %w", name, err)
+	}
+	at := api.Template{Name: name, Rootfs: t.Spec.Rootfs, Bundle: t.Spec.Bundle, Args: t.Spec.Args, Env: t.Spec.Env,
+		GPUs: int(t.Spec.GPUs), MemoryBytes: t.Spec.MemoryBytes, Durable: t.Spec.Durable}
+	if p := t.Spec.Probe; p != nil {
+		at.Probe = api.Probe{Command: p.Command, URL: p.URL, TimeoutSeconds: float64(p.TimeoutSeconds)}
+	}
+	_, err := a.Stasisd.CreateTemplate(ctx, at)
+	if errors.Is(err, errdefs.ErrAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+// release suspends the actor to the store, records the snapshot, removes
+// this node's copy and gives the binding up.
+func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.Actor, want stasisv1.Phase) error {
+	stored := actor.Status.Snapshot
+	if local != nil {
+		if local.State != api.Suspended || local.Snapshot == nil || local.Snapshot.Stored == "" {
+			a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+				s.Phase, s.Reason = stasisv1.PhaseMoving, "suspending to the store on node "+a.Node
+			}) //nolint:errcheck // best effort: the suspend's result is written below
+			suspended, err := a.Stasisd.Suspend(ctx, api.OpRequest{ID: actor.Name, RequestID: fmt.Sprintf("%s-%d-release", actor.UID, actor.Status.Placement)})
+			if err != nil {
+				return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+					s.Reason = fmt.Sprintf("suspend on node %s failed, the actor stays here: %v", a.Node, err)
+				})
+			}
+			*local = suspended
+		}
+		if local.Snapshot == nil || local.Snapshot.Stored == "" {
+			return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+				s.Reason = fmt.Sprintf("suspended on node %s but not stored (%s); the actor stays here", a.Node, local.Reason)
+			})
+		}
+		stored = local.Snapshot.Stored
+		if err := a.recordSnapshot(ctx, actor, local.Snapshot); err != nil {
+			return err
+		}
+	}
+	// The binding is given up before the copy goes: a crash in between
+	// leaves a copy the next pass fences, never an actor bound nowhere
+	// without its snapshot recorded.
+	err := a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+		s.Node, s.Evict, s.Snapshot = "", false, stored
+		s.Phase, s.Reason = stasisv1.PhasePending, fmt.Sprintf("suspended to the store on node %s as %s; waiting for a node", a.Node, stored)
+		if want == stasisv1.PhaseSuspended {
+			s.Phase, s.Reason = stasisv1.PhaseSuspended, fmt.Sprintf("suspended to the store on node %s as %s", a.Node, stored)
+		}
+	})
+	if err != nil || local == nil {
+		return err
+	}
+	a.Log.Info("released to the store", "actor", actor.Name, "snapshot", stored)
+	return a.remove(ctx, actor.Name)
+}
+
+// recordSnapshot creates the Snapshot object of a stored snapshot.
+func (a *Agent) recordSnapshot(ctx context.Context, actor *stasisv1.Actor, snap *api.Snapshot) error {
+	f, err := a.Stasisd.NodeInfo(ctx)
+	if err != nil {
+		return err
+	}
+	rec := &stasisv1.Snapshot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: objectName(snap.Stored), Labels: map[string]string{"stasis.dev/actor": actor.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: stasisv1.GroupVersion.String(), Kind: "Actor", Name: actor.Name, UID: actor.UID}}},
+		Spec: stasisv1.SnapshotSpec{StoreName: snap.Stored, Actor: actor.Name, Template: actor.Spec.Template, Kind: string(api.KindCommit),
+			Node: a.Node, Class: f.Class(), SizeBytes: snap.SizeBytes},
+	}
+	if err := a.Kube.Create(ctx, rec); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("record snapshot %s: %w", snap.Stored, err)
+	}
+	return nil
+}
+
+// objectName makes a store name a valid object name: lower case, and dots
+// and underscores as dashes where they cannot stand.
+func objectName(stored string) string {
+	s := strings.ToLower(strings.ReplaceAll(stored, "_", "-"))
+	return strings.Trim(s, ".-")
+}
+
+// setStatus rewrites the actor's status with edit, on the newest version.
+func (a *Agent) setStatus(ctx context.Context, actor *stasisv1.Actor, edit func(*stasisv1.ActorStatus)) error {
+	for range 5 {
+		before := actor.Status.DeepCopy()
+		edit(&actor.Status)
+		actor.Status.ObservedGeneration = actor.Generation
+		if equalStatus(before, &actor.Status) {
+			return nil
+		}
+		err := a.Kube.Status().Update(ctx, actor)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		if err := a.Kube.Get(ctx, client.ObjectKeyFromObject(actor), actor); err != nil {
+			return err
+		}
+		if actor.Status.Node != a.Node && before.Node == a.Node {
+			return errors.New("rebound to node " + actor.Status.Node + " meanwhile")
+		}
+	}
+	return fmt.Errorf("status of %s: too many conflicting writers", actor.Name)
+}
+
+func equalStatus(a, b *stasisv1.ActorStatus) bool {
+	return a.Node == b.Node && a.Placement == b.Placement && a.Evict == b.Evict && a.Phase == b.Phase && a.Reason == b.Reason &&
+		a.Snapshot == b.Snapshot && a.ObservedGeneration == b.ObservedGeneration && slices.EqualFunc(a.Conditions, b.Conditions, func(x, y metav1.Condition) bool { return x == y })
+}
+
+// phaseOf maps stasisd's state onto the fleet's phase.
+func phaseOf(s api.State) stasisv1.Phase {
+	switch s {
+	case api.Running:
+		return stasisv1.PhaseRunning
+	case api.Paused:
+		return stasisv1.PhasePaused
+	case api.Suspended:
+		return stasisv1.PhaseSuspended
+	case api.Crashed:
+		return stasisv1.PhaseFailed
+	}
+	return stasisv1.PhasePending
+}

@@ -1,0 +1,238 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ActorTemplate is what actors start from on any node: stasisd's template
+// (api.Template), created on a node's stasisd by its agent before the first
+// actor of it runs there. Paths (rootfs, bundle) must exist on every node
+// that may run it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=at
+// +kubebuilder:printcolumn:name="Rootfs",type=string,JSONPath=`.spec.rootfs`
+// +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.spec.gpus`
+// +kubebuilder:printcolumn:name="Golden",type=string,JSONPath=`.status.golden`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ActorTemplate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ActorTemplateSpec   `json:"spec"`
+	Status ActorTemplateStatus `json:"status,omitempty"`
+}
+
+// ActorTemplateSpec is the template's definition.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.rootfs) != has(self.bundle)",message="give exactly one of rootfs and bundle"
+type ActorTemplateSpec struct {
+	// Rootfs is a root filesystem folder on every node; Args runs in it.
+	// +optional
+	Rootfs string `json:"rootfs,omitempty"`
+	// Bundle is an OCI bundle folder on every node, instead of Rootfs.
+	// +optional
+	Bundle string `json:"bundle,omitempty"`
+	// +optional
+	Args []string `json:"args,omitempty"`
+	// +optional
+	Env []string `json:"env,omitempty"`
+	// GPUs is how many GPUs each actor gets.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	GPUs int32 `json:"gpus,omitempty"`
+	// MemoryBytes is each actor's memory limit (0: stasisd's default).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// Durable are folders inside the sandbox kept by Data snapshots.
+	// +optional
+	Durable []string `json:"durable,omitempty"`
+	// Probe is the readiness check after a start or a resume.
+	// +optional
+	Probe *Probe `json:"probe,omitempty"`
+	// Warm has one node make the template's golden snapshot and store it;
+	// actors of the template then start from it on any compatible node.
+	// +optional
+	Warm bool `json:"warm,omitempty"`
+}
+
+// Probe is a readiness check: a command in the sandbox or an HTTP URL.
+type Probe struct {
+	// +optional
+	Command []string `json:"command,omitempty"`
+	// +optional
+	URL string `json:"url,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// ActorTemplateStatus is what the fleet made of the template.
+type ActorTemplateStatus struct {
+	// Golden is the stored name of the template's golden snapshot.
+	// +optional
+	Golden string `json:"golden,omitempty"`
+	// GoldenNode is the node that made it.
+	// +optional
+	GoldenNode string `json:"goldenNode,omitempty"`
+	// Reason says why there is no golden snapshot yet.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ActorTemplateList is a list of ActorTemplates.
+type ActorTemplateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ActorTemplate `json:"items"`
+}
+
+// Phase is where an actor stands in the fleet.
+type Phase string
+
+// The phases an actor asks for (spec) and stands in (status).
+const (
+	// PhaseRunning: the actor runs on a node.
+	PhaseRunning Phase = "Running"
+	// PhasePaused: the actor's sandbox is stopped, its snapshot kept on
+	// its node, which it stays bound to.
+	PhasePaused Phase = "Paused"
+	// PhaseSuspended: the actor's snapshot is in the store and it holds
+	// no node.
+	PhaseSuspended Phase = "Suspended"
+	// PhasePending (status only): the actor waits for a node.
+	PhasePending Phase = "Pending"
+	// PhaseMoving (status only): the actor is being suspended on its node
+	// to resume on another.
+	PhaseMoving Phase = "Moving"
+	// PhaseFailed (status only): its node could not start it; the reason
+	// says why.
+	PhaseFailed Phase = "Failed"
+)
+
+// Actor is one actor of the fleet: the controller binds it to a node, that
+// node's agent runs it through its stasisd.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.template`
+// +kubebuilder:printcolumn:name="Want",type=string,JSONPath=`.spec.phase`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
+// +kubebuilder:printcolumn:name="Snapshot",type=string,JSONPath=`.status.snapshot`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Actor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ActorSpec   `json:"spec"`
+	Status ActorStatus `json:"status,omitempty"`
+}
+
+// ActorSpec is what the actor should be.
+type ActorSpec struct {
+	// Template names the ActorTemplate, in the actor's namespace.
+	// +kubebuilder:validation:MinLength=1
+	Template string `json:"template"`
+	// Phase is Running (the default), Paused or Suspended.
+	// +kubebuilder:validation:Enum=Running;Paused;Suspended
+	// +kubebuilder:default=Running
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Node pins the actor to one node; the controller moves it there.
+	// +optional
+	Node string `json:"node,omitempty"`
+}
+
+// ActorStatus is what the actor is. The controller writes the binding
+// (node, placement, evict); the bound node's agent writes the rest.
+type ActorStatus struct {
+	// Node is the node the actor is bound to; empty while it is
+	// suspended to the store or waiting for a node.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Placement counts the actor's bindings. It is the fence: an agent
+	// runs an actor only while it is bound to the agent's node, and a
+	// node that comes back after its actors were placed elsewhere removes
+	// its copies without running them.
+	// +optional
+	Placement int64 `json:"placement,omitempty"`
+	// Evict asks the bound node to suspend the actor to the store and
+	// release it (a drain, or a move to spec.node).
+	// +optional
+	Evict bool `json:"evict,omitempty"`
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Reason says why the actor is where it is: why no node fits, why it
+	// moved, why it failed.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Snapshot is the stored name of the actor's last committed snapshot,
+	// which it resumes from on whatever node it is bound to next.
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ActorList is a list of Actors.
+type ActorList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Actor `json:"items"`
+}
+
+// Snapshot is the fleet's record of a snapshot in the shared store, made by
+// the agent that pushed it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=snap
+// +kubebuilder:printcolumn:name="Actor",type=string,JSONPath=`.spec.actor`
+// +kubebuilder:printcolumn:name="Stored",type=string,JSONPath=`.spec.storeName`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.sizeBytes`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Snapshot struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec SnapshotSpec `json:"spec"`
+}
+
+// SnapshotSpec describes a stored snapshot.
+type SnapshotSpec struct {
+	// StoreName is the snapshot's name in the store.
+	// +kubebuilder:validation:MinLength=1
+	StoreName string `json:"storeName"`
+	// Actor and Template are what it is a snapshot of.
+	Actor    string `json:"actor"`
+	Template string `json:"template"`
+	// Kind is commit or golden.
+	// +kubebuilder:validation:Enum=commit;golden
+	Kind string `json:"kind"`
+	// Node took it; Class is that node's compatibility class
+	// (fingerprint.Class), which a restore needs to match in part.
+	Node  string `json:"node"`
+	Class string `json:"class,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes"`
+}
+
+// +kubebuilder:object:root=true
+
+// SnapshotList is a list of Snapshots.
+type SnapshotList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Snapshot `json:"items"`
+}

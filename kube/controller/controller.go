@@ -1,0 +1,298 @@
+// Package controller is Stasis's fleet controller on Kubernetes (one
+// Deployment, leader-elected): it binds Actors to nodes, checking a stored
+// snapshot against every node's fingerprint with compat.Place and writing
+// the reasons when no node fits; it moves every actor off a draining node
+// (suspended to the shared store by that node's agent, resumed on another);
+// and when a node's Lease expires it rebinds that node's actors elsewhere,
+// to resume from their last stored snapshot. Every decision lives in the
+// Actors' status, so a controller that restarts mid-drain carries on.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/fingerprint"
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	"github.com/stasis-run/stasis/kube/fleet"
+	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+)
+
+// Controller places and moves the actors of one namespace.
+type Controller struct {
+	Kube client.Client
+	// Repo is the shared store, read for the manifests of the snapshots
+	// actors resume from.
+	Repo           *store.Repository
+	Namespace      string
+	LeaseNamespace string
+	Policy         compat.Policy
+	// Interval is how often it looks at every actor (500 ms when zero).
+	Interval time.Duration
+	Log      *slog.Logger
+	// manifests caches stored manifests by name: a stored snapshot never
+	// changes.
+	manifests map[string]*snapshot.Manifest
+}
+
+// Run places and moves actors until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	if c.Interval <= 0 {
+		c.Interval = 500 * time.Millisecond
+	}
+	c.manifests = map[string]*snapshot.Manifest{}
+	c.Log.Info("controller leading", "namespace", c.Namespace)
+	tick := time.NewTicker(c.Interval)
+	defer tick.Stop()
+	for {
+		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+			c.Log.Warn("pass", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Pass looks at every node and actor once.
+func (c *Controller) Pass(ctx context.Context) error {
+	nodes, err := c.nodes(ctx)
+	if err != nil {
+		return err
+	}
+	var actors stasisv1.ActorList
+	if err := c.Kube.List(ctx, &actors, client.InNamespace(c.Namespace)); err != nil {
+		return err
+	}
+	load := map[string]int{}
+	for _, a := range actors.Items {
+		if a.Status.Node != "" {
+			load[a.Status.Node]++
+		}
+	}
+	for i := range actors.Items {
+		a := &actors.Items[i]
+		edit, err := c.decide(ctx, a, nodes, load)
+		if err != nil {
+			c.Log.Warn("actor", "actor", a.Name, "err", err)
+			continue
+		}
+		if edit == nil {
+			continue
+		}
+		before := a.Status.Node
+		edit(&a.Status)
+		if err := c.Kube.Status().Update(ctx, a); err != nil {
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				c.Log.Warn("actor status", "actor", a.Name, "err", err)
+			}
+			continue
+		}
+		if a.Status.Node != before {
+			load[before]--
+			load[a.Status.Node]++
+			c.Log.Info("bound", "actor", a.Name, "node", a.Status.Node, "from", before, "reason", a.Status.Reason)
+		}
+	}
+	return nil
+}
+
+// decide says how an actor's binding changes, or nil.
+func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[string]fleet.Node, load map[string]int) (func(*stasisv1.ActorStatus), error) {
+	want := a.Spec.Phase
+	if want == "" {
+		want = stasisv1.PhaseRunning
+	}
+	s := a.Status
+	if s.Node != "" {
+		n, known := nodes[s.Node]
+		switch {
+		case !known || (!n.Alive && !n.LeaseExpired.IsZero()):
+			why := fmt.Sprintf("node %s was lost (its lease expired at %s)", s.Node, n.LeaseExpired.Format(time.RFC3339))
+			if !known {
+				why = fmt.Sprintf("node %s is gone", s.Node)
+			}
+			from := "its template"
+			if s.Snapshot != "" {
+				from = "its last stored snapshot " + s.Snapshot
+			}
+			return func(s *stasisv1.ActorStatus) {
+				s.Node, s.Evict, s.Placement = "", false, s.Placement+1
+				s.Phase, s.Reason = stasisv1.PhasePending, why+"; it resumes elsewhere from "+from
+			}, nil
+		case s.Evict:
+			return nil, nil
+		case n.Draining && want != stasisv1.PhaseSuspended:
+			return evict(fmt.Sprintf("node %s is draining", s.Node)), nil
+		case a.Spec.Node != "" && a.Spec.Node != s.Node && want != stasisv1.PhaseSuspended:
+			return evict(fmt.Sprintf("moving to node %s, as its spec asks", a.Spec.Node)), nil
+		}
+		return nil, nil
+	}
+	if want == stasisv1.PhaseSuspended {
+		return nil, nil
+	}
+	node, reason, err := c.place(ctx, a, nodes, load)
+	if err != nil {
+		return nil, err
+	}
+	if node == "" {
+		if s.Phase == stasisv1.PhasePending && s.Reason == reason {
+			return nil, nil
+		}
+		return func(s *stasisv1.ActorStatus) { s.Phase, s.Reason = stasisv1.PhasePending, reason }, nil
+	}
+	return func(s *stasisv1.ActorStatus) {
+		s.Node, s.Evict, s.Placement = node, false, s.Placement+1
+		s.Phase, s.Reason = stasisv1.PhasePending, reason
+	}, nil
+}
+
+func evict(why string) func(*stasisv1.ActorStatus) {
+	return func(s *stasisv1.ActorStatus) {
+		s.Evict, s.Phase, s.Reason = true, stasisv1.PhaseMoving, why+": suspending it to the store"
+	}
+}
+
+// place chooses a node for an unbound actor, or says why none fits. An
+// actor with a stored snapshot goes where compat.Place ranks that
+// snapshot's restore first; a new one to the fitting node with the fewest
+// actors.
+func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[string]fleet.Node, load map[string]int) (node, reason string, err error) {
+	var refused []string
+	var open []fleet.Node
+	for _, name := range sortedKeys(nodes) {
+		n := nodes[name]
+		switch {
+		case a.Spec.Node != "" && name != a.Spec.Node:
+		case n.Problem != "":
+			refused = append(refused, name+": "+n.Problem)
+		case !n.Alive:
+			refused = append(refused, name+": its lease expired")
+		case n.Draining:
+			refused = append(refused, name+": draining")
+		default:
+			open = append(open, n)
+		}
+	}
+	if a.Spec.Node != "" && nodes[a.Spec.Node].Name == "" {
+		refused = append(refused, a.Spec.Node+": no such node runs a Stasis agent")
+	}
+	if len(open) > 0 && a.Status.Snapshot != "" {
+		m, err := c.manifest(ctx, a.Status.Snapshot)
+		if err != nil {
+			return "", "", err
+		}
+		fps := make([]fingerprint.Fingerprint, len(open))
+		for i, n := range open {
+			// Results name nodes by the fingerprint's host; in the fleet
+			// the node's name is what counts.
+			fps[i] = n.Fingerprint
+			fps[i].Hostname = n.Name
+		}
+		best := ""
+		for _, r := range compat.Place(m, fps, c.Policy) {
+			switch {
+			case !r.Compatible:
+				refused = append(refused, r.Node+": "+strings.Join(r.Reasons, "; "))
+			case best == "" || load[r.Node] < load[best]:
+				best = r.Node
+			}
+		}
+		if best == "" {
+			return "", "no node can restore " + a.Status.Snapshot + ": " + strings.Join(refused, "; "), nil
+		}
+		return best, fmt.Sprintf("placed on %s, which can restore %s", best, a.Status.Snapshot), nil
+	}
+	var gpus int32
+	if len(open) > 0 {
+		var t stasisv1.ActorTemplate
+		if err := c.Kube.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Template}, &t); err != nil {
+			return "", "", fmt.Errorf("template %s: %w", a.Spec.Template, err)
+		}
+		gpus = t.Spec.GPUs
+	}
+	best := ""
+	for _, n := range open {
+		if have := int32(len(n.Fingerprint.GPU.Devices)); have < gpus {
+			refused = append(refused, fmt.Sprintf("%s: %d GPU(s), the template needs %d", n.Name, have, gpus))
+			continue
+		}
+		if best == "" || load[n.Name] < load[best] {
+			best = n.Name
+		}
+	}
+	if best == "" {
+		return "", "no node fits: " + strings.Join(refused, "; "), nil
+	}
+	return best, "placed on " + best + ", the fitting node with the fewest actors", nil
+}
+
+// manifest reads a stored snapshot's manifest once.
+func (c *Controller) manifest(ctx context.Context, name string) (*snapshot.Manifest, error) {
+	if m, ok := c.manifests[name]; ok {
+		return m, nil
+	}
+	if c.Repo == nil {
+		return nil, fmt.Errorf("snapshot %s: the controller has no store to read its manifest from (--store)", name)
+	}
+	s, err := c.Repo.Snapshot(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	m, err := snapshot.Parse(s.Meta)
+	if err != nil {
+		return nil, fmt.Errorf("stored snapshot %s: %w", name, err)
+	}
+	c.manifests[name] = m
+	return m, nil
+}
+
+// nodes reads every Node with its Lease.
+func (c *Controller) nodes(ctx context.Context) (map[string]fleet.Node, error) {
+	var nodes corev1.NodeList
+	if err := c.Kube.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	var leases coordinationv1.LeaseList
+	if err := c.Kube.List(ctx, &leases, client.InNamespace(c.LeaseNamespace)); err != nil {
+		return nil, err
+	}
+	byName := map[string]*coordinationv1.Lease{}
+	for i := range leases.Items {
+		byName[leases.Items[i].Name] = &leases.Items[i]
+	}
+	now := time.Now()
+	out := map[string]fleet.Node{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		lease := byName[fleet.LeaseOf(n.Name)]
+		if lease == nil && n.Annotations[fleet.FingerprintAnnotation] == "" {
+			continue // no Stasis agent has ever run there
+		}
+		out[n.Name] = fleet.ReadNode(n, lease, now)
+	}
+	return out, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
