@@ -4,7 +4,6 @@
 package fleet
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -104,20 +103,3 @@ func FingerprintJSON(f fingerprint.Fingerprint) (string, error) {
 
 // LeaseOf is the name of node's Lease.
 func LeaseOf(node string) string { return LeasePrefix + node }
-
-// Retry runs fn until it returns nil, ctx ends or it fails tries times,
-// waiting between tries; it answers fn's last error.
-func Retry(ctx context.Context, tries int, wait time.Duration, fn func() error) error {
-	var err error
-	for range tries {
-		if err = fn(); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
-	return err
-}

@@ -10,18 +10,16 @@ import (
 // that may run it.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=at
 // +kubebuilder:printcolumn:name="Rootfs",type=string,JSONPath=`.spec.rootfs`
+// +kubebuilder:printcolumn:name="Bundle",type=string,JSONPath=`.spec.bundle`
 // +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.spec.gpus`
-// +kubebuilder:printcolumn:name="Golden",type=string,JSONPath=`.status.golden`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ActorTemplate struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   ActorTemplateSpec   `json:"spec"`
-	Status ActorTemplateStatus `json:"status,omitempty"`
+	Spec ActorTemplateSpec `json:"spec"`
 }
 
 // ActorTemplateSpec is the template's definition.
@@ -53,10 +51,6 @@ type ActorTemplateSpec struct {
 	// Probe is the readiness check after a start or a resume.
 	// +optional
 	Probe *Probe `json:"probe,omitempty"`
-	// Warm has one node make the template's golden snapshot and store it;
-	// actors of the template then start from it on any compatible node.
-	// +optional
-	Warm bool `json:"warm,omitempty"`
 }
 
 // Probe is a readiness check: a command in the sandbox or an HTTP URL.
@@ -68,19 +62,6 @@ type Probe struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
-}
-
-// ActorTemplateStatus is what the fleet made of the template.
-type ActorTemplateStatus struct {
-	// Golden is the stored name of the template's golden snapshot.
-	// +optional
-	Golden string `json:"golden,omitempty"`
-	// GoldenNode is the node that made it.
-	// +optional
-	GoldenNode string `json:"goldenNode,omitempty"`
-	// Reason says why there is no golden snapshot yet.
-	// +optional
-	Reason string `json:"reason,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -217,8 +198,8 @@ type SnapshotSpec struct {
 	// Actor and Template are what it is a snapshot of.
 	Actor    string `json:"actor"`
 	Template string `json:"template"`
-	// Kind is commit or golden.
-	// +kubebuilder:validation:Enum=commit;golden
+	// Kind is commit (golden snapshots are still per node).
+	// +kubebuilder:validation:Enum=commit
 	Kind string `json:"kind"`
 	// Node took it; Class is that node's compatibility class
 	// (fingerprint.Class), which a restore needs to match in part.
