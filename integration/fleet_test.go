@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/s3test"
 	"github.com/stasis-run/stasis/internal/testactor"
@@ -220,6 +221,37 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("w2's counter: %s, want %s", got, want["w2"])
 	}
 
+	// Golden snapshots fleet-wide: the template warmed once, on node-a,
+	// into the store; a new actor starts from it on a node that can restore
+	// it, never on node-c.
+	tmpl, err := f.nodes["node-a"].d.api.WarmTemplate(ctx, api.WarmRequest{Template: "counter"})
+	if err != nil || tmpl.Golden == "" {
+		t.Fatalf("warm on node-a: %+v %v", tmpl, err)
+	}
+	goldenSnap, err := f.nodes["node-a"].d.api.InspectSnapshot(ctx, tmpl.Golden)
+	if err != nil || goldenSnap.Stored == "" {
+		t.Fatalf("the golden snapshot is not stored: %+v %v", goldenSnap, err)
+	}
+	golden := goldenSnap.Stored
+	var at stasisv1.ActorTemplate
+	if err := f.cp.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "counter"}, &at); err != nil {
+		t.Fatal(err)
+	}
+	at.Spec.Golden = golden
+	if err := f.cp.kube.Update(ctx, &at); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"g1", "g2", "g3"} {
+		if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: g}, Spec: stasisv1.ActorSpec{Template: "counter"}}); err != nil {
+			t.Fatal(err)
+		}
+		s := f.await(g, "running from the golden snapshot", running)
+		if s.Node == "node-c" || !strings.Contains(s.Reason, golden) || s.Snapshot != golden {
+			t.Fatalf("%s of the warmed template: %+v, want it on node-a or node-b from %s", g, s, golden)
+		}
+		want[g] = f.counter(g, "incr")
+	}
+
 	// Drain node-a, with the controller killed while it drains: every
 	// actor goes on counting on node-b (node-c does not fit).
 	onA := f.boundTo("node-a")
@@ -252,15 +284,16 @@ func TestFleet(t *testing.T) {
 	onB := f.boundTo("node-b")
 	stored := map[string]bool{}
 	for _, n := range onB {
-		stored[n] = f.actor(n).Status.Snapshot != ""
+		snap := f.actor(n).Status.Snapshot
+		stored[n] = snap != "" && snap != golden
 	}
 	f.nodes["node-b"].agent.kill()
 	for _, n := range onB {
 		if !stored[n] {
-			// Never stored: it starts afresh from its template, anywhere
-			// it fits, and the reason says so.
+			// Never stored: it starts afresh from its template (now from
+			// its golden snapshot), anywhere it fits.
 			s := f.await(n, "running off node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node != "node-b" })
-			if s.Snapshot != "" {
+			if s.Snapshot != "" && s.Snapshot != golden {
 				t.Fatalf("%s, never stored, came back with snapshot %s", n, s.Snapshot)
 			}
 			continue

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
@@ -423,7 +424,10 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 			if err := removeDir(snap.Dir); err != nil {
 				return "", err
 			}
-			if snap.Stored != "" && o.args.Purge && s.cfg.Repo != nil {
+			// Purge deletes what this actor pushed (named ACTOR.SNAPSHOT),
+			// never a snapshot it only started from: another actor's, or a
+			// template's golden one, which other actors may share.
+			if snap.Stored != "" && o.args.Purge && s.cfg.Repo != nil && strings.HasPrefix(snap.Stored, o.actor.ID+".") {
 				if err := s.cfg.Repo.Delete(ctx, snap.Stored); err != nil && !errors.Is(err, store.ErrNotExist) {
 					return "", err
 				}

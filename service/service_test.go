@@ -704,6 +704,18 @@ func TestRunFromStored(t *testing.T) {
 		t.Fatalf("suspend on node b: %+v %v", again, err)
 	}
 
+	// An actor started from another's snapshot (or a golden one) does not
+	// take it with it when it is purged.
+	if _, err := b.svc.Run(ctx, api.RunRequest{Template: "t", ID: "m3", FromStored: stored}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Delete(ctx, api.DeleteRequest{ID: "m3", Purge: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cfg.Repo.Snapshot(ctx, stored); err != nil {
+		t.Fatalf("purging m3 deleted m1's snapshot it started from: %v", err)
+	}
+
 	missing, err := b.svc.Run(ctx, api.RunRequest{Template: "t", ID: "m2", FromStored: "m2.snap-000000000000"})
 	_, left := b.rt.Sandbox("m2")
 	if code(err) != "not_found" || missing.State != api.Crashed || left {

@@ -272,34 +272,39 @@ func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error 
 }
 
 // start runs the actor on this node's stasisd: from its last stored
-// snapshot when it has one, else from its template (its golden snapshot,
-// or booted).
+// snapshot when it has one, else from its template's golden snapshot in
+// the store when it has one, else from the template (booted, or from a
+// golden snapshot of this node's own).
 func (a *Agent) start(ctx context.Context, actor *stasisv1.Actor) (api.Actor, error) {
-	if err := a.ensureTemplate(ctx, actor.Spec.Template); err != nil {
+	t, err := a.ensureTemplate(ctx, actor.Spec.Template)
+	if err != nil {
 		return api.Actor{}, err
 	}
-	req := api.RunRequest{Template: actor.Spec.Template, ID: actor.Name, FromStored: actor.Status.Snapshot,
+	from := actor.Status.Snapshot
+	if from == "" {
+		from = t.Spec.Golden
+	}
+	req := api.RunRequest{Template: actor.Spec.Template, ID: actor.Name, FromStored: from,
 		RequestID: fmt.Sprintf("%s-%d", actor.UID, actor.Status.Placement)}
 	a.Log.Info("starting", "actor", actor.Name, "fromStored", req.FromStored)
 	return a.Stasisd.Run(ctx, req)
 }
 
 // ensureTemplate creates the ActorTemplate on this node's stasisd.
-func (a *Agent) ensureTemplate(ctx context.Context, name string) error {
+func (a *Agent) ensureTemplate(ctx context.Context, name string) (*stasisv1.ActorTemplate, error) {
 	var t stasisv1.ActorTemplate
 	if err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &t); err != nil {
-		return fmt.Errorf("actor template %s: %w", name, err)
+		return nil, fmt.Errorf("actor template %s: %w", name, err)
 	}
 	at := api.Template{Name: name, Rootfs: t.Spec.Rootfs, Bundle: t.Spec.Bundle, Args: t.Spec.Args, Env: t.Spec.Env,
 		GPUs: int(t.Spec.GPUs), MemoryBytes: t.Spec.MemoryBytes, Durable: t.Spec.Durable}
 	if p := t.Spec.Probe; p != nil {
 		at.Probe = api.Probe{Command: p.Command, URL: p.URL, TimeoutSeconds: float64(p.TimeoutSeconds)}
 	}
-	_, err := a.Stasisd.CreateTemplate(ctx, at)
-	if errors.Is(err, errdefs.ErrAlreadyExists) {
-		return nil
+	if _, err := a.Stasisd.CreateTemplate(ctx, at); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+		return nil, err
 	}
-	return err
+	return &t, nil
 }
 
 // release suspends the actor to the store, records the snapshot, removes

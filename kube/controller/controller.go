@@ -191,8 +191,21 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 	if a.Spec.Node != "" && nodes[a.Spec.Node].Name == "" {
 		refused = append(refused, a.Spec.Node+": no such node runs a Stasis agent")
 	}
-	if len(open) > 0 && a.Status.Snapshot != "" {
-		m, err := c.manifest(ctx, a.Status.Snapshot)
+	if len(open) == 0 {
+		return "", "no node fits: " + strings.Join(refused, "; "), nil
+	}
+	var t stasisv1.ActorTemplate
+	if err := c.Kube.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Template}, &t); err != nil {
+		return "", "", fmt.Errorf("template %s: %w", a.Spec.Template, err)
+	}
+	// The snapshot it starts from: its own last one, else its template's
+	// golden one; a node must be able to restore it.
+	from := a.Status.Snapshot
+	if from == "" {
+		from = t.Spec.Golden
+	}
+	if from != "" {
+		m, err := c.manifest(ctx, from)
 		if err != nil {
 			return "", "", err
 		}
@@ -213,18 +226,11 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 			}
 		}
 		if best == "" {
-			return "", "no node can restore " + a.Status.Snapshot + ": " + strings.Join(refused, "; "), nil
+			return "", "no node can restore " + from + ": " + strings.Join(refused, "; "), nil
 		}
-		return best, fmt.Sprintf("placed on %s, which can restore %s", best, a.Status.Snapshot), nil
+		return best, fmt.Sprintf("placed on %s, which can restore %s", best, from), nil
 	}
-	var gpus int32
-	if len(open) > 0 {
-		var t stasisv1.ActorTemplate
-		if err := c.Kube.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Template}, &t); err != nil {
-			return "", "", fmt.Errorf("template %s: %w", a.Spec.Template, err)
-		}
-		gpus = t.Spec.GPUs
-	}
+	gpus := t.Spec.GPUs
 	best := ""
 	for _, n := range open {
 		if have := int32(len(n.Fingerprint.GPU.Devices)); have < gpus {

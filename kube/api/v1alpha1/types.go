@@ -14,6 +14,7 @@ import (
 // +kubebuilder:printcolumn:name="Rootfs",type=string,JSONPath=`.spec.rootfs`
 // +kubebuilder:printcolumn:name="Bundle",type=string,JSONPath=`.spec.bundle`
 // +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.spec.gpus`
+// +kubebuilder:printcolumn:name="Golden",type=string,JSONPath=`.spec.golden`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ActorTemplate struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -51,6 +52,12 @@ type ActorTemplateSpec struct {
 	// Probe is the readiness check after a start or a resume.
 	// +optional
 	Probe *Probe `json:"probe,omitempty"`
+	// Golden is the store name of the template's golden snapshot (made
+	// once on any node with `stasis template warm`, which stores it):
+	// new actors of the template start from it, on any node that can
+	// restore it.
+	// +optional
+	Golden string `json:"golden,omitempty"`
 }
 
 // Probe is a readiness check: a command in the sandbox or an HTTP URL.
