@@ -23,9 +23,12 @@ import (
 // node drained; it prints the time to place them all, the time to drain,
 // and the controller's resident memory (now and at its peak).
 func TestFleetDrainBench(t *testing.T) {
-	n, err := strconv.Atoi(getenvOr("STASIS_FLEET_ACTORS", "100"))
-	if err != nil {
-		t.Fatal(err)
+	n := 100
+	if v := os.Getenv("STASIS_FLEET_ACTORS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
+			t.Fatalf("STASIS_FLEET_ACTORS=%q: want a positive number", v)
+		}
 	}
 	f := newFleet(t)
 	ctx := context.Background()
@@ -94,11 +97,4 @@ func memory(t *testing.T, pid int) (rss, peak float64) {
 		}
 	}
 	return rss, peak
-}
-
-func getenvOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
