@@ -243,7 +243,7 @@ func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error 
 	}
 	if local == nil {
 		if actor.Status.Phase == stasisv1.PhaseFailed && actor.Status.ObservedGeneration == actor.Generation {
-			return nil // it failed here; a new spec or binding tries again
+			return nil // it failed here; a new spec tries again
 		}
 		started, err := a.start(ctx, &actor)
 		if err != nil {
@@ -313,9 +313,10 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 	stored := actor.Status.Snapshot
 	if local != nil {
 		if local.State != api.Suspended || local.Snapshot == nil || local.Snapshot.Stored == "" {
-			a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+			// Best effort: the suspend's own result is written below.
+			_ = a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
 				s.Phase, s.Reason = stasisv1.PhaseMoving, "suspending to the store on node "+a.Node
-			}) //nolint:errcheck // best effort: the suspend's result is written below
+			})
 			suspended, err := a.Stasisd.Suspend(ctx, api.OpRequest{ID: actor.Name, RequestID: fmt.Sprintf("%s-%d-release", actor.UID, actor.Status.Placement)})
 			if err != nil {
 				return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
