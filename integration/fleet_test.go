@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -24,10 +25,26 @@ import (
 	"github.com/stasis-run/stasis/store/location"
 )
 
-// referenceRunsc is the May 2026 runsc that scripts/install-runsc.sh
-// --reference installs: a node running it cannot restore a Full snapshot
-// taken with the default runsc, which makes it a node that does not fit.
-const referenceRunsc = "/usr/local/lib/stasis/runsc-reference/bin/runsc"
+// The two runsc builds scripts/install-runsc.sh installs: the default
+// (September 2026) and the reference (May 2026, --reference).
+const (
+	defaultRunsc   = "/usr/local/bin/runsc"
+	referenceRunsc = "/usr/local/lib/stasis/runsc-reference/bin/runsc"
+)
+
+// otherRunsc is the build that is not the runsc on PATH: a node running it
+// cannot restore the other nodes' Full snapshots, which makes it a node
+// that does not fit, on either pass of scripts/test.sh.
+func otherRunsc(t *testing.T) string {
+	onPath, err := exec.LookPath("runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resolved, err := filepath.EvalSymlinks(onPath); err == nil && resolved == referenceRunsc {
+		return defaultRunsc
+	}
+	return referenceRunsc
+}
 
 // fleetEnv is a fleet on one machine: a real kube-apiserver and etcd, one
 // S3 store (versitygw), and per node a stasisd with its own data folder,
@@ -202,7 +219,7 @@ func TestFleet(t *testing.T) {
 
 	// A node whose fingerprint does not fit (another runsc build) is never
 	// chosen, and the status says why.
-	f.addNode("node-c", "--runsc", referenceRunsc)
+	f.addNode("node-c", "--runsc", otherRunsc(t))
 	f.edit("w2", func(s *stasisv1.ActorSpec) { s.Phase = stasisv1.PhaseSuspended })
 	f.await("w2", "suspended", func(s stasisv1.ActorStatus) bool { return s.Phase == stasisv1.PhaseSuspended && s.Snapshot != "" })
 	f.edit("w2", func(s *stasisv1.ActorSpec) { s.Phase, s.Node = stasisv1.PhaseRunning, "node-c" })
