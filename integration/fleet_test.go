@@ -80,7 +80,7 @@ func newFleet(t *testing.T) *fleetEnv {
 	if _, err := location.Repository(context.Background(), f.store, true); err != nil {
 		t.Fatal(err)
 	}
-	f.controller = newKubeProc(t, "controller", "controller", "--kubeconfig", f.cp.kubeconfig, "--store", f.store, "--lease-duration", leaseFlag)
+	f.controller = newKubeProc(t, "controller", "controller", "--kubeconfig", f.cp.controllerConfig, "--store", f.store, "--lease-duration", leaseFlag)
 	return f
 }
 
@@ -95,7 +95,7 @@ func (f *fleetEnv) addNode(name string, extra ...string) *fleetNode {
 	d := newDaemon(f.t, append([]string{"--repo", f.store}, extra...)...)
 	d.start("")
 	n := &fleetNode{name: name, d: d}
-	n.agent = newKubeProc(f.t, "agent-"+name, "agent", "--kubeconfig", f.cp.kubeconfig, "--node", name, "--socket", d.socket, "--lease-duration", leaseFlag)
+	n.agent = newKubeProc(f.t, "agent-"+name, "agent", "--kubeconfig", f.cp.agentConfig, "--node", name, "--socket", d.socket, "--lease-duration", leaseFlag)
 	waitForLong(f.t, "node "+name+" to publish its fingerprint and lease", time.Minute, func() bool {
 		var node corev1.Node
 		return f.cp.kube.Get(ctx, client.ObjectKey{Name: name}, &node) == nil && node.Annotations[fleet.FingerprintAnnotation] != "" &&

@@ -37,8 +37,11 @@ const kubeBin = "/usr/local/lib/stasis/kube/bin"
 // controlPlane is a real etcd and kube-apiserver on loopback, with token
 // authentication, the Stasis CRDs installed and the lease namespace made.
 type controlPlane struct {
-	kubeconfig string
-	kube       client.Client
+	// kubeconfig is an administrator's; agentConfig and controllerConfig
+	// authenticate as the service accounts of deploy/kube/rbac.yaml, so
+	// that the agents and the controller run with only its roles.
+	kubeconfig, agentConfig, controllerConfig string
+	kube                                      client.Client
 }
 
 func freePort(t *testing.T) int {
@@ -111,9 +114,12 @@ func startControlPlane(t *testing.T) *controlPlane {
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const token = "stasis-test-token"
+	const token, agentToken, controllerToken = "stasis-test-token", "stasis-agent-token", "stasis-controller-token"
 	tokens := filepath.Join(dir, "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
+	users := token + ",admin,admin,system:masters\n" +
+		agentToken + ",system:serviceaccount:stasis-system:stasis-agent,agent,system:serviceaccounts\n" +
+		controllerToken + ",system:serviceaccount:stasis-system:stasis-controller,controller,system:serviceaccounts\n"
+	if err := os.WriteFile(tokens, []byte(users), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	apiserver := background(t, filepath.Join(dir, "kube-apiserver.log"), filepath.Join(kubeBin, "kube-apiserver"),
@@ -141,17 +147,21 @@ func startControlPlane(t *testing.T) *controlPlane {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	})
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	cfgText := fmt.Sprintf(`apiVersion: v1
+	writeConfig := func(name, token string) string {
+		path := filepath.Join(dir, name)
+		text := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters: [{name: test, cluster: {server: %q, insecure-skip-tls-verify: true}}]
-users: [{name: admin, user: {token: %q}}]
-contexts: [{name: test, context: {cluster: test, user: admin}}]
+users: [{name: user, user: {token: %q}}]
+contexts: [{name: test, context: {cluster: test, user: user}}]
 current-context: test
 `, server, token)
-	if err := os.WriteFile(kubeconfig, []byte(cfgText), 0o600); err != nil {
-		t.Fatal(err)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
+	kubeconfig := writeConfig("kubeconfig", token)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +200,31 @@ current-context: test
 	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleet.DefaultLeaseNamespace}}); err != nil {
 		t.Fatal(err)
 	}
-	return &controlPlane{kubeconfig: kubeconfig, kube: kube}
+	applyYAML(t, kube, "../deploy/kube/rbac.yaml")
+	return &controlPlane{kubeconfig: kubeconfig, agentConfig: writeConfig("agent.kubeconfig", agentToken),
+		controllerConfig: writeConfig("controller.kubeconfig", controllerToken), kube: kube}
+}
+
+// applyYAML creates every object of a multi-document YAML file.
+func applyYAML(t *testing.T, kube client.Client, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		if err := kube.Create(context.Background(), u); err != nil {
+			t.Fatalf("%s: create %s %s: %v", path, u.GetKind(), u.GetName(), err)
+		}
+	}
 }
 
 func waitForLong(t *testing.T, what string, limit time.Duration, cond func() bool) {
