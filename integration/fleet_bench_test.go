@@ -5,16 +5,17 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stasis-run/stasis/internal/procfs"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
@@ -50,7 +51,13 @@ func TestFleetDrainBench(t *testing.T) {
 	f.drain("node-a", true)
 	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) && a.Status.Node != "node-a" }, 20*time.Minute)
 	drained := time.Since(start)
-	rss, peak := memory(t, f.controller.cmd.Process.Pid)
+	pid := f.controller.cmd.Process.Pid
+	rssBytes, err1 := procfs.StatusBytes("/proc", pid, "VmRSS")
+	peakBytes, err2 := procfs.StatusBytes("/proc", pid, "VmHWM")
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	rss, peak := float64(rssBytes)/(1<<20), float64(peakBytes)/(1<<20)
 	res := map[string]any{"actors": n, "nodes": 3, "placeAllS": placed.Seconds(), "drainedActors": len(onA), "drainS": drained.Seconds(),
 		"drainPerActorS": drained.Seconds() / float64(max(1, len(onA))), "controllerRSSMiB": rss, "controllerPeakRSSMiB": peak}
 	data, _ := json.Marshal(res)
@@ -75,26 +82,4 @@ func (f *fleetEnv) awaitAll(n int, cond func(stasisv1.Actor) bool, limit time.Du
 		}
 		return ok == n
 	})
-}
-
-// memory reads a process's resident and peak resident memory in MiB.
-func memory(t *testing.T, pid int) (rss, peak float64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
-		}
-		kib, _ := strconv.ParseFloat(fields[1], 64)
-		switch fields[0] {
-		case "VmRSS:":
-			rss = kib / 1024
-		case "VmHWM:":
-			peak = kib / 1024
-		}
-	}
-	return rss, peak
 }

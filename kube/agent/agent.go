@@ -13,13 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +27,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/fingerprint"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
@@ -45,6 +46,11 @@ type Agent struct {
 	// Workers bounds the actors acted on at once (8 when zero).
 	Workers int
 	Log     *slog.Logger
+
+	// fingerprint is this node's, read from stasisd once at the start:
+	// published on the Node, and its class carried by the Snapshots the
+	// agent records.
+	fingerprint fingerprint.Fingerprint
 }
 
 // Run fences, publishes and serves until ctx ends.
@@ -57,6 +63,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.Workers <= 0 {
 		a.Workers = 8
+	}
+	var err error
+	if a.fingerprint, err = a.Stasisd.NodeInfo(ctx); err != nil {
+		return fmt.Errorf("this node's fingerprint from stasisd: %w", err)
 	}
 	// The fence comes first: until it has run, this node holds no live
 	// lease, so nothing is placed here, and nothing bound elsewhere runs.
@@ -100,10 +110,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // publish writes the node's fingerprint and labels on its Node, then takes
 // its Lease.
 func (a *Agent) publish(ctx context.Context) error {
-	f, err := a.Stasisd.NodeInfo(ctx)
-	if err != nil {
-		return fmt.Errorf("this node's fingerprint from stasisd: %w", err)
-	}
+	f := a.fingerprint
 	raw, err := fleet.FingerprintJSON(f)
 	if err != nil {
 		return err
@@ -354,15 +361,11 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 
 // recordSnapshot creates the Snapshot object of a stored snapshot.
 func (a *Agent) recordSnapshot(ctx context.Context, actor *stasisv1.Actor, snap *api.Snapshot) error {
-	f, err := a.Stasisd.NodeInfo(ctx)
-	if err != nil {
-		return err
-	}
 	rec := &stasisv1.Snapshot{
 		ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: objectName(snap.Stored), Labels: map[string]string{"stasis.dev/actor": actor.Name},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: stasisv1.GroupVersion.String(), Kind: "Actor", Name: actor.Name, UID: actor.UID}}},
 		Spec: stasisv1.SnapshotSpec{StoreName: snap.Stored, Actor: actor.Name, Template: actor.Spec.Template, Kind: string(api.KindCommit),
-			Node: a.Node, Class: f.Class(), SizeBytes: snap.SizeBytes},
+			Node: a.Node, Class: a.fingerprint.Class(), SizeBytes: snap.SizeBytes},
 	}
 	if err := a.Kube.Create(ctx, rec); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("record snapshot %s: %w", snap.Stored, err)
@@ -383,7 +386,7 @@ func (a *Agent) setStatus(ctx context.Context, actor *stasisv1.Actor, edit func(
 		before := actor.Status.DeepCopy()
 		edit(&actor.Status)
 		actor.Status.ObservedGeneration = actor.Generation
-		if equalStatus(before, &actor.Status) {
+		if equality.Semantic.DeepEqual(before, &actor.Status) {
 			return nil
 		}
 		err := a.Kube.Status().Update(ctx, actor)
@@ -398,11 +401,6 @@ func (a *Agent) setStatus(ctx context.Context, actor *stasisv1.Actor, edit func(
 		}
 	}
 	return fmt.Errorf("status of %s: too many conflicting writers", actor.Name)
-}
-
-func equalStatus(a, b *stasisv1.ActorStatus) bool {
-	return a.Node == b.Node && a.Placement == b.Placement && a.Evict == b.Evict && a.Phase == b.Phase && a.Reason == b.Reason &&
-		a.Snapshot == b.Snapshot && a.ObservedGeneration == b.ObservedGeneration && slices.EqualFunc(a.Conditions, b.Conditions, func(x, y metav1.Condition) bool { return x == y })
 }
 
 // phaseOf maps stasisd's state onto the fleet's phase.
