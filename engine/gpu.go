@@ -75,5 +75,14 @@ func summary(rep runtime.GPUReport) string {
 	if rep.Skipped != "" {
 		return rep.Skipped
 	}
-	return fmt.Sprintf("%d CUDA process(es), driver API %s", len(rep.Outcomes), cuda.FormatVersion(rep.DriverVersion))
+	var driver time.Duration
+	for _, o := range rep.Outcomes {
+		driver = max(driver, o.Duration)
+	}
+	msg := fmt.Sprintf("%d CUDA process(es), driver API %s", len(rep.Outcomes), cuda.FormatVersion(rep.DriverVersion))
+	if driver > 0 {
+		// The rest of the step is starting the helper in the sandbox.
+		msg += fmt.Sprintf(", the driver's calls %s", driver.Round(time.Millisecond))
+	}
+	return msg
 }

@@ -17,13 +17,14 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/runtime"
 )
 
 // resumeVariant is one way of resuming the same snapshot.
 type resumeVariant struct {
-	name  string
-	eager bool
-	cold  bool // the page cache dropped first
+	name string
+	load engine.MemoryLoad
+	cold bool // the page cache dropped first
 }
 
 func parseVariant(t *testing.T, s string) resumeVariant {
@@ -31,12 +32,15 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 	for _, part := range strings.Split(s, "+") {
 		switch {
 		case part == "lazy":
+			v.load = engine.MemoryLoadBackground
 		case part == "eager":
-			v.eager = true
+			v.load = engine.MemoryLoadEager
+		case part == "auto":
+			v.load = engine.MemoryLoadAuto
 		case part == "cold":
 			v.cold = true
 		default:
-			t.Fatalf("variant %q: unknown part %q (want lazy or eager, with +cold)", s, part)
+			t.Fatalf("variant %q: unknown part %q (want lazy, eager or auto, with +cold)", s, part)
 		}
 	}
 	return v
@@ -54,9 +58,10 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 //     first GPU operation;
 //   - an actor in gVisor holding it, suspended once by the engine, whose
 //     snapshot is then resumed once per variant of STASIS_RESUME_VARIANTS
-//     (default "lazy,eager": runsc restore --background or not; at 8 GiB
-//     also STASIS_RESUME_COLD, default "lazy+cold,eager+cold", with the page
-//     cache dropped first), each resume timed to the first GPU
+//     (default "lazy,eager,auto": runsc restore --background or not, or
+//     the engine's choice, engine.MemoryLoadAuto; at 8 GiB also
+//     STASIS_RESUME_COLD, default "lazy+cold,eager+cold,auto+cold", with
+//     the page cache dropped first), each resume timed to the first GPU
 //     operation and the device data verified, the sandbox then removed so
 //     that the same snapshot serves the next variant.
 //
@@ -67,32 +72,43 @@ func TestGPUResumeSpeed(t *testing.T) {
 	g := newGPUEnv(t)
 	ctx := context.Background()
 	floors := g.floors()
+	thp := hostTHP()
+	floors["thp"] = thp
 	g.record("resume-floors", floors)
-	variants := strings.Split(getenv("STASIS_RESUME_VARIANTS", "lazy,eager"), ",")
-	cold := strings.Split(getenv("STASIS_RESUME_COLD", "lazy+cold,eager+cold"), ",")
+	variants := strings.Split(getenv("STASIS_RESUME_VARIANTS", "lazy,eager,auto"), ",")
+	cold := strings.Split(getenv("STASIS_RESUME_COLD", "lazy+cold,eager+cold,auto+cold"), ",")
 	for _, size := range strings.Split(getenv("STASIS_RESUME_GIB", "1,8"), ",") {
 		gib, err := strconv.ParseFloat(size, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
 		driver := g.driverFloor(gib)
-		g.record("resume-driver-floor", map[string]any{"gib": gib, "restoreS": driver["restore_s"], "unlockS": driver["unlock_s"], "checkpointS": driver["checkpoint_s"], "lockS": driver["lock_s"]})
+		g.record("resume-driver-floor", map[string]any{"gib": gib, "thp": thp, "restoreS": driver["restore_s"], "unlockS": driver["unlock_s"], "checkpointS": driver["checkpoint_s"], "lockS": driver["lock_s"]})
 
 		id := fmt.Sprintf("speed-%s", size)
 		zero := getenv("STASIS_RESUME_ZERO_GIB", "0")
 		a := g.startActorArgs(id, []string{"/usr/bin/env", "HOLDER_ZERO_GIB=" + zero, g.python, "/stasis-scripts/holder_server.py", size})
 		g.mustAsk(a.ID, "info")
 		if size == getenv("STASIS_RESUME_RAW_GIB", "8") {
-			g.record("resume-raw-flag-path", g.rawFlagPath(a, gib))
+			raw := g.rawFlagPath(a, gib)
+			raw["thp"] = thp
+			g.record("resume-raw-flag-path", raw)
 		}
 		dir := filepath.Join(g.work, id)
+		// The workload's own copy speeds inside the sandbox, under this
+		// huge page setting (pinned memory and pageable, 4 GiB each way).
+		var copies map[string]any
+		if res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{g.python, "/stasis-scripts/floors.py", "--copies"}}); err != nil || res.ExitCode != 0 || json.Unmarshal(res.Stdout, &copies) != nil {
+			t.Fatalf("floors.py --copies in the sandbox: %v %s %s", err, res.Stdout, res.Stderr)
+		}
+		hugeBefore := hugePageCounters()
 		g.takeEvents()
 		start := time.Now()
 		m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
 		if err != nil {
 			t.Fatalf("%s suspend: %v", id, err)
 		}
-		g.record("resume-suspend", map[string]any{"gib": gib, "zeroGib": zero, "suspendS": time.Since(start).Seconds(), "imageBytes": m.Size(), "steps": steps(g.takeEvents())})
+		g.record("resume-suspend", map[string]any{"gib": gib, "zeroGib": zero, "thp": thp, "sandboxCopies": copies, "hugePagesBefore": hugeBefore, "hugePagesAfter": hugePageCounters(), "suspendS": time.Since(start).Seconds(), "imageBytes": m.Size(), "steps": steps(g.takeEvents())})
 
 		todo := variants
 		if gib == 8 {
@@ -101,7 +117,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 		for i, name := range todo {
 			v := parseVariant(t, name)
 			eng := *g.eng
-			eng.EagerRestore = v.eager
+			eng.MemoryLoad = v.load
 			if v.cold {
 				if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200); err != nil {
 					t.Fatalf("drop the page cache: %v", err)
@@ -119,19 +135,23 @@ func TestGPUResumeSpeed(t *testing.T) {
 				t.Fatalf("%s %s: first GPU operation: %v", id, name, err)
 			}
 			events := g.takeEvents()
+			huge := hugePageCounters()
 			verify, err := g.ask(a.ID, "verify")
 			if err != nil || !strings.HasPrefix(verify, "OK") {
 				t.Fatalf("%s %s: data after resume: %q %v", id, name, verify, err)
 			}
-			var gpuMessage string
+			var gpuMessage, restoreMessage string
 			for _, ev := range events {
-				if ev.Name == "gpu-resume" {
+				switch ev.Name {
+				case "gpu-resume":
 					gpuMessage = ev.Message
+				case "restore":
+					restoreMessage = ev.Message
 				}
 			}
-			g.record("resume-variant", map[string]any{"gib": gib, "zeroGib": zero, "variant": name, "order": i + 1, "eager": v.eager, "cold": v.cold,
+			g.record("resume-variant", map[string]any{"gib": gib, "zeroGib": zero, "thp": thp, "variant": name, "hugePages": huge, "order": i + 1, "load": string(v.load), "cold": v.cold,
 				"resumeS": resume.Seconds(), "resumeToFirstGPUOpS": firstOp.Seconds(), "imageBytes": m.Size(), "touch": touch, "check": verify,
-				"driverRestoreS": driver["restore_s"] + driver["unlock_s"], "gpuResumeMessage": gpuMessage, "steps": steps(events)})
+				"driverRestoreS": driver["restore_s"] + driver["unlock_s"], "gpuResumeMessage": gpuMessage, "restoreMessage": restoreMessage, "steps": steps(events)})
 			if err := g.rt.Stop(ctx, a.ID); err != nil {
 				t.Fatal(err)
 			}
@@ -141,6 +161,54 @@ func TestGPUResumeSpeed(t *testing.T) {
 		}
 		os.RemoveAll(dir)
 	}
+}
+
+// hostTHP is the host's transparent huge page settings that decide whether
+// runsc backs sandbox memory with huge pages ("shmem_enabled/defrag"): runsc
+// uses them only with shmem_enabled "advise" and defrag "always", "defer" or
+// "never", or with shmem_enabled "always", "within_size" or "force".
+func hostTHP() string {
+	var parts []string
+	for _, name := range []string{"shmem_enabled", "defrag"} {
+		data, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/" + name)
+		value := "unknown"
+		if err == nil {
+			value = strings.TrimSpace(string(data))
+			if i, j := strings.IndexByte(value, '['), strings.IndexByte(value, ']'); i >= 0 && j > i {
+				value = value[i+1 : j]
+			}
+		}
+		parts = append(parts, value)
+	}
+	return strings.Join(parts, "/")
+}
+
+// hugePageCounters is the host's huge page use: /proc/meminfo's
+// ShmemHugePages, ShmemPmdMapped and AnonHugePages (bytes), where runsc's
+// sandbox memory shows when it uses them, and /proc/vmstat's thp_* counters.
+func hugePageCounters() map[string]int64 {
+	counters := map[string]int64{}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && (f[0] == "ShmemHugePages:" || f[0] == "ShmemPmdMapped:" || f[0] == "AnonHugePages:") {
+				if kib, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					counters[strings.TrimSuffix(f[0], ":")] = kib << 10
+				}
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/vmstat"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && strings.HasPrefix(f[0], "thp_") && f[1] != "0" {
+				if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					counters[f[0]] = n
+				}
+			}
+		}
+	}
+	return counters
 }
 
 // rawFlagPath suspends actor a by hand through runsc's own CUDA step, as

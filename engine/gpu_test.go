@@ -82,7 +82,7 @@ func newGPUEnv(t *testing.T) *gpuEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(work) })
-	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: filepath.Join(work, "runsc"), Network: "none", NvproxyDriverVersion: os.Getenv("STASIS_NVPROXY_ABI")})
+	rt, err := gvisor.New(context.Background(), gvisor.Config{Root: filepath.Join(work, "runsc"), Network: "none", NvproxyDriverVersion: os.Getenv("STASIS_NVPROXY_ABI"), DebugLogDir: os.Getenv("STASIS_RUNSC_DEBUG_DIR")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,9 @@ import (
 	"github.com/stasis-run/stasis/cuda/helper"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
+	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store/archiver"
@@ -181,8 +183,10 @@ func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error 
 // runs between the two.
 func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest, opts ResumeOptions, afterRestore func()) error {
 	byRuntime := a.GPU && m.GPU != nil && m.GPU.Path == snapshot.GPUPathRuntime
+	image := filepath.Join(dir, imageDir)
+	background, load := e.loadInBackground(image, a.GPU)
 	ro := runtime.RestoreOptions{
-		ImageDir: filepath.Join(dir, imageDir), Bundle: a.Bundle, Background: !e.EagerRestore,
+		ImageDir: image, Bundle: a.Bundle, Background: background,
 		ConsoleLog: a.ConsoleLog, Notify: o.note, Direct: e.DirectIO && e.Runtime.Capabilities().Direct,
 	}
 	if byRuntime && len(opts.DeviceMap) > 0 {
@@ -190,7 +194,7 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 		// the restore; the helper takes it from its environment.
 		ro.Env = []string{helper.DeviceMapEnv + "=" + opts.DeviceMap.String()}
 	}
-	err := o.step("restore", func() (string, error) { return "", e.Runtime.Restore(ctx, id, ro) })
+	err := o.step("restore", func() (string, error) { return load, e.Runtime.Restore(ctx, id, ro) })
 	if err != nil {
 		return err
 	}
@@ -350,4 +354,39 @@ func (e *Engine) probeOnce(ctx context.Context, id string, p Probe) error {
 		return fmt.Errorf("%s exited %d: %s", strings.Join(p.Command, " "), res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
 	return nil
+}
+
+// loadInBackground decides how the restore of image loads its memory
+// (Engine.MemoryLoad) and says why.
+func (e *Engine) loadInBackground(image string, gpu bool) (bool, string) {
+	switch e.MemoryLoad {
+	case MemoryLoadEager:
+		return false, "memory loaded before the sandbox runs"
+	case MemoryLoadBackground:
+		return true, "memory loads in the background"
+	}
+	if !gpu {
+		// Nothing reads all of it at once; the sandbox runs sooner.
+		return true, "memory loads in the background: no GPU state to restore"
+	}
+	dir := e.HugePagesDir
+	if dir == "" {
+		dir = node.HugePagesDir
+	}
+	huge, err := node.ReadHugePages(dir)
+	if err != nil || !huge.Sandbox {
+		return true, "memory loads in the background: sandbox memory is in 4 KiB pages"
+	}
+	resident, total, err := fsutil.Resident(image)
+	if err != nil {
+		return true, fmt.Sprintf("memory loads in the background: page cache not read (%v)", err)
+	}
+	share := 1.0
+	if total > 0 {
+		share = float64(resident) / float64(total)
+	}
+	if share < EagerResidentShare {
+		return true, fmt.Sprintf("memory loads in the background: %.0f%% of the image is in the page cache", 100*share)
+	}
+	return false, fmt.Sprintf("memory loaded before the sandbox runs: %.0f%% of the image is in the page cache and sandbox memory is in huge pages", 100*share)
 }

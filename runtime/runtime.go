@@ -211,4 +211,7 @@ type GPUProcess struct {
 type GPUOutcome struct {
 	PID int    `json:"pid"`
 	Err string `json:"error,omitempty"`
+	// Duration is how long the driver's calls for this process took, as
+	// the helper timed them.
+	Duration time.Duration `json:"durationNs,omitempty"`
 }

@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|benchmarks|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
 # ENGINE_TIMEOUT (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
@@ -12,8 +12,9 @@
 # host's driver: the default runsc (September 2026) knows 580.159.04 and
 # needs none; with the May build set it to 580.126.20 (see FACTS).
 # STASIS_GPU_PATHS and STASIS_PATH_GIB (paths); STASIS_ZERO_GIB (zero-pages);
-# STASIS_RESUME_GIB, STASIS_RESUME_VARIANTS, STASIS_RESUME_COLD and
-# STASIS_RESUME_DEFAULT (resume).
+# STASIS_RESUME_GIB, STASIS_RESUME_VARIANTS, STASIS_RESUME_COLD,
+# STASIS_RESUME_DEFAULT, STASIS_RESUME_THP, STASIS_RUNSC_DEBUG (resume);
+# STASIS_SERVER_MODES and STASIS_RESUME_THP (server-resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -158,10 +159,56 @@ run_zero_pages() {
 # STASIS_RESUME_GIB (1,8), the driver's own restore in a plain process
 # beside one snapshot resumed each way of STASIS_RESUME_VARIANTS (and, at
 # 8 GiB, of STASIS_RESUME_COLD with the page cache dropped); then the table
-# and resume-summary.json for STASIS_RESUME_DEFAULT, the engine's default.
+# and resume-summary.json for STASIS_RESUME_DEFAULT (auto), the engine's
+# default, of every result in OUTDIR.
 run_resume() {
-	ENGINE_RUN=TestGPUResumeSpeed ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
-	python3 scripts/gpu/resume_summary.py "$out" "${STASIS_RESUME_DEFAULT:-lazy}" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" | tee "$out/resume-summary.md"
+	thp_runs TestGPUResumeSpeed
+	resume_summary
+}
+
+# The production-style server benchmark (TestGPUServerResume): the 7B server
+# of run_server in each mode of STASIS_SERVER_MODES (compiled,plain), cold
+# start against resume warm and cold to the first token; then the summary.
+run_server_resume() {
+	thp_runs TestGPUServerResume
+	resume_summary
+}
+
+resume_summary() {
+	python3 scripts/gpu/resume_summary.py "$out" "${STASIS_RESUME_DEFAULT:-auto}" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" "$thp_last" | tee "$out/resume-summary.md"
+}
+
+# thp_runs TEST runs the engine test once per transparent huge page setting
+# of STASIS_RESUME_THP (default "stasis"): each "stasis" (as `stasis node
+# tune`, which stasisd runs at start, sets them), "host" (as the machine has
+# them) or SHMEM_ENABLED/DEFRAG written to /sys/kernel/mm/transparent_hugepage;
+# the machine's own are put back at exit. STASIS_RUNSC_DEBUG=1 keeps runsc's
+# debug logs and extracts their memory load lines into runsc-memory.log.
+thp_runs() {
+	local thp=/sys/kernel/mm/transparent_hugepage mode
+	# Global, as the EXIT trap that puts them back runs after this function.
+	thp_shmem=$(sed 's/.*\[\(.*\)\].*/\1/' "$thp/shmem_enabled") thp_defrag=$(sed 's/.*\[\(.*\)\].*/\1/' "$thp/defrag")
+	trap 'echo "$thp_shmem" >/sys/kernel/mm/transparent_hugepage/shmem_enabled; echo "$thp_defrag" >/sys/kernel/mm/transparent_hugepage/defrag' EXIT
+	unpack stasis
+	for mode in ${STASIS_RESUME_THP:-stasis}; do
+		echo "$thp_shmem" >"$thp/shmem_enabled" && echo "$thp_defrag" >"$thp/defrag"
+		case $mode in
+		host) ;;
+		stasis) stasis node tune | tee -a "$out/resume-thp.txt" ;;
+		*) echo "${mode%/*}" >"$thp/shmem_enabled" && echo "${mode#*/}" >"$thp/defrag" ;;
+		esac
+		mode=$(sed 's/.*\[\(.*\)\].*/\1/' "$thp/shmem_enabled")/$(sed 's/.*\[\(.*\)\].*/\1/' "$thp/defrag")
+		echo "transparent huge pages for $1: shmem_enabled/defrag $mode" | tee -a "$out/resume-thp.txt"
+		if [ -n "${STASIS_RUNSC_DEBUG:-}" ]; then
+			export STASIS_RUNSC_DEBUG_DIR="$PWD/.gpu-work/runsc-debug"
+			rm -rf "$STASIS_RUNSC_DEBUG_DIR" && mkdir -p "$STASIS_RUNSC_DEBUG_DIR"
+		fi
+		ENGINE_RUN=$1 ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
+		if [ -n "${STASIS_RUNSC_DEBUG:-}" ]; then
+			grep -h -E "huge pages|page loading|loaded metadata|restore took" "$STASIS_RUNSC_DEBUG_DIR"/* 2>/dev/null | cut -c1-400 | sed "s|^|$mode |" >>"$out/runsc-memory.log" || true
+		fi
+		thp_last=$mode
+	done
 }
 
 # The table and plot of every benchmark result in OUTDIR so far.
@@ -189,7 +236,8 @@ gvisor) run_gvisor ;;
 paths) run_paths ;;
 zero-pages) run_zero_pages ;;
 resume) run_resume ;;
+server-resume) run_server_resume ;;
 benchmarks) run_synthetic; run_server ;;
 all) run_node; run_service; ENGINE_RUN="TestGPUActor|TestGPUCompatAndPlan" run_engine; run_synthetic; run_server; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, benchmarks or all" >&2; exit 2 ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, server-resume, benchmarks or all" >&2; exit 2 ;;
 esac

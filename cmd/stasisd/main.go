@@ -26,6 +26,7 @@ import (
 	"github.com/stasis-run/stasis/internal/buildinfo"
 	"github.com/stasis-run/stasis/internal/compose"
 	"github.com/stasis-run/stasis/internal/fsutil"
+	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/store"
 )
@@ -34,6 +35,7 @@ import (
 type options struct {
 	compose.Options
 	socketMode, helper, logFormat, logFile string
+	hugePages                              string
 	hostPaths, deadlines                   []string
 	noStore, allowHostRoot                 bool
 }
@@ -91,6 +93,7 @@ line win).`,
 	f.StringVar(&o.logFile, "log-file", "", "append the log to this file (made 0600) instead of standard error")
 	f.StringArrayVar(&o.hostPaths, "host-path", nil, "a host folder templates may use (their bundle, rootfs and bind mounts): PATH, or PATH:rw to allow read-write mounts; repeatable, added to /usr, /opt and DATA/templates (read-only)")
 	f.BoolVar(&o.allowHostRoot, "allow-host-root", false, "let templates use the host's / as a rootfs or mount it")
+	f.StringVar(&o.hugePages, "sandbox-huge-pages", "enable", "enable: at start, set the host's transparent huge page settings runsc needs to back sandbox memory with huge pages (shmem_enabled advise, defrag defer; restores load memory about 3x faster), where they do not allow it; keep: leave them and only warn (docs/service.md)")
 	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden); repeatable")
 	// Older stasisd took single-dash flags (-data); they still work.
 	cmd.SetArgs(doubleDash(os.Args[1:], f))
@@ -129,6 +132,9 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	// logs) is its own, whatever the umask it was started with; runsc,
 	// which it starts, inherits this.
 	syscall.Umask(0o077)
+	if o.hugePages != "enable" && o.hugePages != "keep" {
+		return fmt.Errorf("--sandbox-huge-pages %q: want enable or keep", o.hugePages)
+	}
 	mode, err := strconv.ParseUint(o.socketMode, 8, 32)
 	if err != nil {
 		return fmt.Errorf("--socket-mode %q: want octal permissions such as 0600", o.socketMode)
@@ -150,6 +156,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	defer release()
+	sandboxHugePages(o.hugePages == "enable", node.HugePagesDir, log)
 	eng, err := o.Engine(ctx)
 	if err != nil {
 		return err
@@ -219,6 +226,29 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	<-stopped
 	log.Info("stasisd stopped")
 	return nil
+}
+
+// sandboxHugePages applies --sandbox-huge-pages before any sandbox starts:
+// runsc reads the settings when it creates a sandbox's memory. A host whose
+// settings cannot be changed (a read-only /sys, shmem_enabled deny) still
+// runs sandboxes, in 4 KiB pages, and the log says so.
+func sandboxHugePages(enable bool, dir string, log *slog.Logger) {
+	if !enable {
+		h, err := node.ReadHugePages(dir)
+		if err != nil {
+			log.Warn("cannot read the host's huge page settings", "error", err.Error())
+		} else if !h.Sandbox {
+			log.Warn(h.String() + " (--sandbox-huge-pages keep)")
+		}
+		return
+	}
+	before, after, err := node.EnableSandboxHugePages(dir)
+	switch {
+	case err != nil:
+		log.Warn("sandbox memory stays in 4 KiB pages: restores load memory about 3x slower", "error", err.Error())
+	case before != after:
+		log.Info("transparent huge pages set so that runsc backs sandbox memory with huge pages", "before", before.ShmemEnabled+"/"+before.Defrag, "after", after.ShmemEnabled+"/"+after.Defrag, "settings", "shmem_enabled/defrag")
+	}
 }
 
 func storeLocation(r *store.Repository) string {

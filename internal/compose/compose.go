@@ -46,6 +46,8 @@ type Options struct {
 	// the opposite of its KeepZeroPages).
 	GPUPath                                    string
 	DirectIO, ExcludeZeroPages, CUDASequential bool
+	// MemoryLoad is engine.Engine's MemoryLoad, as ParseMemoryLoad reads it.
+	MemoryLoad string
 }
 
 // Register adds the shared flags to fs.
@@ -62,6 +64,7 @@ func (o *Options) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.GPUPath, "gpu-path", "exec", "how a GPU suspend moves device memory: exec (stasis-cuda run through runsc exec; the faster, measured) or runtime (runsc --cuda-checkpoint-path runs stasis-cuda itself)")
 	fs.BoolVar(&o.DirectIO, "direct-io", false, "write and read checkpoint images around the page cache where runsc can (--direct)")
 	fs.BoolVar(&o.ExcludeZeroPages, "exclude-zero-pages", true, "leave committed zero pages out of checkpoint images where runsc can (--exclude-zero-pages=false writes them)")
+	fs.StringVar(&o.MemoryLoad, "memory-load", "auto", "how a restore loads the image's memory: eager (all of it before the sandbox runs), background (while it runs) or auto (eager for a GPU actor whose image is in the page cache while sandbox memory is in huge pages, background otherwise; measured the faster in each case)")
 	fs.BoolVar(&o.CUDASequential, "cuda-sequential", false, "with the runtime GPU path, checkpoint and restore CUDA processes one at a time")
 }
 
@@ -125,11 +128,15 @@ func (o Options) Engine(ctx context.Context) (*engine.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gpu-path: %w", err)
 	}
+	load, err := engine.ParseMemoryLoad(o.MemoryLoad)
+	if err != nil {
+		return nil, fmt.Errorf("--memory-load: %w", err)
+	}
 	rt, err := o.Runtime(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &engine.Engine{Runtime: rt, GPU: GPU(), Policy: policy, GPUPath: path, DirectIO: o.DirectIO, KeepZeroPages: !o.ExcludeZeroPages, CUDASequential: o.CUDASequential}, nil
+	return &engine.Engine{Runtime: rt, GPU: GPU(), Policy: policy, GPUPath: path, DirectIO: o.DirectIO, KeepZeroPages: !o.ExcludeZeroPages, CUDASequential: o.CUDASequential, MemoryLoad: load}, nil
 }
 
 // locks names the locks of the two folders stasisd owns: its data folder

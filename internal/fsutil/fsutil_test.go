@@ -160,3 +160,33 @@ func TestDescribeType(t *testing.T) {
 		t.Errorf("a file is described as %q", got)
 	}
 }
+
+func TestResident(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pages")
+	data := make([]byte, 8<<20+100)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resident, total, err := Resident(dir)
+	if err != nil || total != int64(len(data)) || resident != total {
+		t.Fatalf("just written: %d of %d resident, %v; want all", resident, total, err)
+	}
+	// Dropped from the page cache (clean pages go at once), the file is
+	// counted as not resident.
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	resident, total, err = Resident(dir)
+	if err != nil || total != int64(len(data)) || resident >= total/2 {
+		t.Fatalf("dropped: %d of %d resident, %v; want under half", resident, total, err)
+	}
+}

@@ -3,9 +3,11 @@
 "Resume at the hardware's speed": reads OUTDIR/engine-gpu.jsonl, prints a
 table of every variant and writes OUTDIR/resume-summary.json.
 
-Usage: resume_summary.py OUTDIR VARIANT COMMIT
+Usage: resume_summary.py OUTDIR VARIANT COMMIT [THP]
 VARIANT is the engine's default way of resuming (lazy: runsc restore --background),
-whose figures fill the summary's keys. A figure this run did not measure
+whose figures fill the summary's keys. THP ("shmem_enabled/defrag", as the
+benchmark records it) picks the runs of one transparent huge page setting for
+the summary when the output holds several; the table shows them all. A figure this run did not measure
 is null, never a guess.
 """
 import json
@@ -17,21 +19,44 @@ import time
 
 def main():
     out, default, commit = sys.argv[1], sys.argv[2], sys.argv[3]
+    thp = sys.argv[4] if len(sys.argv) > 4 else None
     rows = [json.loads(l) for l in open(os.path.join(out, "engine-gpu.jsonl")) if l.strip()]
+    variants = [r for r in rows if r["kind"] == "resume-variant"]
+    suspends = [r for r in rows if r["kind"] == "resume-suspend"]
+    lines = ["| THP | GiB | variant | restore s | gpu-resume s | driver s | gpu-resume / driver | resume s | to first GPU op s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in variants:
+        st = r["steps"]
+        gpu = st.get("resume/gpu-resume", 0)
+        lines.append(f"| {r.get('thp', '')} | {r['gib']:g} | {r['variant']} | {st.get('resume/restore', 0):.2f} | {gpu:.2f} | {r['driverRestoreS']:.2f} | "
+                     f"{gpu / r['driverRestoreS']:.2f} | {r['resumeS']:.2f} | {r['resumeToFirstGPUOpS']:.2f} |")
+    for r in rows:
+        if r["kind"] == "resume-raw-flag-path":
+            lines.append(f"| | {r['gib']:g} | runsc's flag path by hand | {r['restoreS']:.2f} | (in restore) | | | | {r['resumeToFirstGPUOpS']:.2f} |")
+    lines += ["", "| THP | GiB | suspend s | image GB |", "|---|---|---|---|"]
+    for r in suspends:
+        lines.append(f"| {r.get('thp', '')} | {r['gib']:g} | {r['suspendS']:.2f} | {r['imageBytes'] / 1e9:.2f} |")
+    servers = {}
+    for r in rows:
+        if r["kind"] == "server-resume":
+            servers[(r.get("thp", ""), r["mode"])] = r
+    if servers:
+        lines += ["", "| THP | server | cold start s | resume warm s | x | resume cold s | x |", "|---|---|---|---|---|---|---|"]
+        for (t, mode), r in servers.items():
+            fig = server([r], mode)
+            fmt = lambda v, p=2: "" if v is None else f"{v:.{p}f}"
+            lines.append(f"| {t} | {mode} | {fmt(fig['cold_s'], 1)} | {fmt(fig['resume_warm_s'])} | {fmt(fig['ratio_warm'], 1)} | "
+                         f"{fmt(fig['resume_cold_s'])} | {fmt(fig['ratio_cold'], 1)} |")
+    print("\n".join(lines))
+
+    if thp:
+        # The raw flag path and the floors are measured in the same test run as
+        # the variants, so they are kept with that run's setting too.
+        rows = [r for r in rows if r.get("thp", thp) == thp]
     floors = next((r for r in rows if r["kind"] == "resume-floors"), {})
     variants = [r for r in rows if r["kind"] == "resume-variant"]
     suspends = {r["gib"]: r for r in rows if r["kind"] == "resume-suspend"}
     raws = {r["gib"]: r for r in rows if r["kind"] == "resume-raw-flag-path"}
-    lines = ["| GiB | variant | restore s | gpu-resume s | driver s | gpu-resume / driver | resume s | to first GPU op s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in variants:
-        st = r["steps"]
-        gpu = st.get("resume/gpu-resume", 0)
-        lines.append(f"| {r['gib']:g} | {r['variant']} | {st.get('resume/restore', 0):.2f} | {gpu:.2f} | {r['driverRestoreS']:.2f} | "
-                     f"{gpu / r['driverRestoreS']:.2f} | {r['resumeS']:.2f} | {r['resumeToFirstGPUOpS']:.2f} |")
-    for gib, r in sorted(raws.items()):
-        lines.append(f"| {gib:g} | runsc's flag path by hand | {r['restoreS']:.2f} | (in restore) | | | | {r['resumeToFirstGPUOpS']:.2f} |")
-    print("\n".join(lines))
 
     def pick(gib, name):
         return [r for r in variants if r["gib"] == gib and r["variant"] == name]
@@ -51,11 +76,12 @@ def main():
         "date": time.strftime("%Y-%m-%d"),
         "commit": commit,
         "variant": default,
+        "thp": thp,
         "gpu_resume_over_driver": over,
         "resume_to_first_op_8gib_warm_s": statistics.median(r["resumeToFirstGPUOpS"] for r in warm) if warm else None,
         "resume_8gib_cold_over_floor": cold_ratio,
-        "server_compiled": None,
-        "server_plain": None,
+        "server_compiled": server(rows, "compiled"),
+        "server_plain": server(rows, "plain"),
         "suspend_over_raw_8gib": suspends[8]["suspendS"] / raws[8]["checkpointS"] if 8 in suspends and 8 in raws else None,
         "suspend_8gib_s": suspends.get(8, {}).get("suspendS"),
         "raw_flag_path_8gib": raws.get(8),
@@ -64,6 +90,20 @@ def main():
     with open(os.path.join(out, "resume-summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary, indent=2))
+
+
+def server(rows, mode):
+    """The 7B server's figures in one mode (TestGPUServerResume), from its
+    last record, which holds every part that run measured."""
+    got = [r for r in rows if r["kind"] == "server-resume" and r.get("mode") == mode]
+    if not got:
+        return None
+    r = got[-1]
+    out = {"cold_s": r.get("coldS"), "resume_warm_s": r.get("resume_warm_s"), "resume_cold_s": r.get("resume_cold_s")}
+    for cache in ("warm", "cold"):
+        s = out["resume_%s_s" % cache]
+        out["ratio_" + cache] = out["cold_s"] / s if s and out["cold_s"] else None
+    return out
 
 
 if __name__ == "__main__":

@@ -93,6 +93,17 @@ type resumeVariant struct {
 	ZeroGiB  string             `json:"zeroGib"`
 	Image    int64              `json:"imageBytes"`
 	Verified string             `json:"check"`
+	// THP is the host's transparent huge page settings of the run
+	// (shmem_enabled/defrag), where the record has them.
+	THP string `json:"thp"`
+}
+
+// way names a resume's variant, with its huge page settings when known.
+func (r *resumeVariant) way() string {
+	if r.THP == "" {
+		return r.Variant
+	}
+	return r.Variant + ", THP " + r.THP
 }
 
 // resumeBars are, per size, the driver's own restore and each resume.
@@ -106,7 +117,7 @@ func resumeBars(rows []*resumeVariant) []bar {
 		}
 		st := r.Steps
 		gpu, restore := st["resume/gpu-resume"], st["resume/restore"]
-		bars = append(bars, bar{fmt.Sprintf("%g GiB: %s", r.GiB, r.Variant), []segment{{"runsc restore", restore}, {"GPU resume", gpu},
+		bars = append(bars, bar{fmt.Sprintf("%g GiB: %s", r.GiB, r.way()), []segment{{"runsc restore", restore}, {"GPU resume", gpu},
 			{"verify + check", r.Resume - restore - gpu}, {"first GPU op", r.FirstOp - r.Resume}}})
 	}
 	return bars
@@ -119,7 +130,7 @@ func resumeTable(rows []*resumeVariant) {
 	for _, r := range rows {
 		gpu := r.Steps["resume/gpu-resume"]
 		fmt.Printf("| %g | %s | %.2f s | %.2f s | %.2f s | %.2fx | %.2f s | %.2f s | %s |\n",
-			r.GiB, r.Variant, r.Steps["resume/restore"], gpu, r.Driver, gpu/r.Driver, r.Resume, r.FirstOp, r.Verified)
+			r.GiB, r.way(), r.Steps["resume/restore"], gpu, r.Driver, gpu/r.Driver, r.Resume, r.FirstOp, r.Verified)
 	}
 }
 
