@@ -21,7 +21,8 @@ import (
 // cache) once per iteration, under the host's transparent huge page
 // settings of a stock kernel (shmem_enabled never, defrag madvise: 4 KiB
 // pages) and as `stasis node tune` sets them (advise, defer), each with
-// the memory loaded eagerly and in the background. It changes the host's
+// the memory loaded eagerly and in the background; the suspend's
+// checkpoint and commit steps are reported too. It changes the host's
 // settings while it runs and puts them back. Run it with
 //
 //	go test -run '^$' -bench HugePages -benchtime 3x ./engine
@@ -52,6 +53,8 @@ func BenchmarkHugePages(b *testing.B) {
 				set(pages.shmem, pages.defrag)
 				eng := &engine.Engine{Runtime: rt, MemoryLoad: load}
 				var suspend, resume time.Duration
+				steps := map[string]time.Duration{}
+				obs := engine.Observer{After: func(s engine.Step) { steps[s.Name] += s.Duration }}
 				for i := range b.N {
 					b.StopTimer()
 					a := engine.Actor{ID: fmt.Sprintf("huge-%s-%s-%d", pages.name, load, i), Bundle: bundleDir}
@@ -61,7 +64,7 @@ func BenchmarkHugePages(b *testing.B) {
 					snap := filepath.Join(b.TempDir(), "snap")
 					b.StartTimer()
 					start := time.Now()
-					if _, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: snap}); err != nil {
+					if _, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: snap, Observer: obs}); err != nil {
 						b.Fatal(err)
 					}
 					suspend += time.Since(start)
@@ -82,6 +85,8 @@ func BenchmarkHugePages(b *testing.B) {
 				n := float64(b.N)
 				b.ReportMetric(suspend.Seconds()/n, "suspend-s")
 				b.ReportMetric(resume.Seconds()/n, "resume-s")
+				b.ReportMetric(steps["checkpoint"].Seconds()/n, "checkpoint-s")
+				b.ReportMetric(steps["commit"].Seconds()/n, "commit-s")
 			})
 		}
 	}

@@ -119,6 +119,10 @@ func (e *Engine) Plan(ctx context.Context, a Actor, dir string) (*Plan, error) {
 	}
 	p.check("disk", p.DiskFree >= p.HostMemory, "the image needs up to %s (sandbox memory %s + GPU memory in use %s); %s has %s free%s",
 		units.Bytes(p.HostMemory), units.Bytes(p.SandboxMemory), units.Bytes(p.GPUMemory), dir, units.Bytes(p.DiskFree), short(p.HostMemory, p.DiskFree))
+	if h, err := node.ReadHugePages(e.hugePagesDir()); err == nil && !h.Sandbox {
+		// Not a failure: the suspend and resume work, only slower.
+		p.Warnings = append(p.Warnings, h.String())
+	}
 	return p, nil
 }
 

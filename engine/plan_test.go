@@ -88,6 +88,14 @@ func TestPlanSizesGPUStateAndRefusesOverLimit(t *testing.T) {
 	if _, hasDriver := os.Stat("/proc/driver/nvidia/version"); hasDriver != nil && failed["checkpoint-api"] == "" {
 		t.Fatalf("no checkpoint-api refusal on a node without a CUDA driver: %v", failed)
 	}
+	// Sandbox memory in 4 KiB pages is a warning, never a refusal.
+	hugeDir := t.TempDir()
+	os.WriteFile(filepath.Join(hugeDir, "shmem_enabled"), []byte("always within_size advise [never] deny force\n"), 0o644)
+	os.WriteFile(filepath.Join(hugeDir, "defrag"), []byte("always defer defer+madvise [madvise] never\n"), 0o644)
+	f.eng.HugePagesDir = hugeDir
+	if plan, err = f.eng.Plan(ctx, a, filepath.Join(t.TempDir(), "snap")); err != nil || !strings.Contains(strings.Join(plan.Warnings, "\n"), "sandbox memory in 4 KiB pages (shmem_enabled never, defrag madvise)") {
+		t.Fatalf("plan with 4 KiB pages: warnings %q, %v", plan.Warnings, err)
+	}
 
 	_, err = f.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: f.obs, Dir: filepath.Join(t.TempDir(), "snap")})
 	if !errors.Is(err, engine.ErrRefused) || !strings.Contains(err.Error(), "memory-limit") {

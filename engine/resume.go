@@ -369,11 +369,7 @@ func (e *Engine) loadInBackground(image string, gpu bool) (bool, string) {
 		// Nothing reads all of it at once; the sandbox runs sooner.
 		return true, "memory loads in the background: no GPU state to restore"
 	}
-	dir := e.HugePagesDir
-	if dir == "" {
-		dir = node.HugePagesDir
-	}
-	huge, err := node.ReadHugePages(dir)
+	huge, err := node.ReadHugePages(e.hugePagesDir())
 	if err != nil || !huge.Sandbox {
 		return true, "memory loads in the background: sandbox memory is in 4 KiB pages"
 	}
@@ -389,4 +385,11 @@ func (e *Engine) loadInBackground(image string, gpu bool) (bool, string) {
 		return true, fmt.Sprintf("memory loads in the background: %.0f%% of the image is in the page cache", 100*share)
 	}
 	return false, fmt.Sprintf("memory loaded before the sandbox runs: %.0f%% of the image is in the page cache and sandbox memory is in huge pages", 100*share)
+}
+
+func (e *Engine) hugePagesDir() string {
+	if e.HugePagesDir != "" {
+		return e.HugePagesDir
+	}
+	return node.HugePagesDir
 }

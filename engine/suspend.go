@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/internal/fsutil"
@@ -14,6 +15,10 @@ import (
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
 )
+
+// writebackInterval is how often the checkpoint has the kernel start
+// writing what the runtime wrote of the image so far.
+const writebackInterval = 100 * time.Millisecond
 
 // imageDir is the snapshot subfolder that holds a Full snapshot's image.
 const imageDir = "image"
@@ -131,6 +136,9 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 		}
 	}
 	err = o.step("checkpoint", func() (string, error) {
+		// The disk starts on the image while the runtime writes it, so that
+		// the commit's fsync after it finds most of it written.
+		defer fsutil.StartWriteback(cp.ImageDir, writebackInterval)()
 		msg := ""
 		if cp.CUDACheckpointPath != "" {
 			msg = fmt.Sprintf("the runtime checkpointed the CUDA processes with %s", cp.CUDACheckpointPath)

@@ -315,8 +315,15 @@ func hashFiles(ctx context.Context, dir string, paths []string, durable bool) ([
 		}
 	}
 	errs := make([]error, len(paths))
-	next := make(chan blockJob)
 	var wg sync.WaitGroup
+	if durable {
+		// The disk starts writing while the blocks are hashed, rather than
+		// only at the fsync after: the two overlap.
+		for _, h := range handles {
+			wg.Go(func() { _ = fsutil.Writeback(h) })
+		}
+	}
+	next := make(chan blockJob)
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			buf := make([]byte, 1<<20)

@@ -2,11 +2,14 @@ package fsutil
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -189,4 +192,90 @@ func TestResident(t *testing.T) {
 	if err != nil || total != int64(len(data)) || resident >= total/2 {
 		t.Fatalf("dropped: %d of %d resident, %v; want under half", resident, total, err)
 	}
+}
+
+// TestWriteback checks that a pass starts the disk writing a file written
+// under the folder: its page cache pages are dirty after the write and
+// none is after the pass (the kernel's own page flags, read through
+// /proc/self/pagemap and /proc/kpageflags, which need root), with no fsync
+// in between. StartWriteback's passes stop when it is stopped.
+func TestWriteback(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "image", "pages.img")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte{7}, 32<<20)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dirty, total := dirtyPages(t, path)
+	if dirty < total/2 {
+		t.Fatalf("only %d of %d pages dirty just after the write", dirty, total)
+	}
+	writebackPass(dir)
+	if dirty, total := dirtyPages(t, path); dirty != 0 {
+		t.Fatalf("%d of %d pages still dirty after a writeback pass", dirty, total)
+	}
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the file changed: %v", err)
+	}
+	stop := StartWriteback(filepath.Join(dir, "missing"), time.Millisecond)
+	stop()
+}
+
+// dirtyPages counts the pages of path's page cache that the kernel flags
+// dirty, and its pages.
+func dirtyPages(t *testing.T, path string) (dirty, total int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	pagemap, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pagemap.Close()
+	flags, err := os.Open("/proc/kpageflags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flags.Close()
+	page := os.Getpagesize()
+	base := uintptr(unsafe.Pointer(&m[0]))
+	var entry [8]byte
+	for off := 0; off < len(m); off += page {
+		// Reading maps the page (pagemap shows only mapped ones); the
+		// test's files hold only 7s.
+		if m[off] != 7 {
+			t.Fatalf("page %d reads %d", off/page, m[off])
+		}
+		if _, err := pagemap.ReadAt(entry[:], int64((base+uintptr(off))/uintptr(page))*8); err != nil {
+			t.Fatal(err)
+		}
+		e := binary.LittleEndian.Uint64(entry[:])
+		pfn := e & (1<<55 - 1)
+		if e&(1<<63) == 0 || pfn == 0 {
+			t.Fatalf("page %d not mapped, or its frame hidden (pagemap needs root): entry %#x", off/page, e)
+		}
+		if _, err := flags.ReadAt(entry[:], int64(pfn)*8); err != nil {
+			t.Fatal(err)
+		}
+		total++
+		if binary.LittleEndian.Uint64(entry[:])&(1<<4) != 0 { // KPF_DIRTY
+			dirty++
+		}
+	}
+	return dirty, total
 }
