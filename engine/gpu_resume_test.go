@@ -17,6 +17,7 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -163,24 +164,15 @@ func TestGPUResumeSpeed(t *testing.T) {
 	}
 }
 
-// hostTHP is the host's transparent huge page settings that decide whether
-// runsc backs sandbox memory with huge pages ("shmem_enabled/defrag"): runsc
-// uses them only with shmem_enabled "advise" and defrag "always", "defer" or
-// "never", or with shmem_enabled "always", "within_size" or "force".
+// hostTHP is the host's transparent huge page settings as the benchmark
+// records them, "shmem_enabled/defrag" (node.HugePages says whether runsc
+// uses huge pages under them).
 func hostTHP() string {
-	var parts []string
-	for _, name := range []string{"shmem_enabled", "defrag"} {
-		data, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/" + name)
-		value := "unknown"
-		if err == nil {
-			value = strings.TrimSpace(string(data))
-			if i, j := strings.IndexByte(value, '['), strings.IndexByte(value, ']'); i >= 0 && j > i {
-				value = value[i+1 : j]
-			}
-		}
-		parts = append(parts, value)
+	h, err := node.ReadHugePages(node.HugePagesDir)
+	if err != nil {
+		return "unknown"
 	}
-	return strings.Join(parts, "/")
+	return h.ShmemEnabled + "/" + h.Defrag
 }
 
 // hugePageCounters is the host's huge page use: /proc/meminfo's

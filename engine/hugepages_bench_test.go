@@ -46,47 +46,11 @@ func BenchmarkHugePages(b *testing.B) {
 	own := getenvInt(b, "STASIS_BENCH_OWN_MIB", 2048)
 	bundleDir := testactor.Bundle(b, b.TempDir(), testactor.Options{Ballast: []string{"0", fmt.Sprint(own), "0", "7"}})
 	probe := engine.Probe{Command: []string{"/counter", "await", "get"}, Timeout: 5 * time.Minute}
-	ctx := context.Background()
 	for _, pages := range []struct{ name, shmem, defrag string }{{"4k", "never", "madvise"}, {"huge", "advise", "defer"}} {
 		for _, load := range []engine.MemoryLoad{engine.MemoryLoadEager, engine.MemoryLoadBackground} {
 			b.Run(pages.name+"/"+string(load), func(b *testing.B) {
 				set(pages.shmem, pages.defrag)
-				eng := &engine.Engine{Runtime: rt, MemoryLoad: load}
-				var suspend, resume time.Duration
-				steps := map[string]time.Duration{}
-				obs := engine.Observer{After: func(s engine.Step) { steps[s.Name] += s.Duration }}
-				for i := range b.N {
-					b.StopTimer()
-					a := engine.Actor{ID: fmt.Sprintf("huge-%s-%s-%d", pages.name, load, i), Bundle: bundleDir}
-					if err := eng.Boot(ctx, a, engine.BootOptions{Probe: probe}); err != nil {
-						b.Fatal(err)
-					}
-					snap := filepath.Join(b.TempDir(), "snap")
-					b.StartTimer()
-					start := time.Now()
-					if _, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: snap, Observer: obs}); err != nil {
-						b.Fatal(err)
-					}
-					suspend += time.Since(start)
-					start = time.Now()
-					if err := eng.Resume(ctx, a, snap, engine.ResumeOptions{Probe: probe}); err != nil {
-						b.Fatal(err)
-					}
-					resume += time.Since(start)
-					b.StopTimer()
-					if err := eng.Remove(ctx, a.ID, a.ID, engine.Observer{}); err != nil {
-						b.Fatal(err)
-					}
-					if err := os.RemoveAll(snap); err != nil {
-						b.Fatal(err)
-					}
-					b.StartTimer()
-				}
-				n := float64(b.N)
-				b.ReportMetric(suspend.Seconds()/n, "suspend-s")
-				b.ReportMetric(resume.Seconds()/n, "resume-s")
-				b.ReportMetric(steps["checkpoint"].Seconds()/n, "checkpoint-s")
-				b.ReportMetric(steps["commit"].Seconds()/n, "commit-s")
+				benchCycles(b, &engine.Engine{Runtime: rt, MemoryLoad: load}, bundleDir, fmt.Sprintf("huge-%s-%s", pages.name, load), probe)
 			})
 		}
 	}

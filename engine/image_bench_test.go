@@ -35,7 +35,6 @@ func BenchmarkImageOptions(b *testing.B) {
 	own, zero := getenvInt(b, "STASIS_BENCH_OWN_MIB", 256), getenvInt(b, "STASIS_BENCH_ZERO_MIB", 1024)
 	bundleDir := testactor.Bundle(b, dir, testactor.Options{Ballast: []string{"0", fmt.Sprint(own), fmt.Sprint(zero), "7"}})
 	probe := engine.Probe{Command: []string{"/counter", "await", "get"}, Timeout: 5 * time.Minute}
-	ctx := context.Background()
 	for _, mode := range []struct {
 		name     string
 		engine   engine.Engine
@@ -49,44 +48,56 @@ func BenchmarkImageOptions(b *testing.B) {
 			if !mode.possible {
 				b.Skipf("%s %s has no such option", rt.Info().Name, rt.Info().Version)
 			}
-			eng := &mode.engine
-			var suspend, resume time.Duration
-			var image int64
-			for i := range b.N {
-				b.StopTimer()
-				a := engine.Actor{ID: fmt.Sprintf("image-%s-%d", mode.name, i), Bundle: bundleDir}
-				if err := eng.Boot(ctx, a, engine.BootOptions{Probe: probe}); err != nil {
-					b.Fatal(err)
-				}
-				snap := filepath.Join(b.TempDir(), "snap")
-				b.StartTimer()
-				start := time.Now()
-				m, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: snap})
-				if err != nil {
-					b.Fatal(err)
-				}
-				suspend += time.Since(start)
-				image += m.Size()
-				start = time.Now()
-				if err := eng.Resume(ctx, a, snap, engine.ResumeOptions{Probe: probe}); err != nil {
-					b.Fatal(err)
-				}
-				resume += time.Since(start)
-				b.StopTimer()
-				if err := eng.Remove(ctx, a.ID, a.ID, engine.Observer{}); err != nil {
-					b.Fatal(err)
-				}
-				if err := os.RemoveAll(snap); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			n := float64(b.N)
-			b.ReportMetric(suspend.Seconds()/n, "suspend-s")
-			b.ReportMetric(resume.Seconds()/n, "resume-s")
-			b.ReportMetric(float64(image)/n/(1<<20), "image-MiB")
+			benchCycles(b, &mode.engine, bundleDir, "image-"+mode.name, probe)
 		})
 	}
+}
+
+// benchCycles boots an actor of bundleDir, suspends it and resumes it to
+// its probe's answer b.N times, each under a new id with prefix, and
+// reports the mean suspend, resume, the suspend's checkpoint and commit
+// steps and the image's size. Boot and removal are outside the timing.
+func benchCycles(b *testing.B, eng *engine.Engine, bundleDir, prefix string, probe engine.Probe) {
+	ctx := context.Background()
+	var suspend, resume time.Duration
+	var image int64
+	steps := map[string]time.Duration{}
+	obs := engine.Observer{After: func(s engine.Step) { steps[s.Name] += s.Duration }}
+	for i := range b.N {
+		b.StopTimer()
+		a := engine.Actor{ID: fmt.Sprintf("%s-%d", prefix, i), Bundle: bundleDir}
+		if err := eng.Boot(ctx, a, engine.BootOptions{Probe: probe}); err != nil {
+			b.Fatal(err)
+		}
+		snap := filepath.Join(b.TempDir(), "snap")
+		b.StartTimer()
+		start := time.Now()
+		m, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: snap, Observer: obs})
+		if err != nil {
+			b.Fatal(err)
+		}
+		suspend += time.Since(start)
+		image += m.Size()
+		start = time.Now()
+		if err := eng.Resume(ctx, a, snap, engine.ResumeOptions{Probe: probe}); err != nil {
+			b.Fatal(err)
+		}
+		resume += time.Since(start)
+		b.StopTimer()
+		if err := eng.Remove(ctx, a.ID, a.ID, engine.Observer{}); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.RemoveAll(snap); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(suspend.Seconds()/n, "suspend-s")
+	b.ReportMetric(resume.Seconds()/n, "resume-s")
+	b.ReportMetric(steps["checkpoint"].Seconds()/n, "checkpoint-s")
+	b.ReportMetric(steps["commit"].Seconds()/n, "commit-s")
+	b.ReportMetric(float64(image)/n/(1<<20), "image-MiB")
 }
 
 func getenvInt(b *testing.B, name string, def int) int {
