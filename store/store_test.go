@@ -463,7 +463,10 @@ func TestDamagedObjectsAreIsolated(t *testing.T) {
 func TestVerifyChecksWhatRestoreChecks(t *testing.T) {
 	ctx := context.Background()
 	r, root := newRepo(t)
-	if _, err := archiver.Save(ctx, r, "s", makeFolder(t, 2, 0, 3), archiver.Options{}); err != nil {
+	// 16 MiB of data: more than two of the largest chunks (8 MiB), so the
+	// image has several chunks whatever cut points the repository's random
+	// chunker key gives (2 MiB could fall in one).
+	if _, err := archiver.Save(ctx, r, "s", makeFolder(t, 16, 0, 3), archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(root, "snapshots", "s")
