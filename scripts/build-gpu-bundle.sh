@@ -18,6 +18,8 @@ for cmd in stasis stasisd; do
 done
 go test -c -tags gpu -trimpath -ldflags="-s -w" -o "$bundle/engine-gpu.test" ./engine
 gzip -f "$bundle/engine-gpu.test"
+CGO_ENABLED=0 go test -c -trimpath -ldflags="-s -w" -o "$bundle/fsutil.test" ./internal/fsutil
+gzip -f "$bundle/fsutil.test"
 scripts/install-runsc.sh >/dev/null
 gzip -c "$(command -v runsc)" >"$bundle/runsc.gz"
 ls -la "$bundle"

@@ -3,10 +3,10 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|benchmarks|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|writeback|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
-# ENGINE_TIMEOUT (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
+# ENGINE_TIMEOUT, ENGINE_TEST (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
 # (synthetic);
 # STASIS_NVPROXY_ABI, the driver ABI runsc uses when it does not know the
 # host's driver: the default runsc (September 2026) knows 580.159.04 and
@@ -14,7 +14,8 @@
 # STASIS_GPU_PATHS and STASIS_PATH_GIB (paths); STASIS_ZERO_GIB (zero-pages);
 # STASIS_RESUME_GIB, STASIS_RESUME_VARIANTS, STASIS_RESUME_COLD,
 # STASIS_RESUME_DEFAULT, STASIS_RESUME_THP, STASIS_RUNSC_DEBUG (resume);
-# STASIS_SERVER_MODES and STASIS_RESUME_THP (server-resume).
+# STASIS_SERVER_MODES and STASIS_RESUME_THP (server-resume);
+# STASIS_WRITEBACK_GIB (writeback).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -174,6 +175,16 @@ run_server_resume() {
 	resume_summary
 }
 
+# How fast a checkpoint's image is made durable on this machine's disk
+# (BenchmarkWriteback): the ways of asking the disk to write while runsc
+# writes, beside O_DIRECT.
+run_writeback() {
+	unpack fsutil.test
+	mkdir -p "$PWD/.gpu-work"
+	STASIS_WRITEBACK_GIB="${STASIS_WRITEBACK_GIB:-8}" STASIS_WRITEBACK_DIR="$PWD/.gpu-work" \
+		"$bin/fsutil.test" -test.run '^$' -test.bench Writeback -test.benchtime "${STASIS_WRITEBACK_RUNS:-1}x" 2>&1 | tee "$out/writeback.txt"
+}
+
 resume_summary() {
 	python3 scripts/gpu/resume_summary.py "$out" "${STASIS_RESUME_DEFAULT:-auto}" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" "$thp_last" | tee "$out/resume-summary.md"
 }
@@ -216,11 +227,14 @@ plot() {
 	"$bundle/benchplot" -o "$out/cold-vs-resume.png" "$out/engine-gpu.jsonl" | tee "$out/cold-vs-resume.md"
 }
 
+# ENGINE_TEST names the engine's test binary in the bundle (default
+# engine-gpu.test; another build, such as an older commit's, for an A/B).
 run_engine() {
-	unpack runsc engine-gpu.test
+	local test="${ENGINE_TEST:-engine-gpu.test}"
+	unpack runsc "$test"
 	export STASIS_HELPER="$bundle/stasis-cuda" STASIS_SCRIPTS="$PWD/scripts/gpu" STASIS_GPU_OUT="$out" STASIS_WORK="$PWD/.gpu-work"
 	export STASIS_NVPROXY_ABI="${STASIS_NVPROXY_ABI:-}"
-	"$bin/engine-gpu.test" -test.v -test.timeout "${ENGINE_TIMEOUT:-9m}" -test.run "${ENGINE_RUN:-TestGPUActor|TestGPUBench}" 2>&1 | tee "$out/engine-gpu.log"
+	"$bin/$test" -test.v -test.timeout "${ENGINE_TIMEOUT:-9m}" -test.run "${ENGINE_RUN:-TestGPUActor|TestGPUBench}" 2>&1 | tee "$out/engine-gpu.log"
 }
 
 case "$what" in
@@ -237,7 +251,8 @@ paths) run_paths ;;
 zero-pages) run_zero_pages ;;
 resume) run_resume ;;
 server-resume) run_server_resume ;;
+writeback) run_writeback ;;
 benchmarks) run_synthetic; run_server ;;
 all) run_node; run_service; ENGINE_RUN="TestGPUActor|TestGPUCompatAndPlan" run_engine; run_synthetic; run_server; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, server-resume, benchmarks or all" >&2; exit 2 ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, server-resume, writeback, benchmarks or all" >&2; exit 2 ;;
 esac

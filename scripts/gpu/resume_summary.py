@@ -83,6 +83,7 @@ def main():
         "server_compiled": server(rows, "compiled"),
         "server_plain": server(rows, "plain"),
         "suspend_over_raw_8gib": suspends[8]["suspendS"] / raws[8]["checkpointS"] if 8 in suspends and 8 in raws else None,
+        "suspend_over_raw_durable_8gib": suspends[8]["suspendS"] / (raws[8]["checkpointS"] + raws[8]["syncS"]) if 8 in suspends and "syncS" in raws.get(8, {}) else None,
         "suspend_8gib_s": suspends.get(8, {}).get("suspendS"),
         "raw_flag_path_8gib": raws.get(8),
         "floors": floors,
