@@ -41,9 +41,12 @@ type Controller struct {
 	// Interval is how often it looks at every actor (500 ms when zero).
 	Interval time.Duration
 	Log      *slog.Logger
-	// manifests caches stored manifests by name: a stored snapshot never
-	// changes.
-	manifests map[string]*snapshot.Manifest
+	// manifests and lastManifests hold the stored manifests read in this
+	// pass and in the one before, by name: a stored snapshot never changes,
+	// and an actor waiting to be placed needs its manifest on every pass,
+	// but one that no pass needs any more is let go, so the cache stays
+	// as small as the actors being placed.
+	manifests, lastManifests map[string]*snapshot.Manifest
 }
 
 // Run places and moves actors until ctx ends.
@@ -51,7 +54,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.Interval <= 0 {
 		c.Interval = 500 * time.Millisecond
 	}
-	c.manifests = map[string]*snapshot.Manifest{}
 	c.Log.Info("controller leading", "namespace", c.Namespace)
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
@@ -69,6 +71,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // Pass looks at every node and actor once.
 func (c *Controller) Pass(ctx context.Context) error {
+	c.startPass()
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return err
@@ -247,9 +250,22 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 	return best, "placed on " + best + ", the fitting node with the fewest actors", nil
 }
 
-// manifest reads a stored snapshot's manifest once.
+// startPass lets go of the manifests that the last pass did not ask for.
+func (c *Controller) startPass() {
+	c.lastManifests, c.manifests = c.manifests, map[string]*snapshot.Manifest{}
+}
+
+// manifest reads a stored snapshot's manifest, once while passes keep
+// asking for it.
 func (c *Controller) manifest(ctx context.Context, name string) (*snapshot.Manifest, error) {
+	if c.manifests == nil {
+		c.manifests = map[string]*snapshot.Manifest{}
+	}
 	if m, ok := c.manifests[name]; ok {
+		return m, nil
+	}
+	if m, ok := c.lastManifests[name]; ok {
+		c.manifests[name] = m
 		return m, nil
 	}
 	if c.Repo == nil {
