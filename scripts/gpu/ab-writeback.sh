@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# A/B of the suspend with and without the image writeback (commit 4251367):
-# the engine GPU test built at 8520323 (engine-gpu-old.test, built by hand
-# into the bundle) and at HEAD, alternating, 7.9 GiB actors, then
-# BenchmarkWriteback three times. Run on the GPU machine as root: OUT=DIR scripts/gpu/ab-writeback.sh
+# A/B of the suspend with and without the image writeback (commit 4251367),
+# on the GPU machine as root: OUT=DIR scripts/gpu/ab-writeback.sh
+# The engine GPU test built at 8520323, before the writeback, goes into the
+# bundle beside HEAD's, on the build machine after scripts/build-gpu-bundle.sh:
+#   git worktree add /tmp/old 8520323 && (cd /tmp/old && go test -c -tags gpu -o "$OLDPWD/.gpu-bundle/engine-gpu-old.test" ./engine) && gzip -f .gpu-bundle/engine-gpu-old.test
+# Then the two alternate, twice, one 7.9 GiB actor each (7.9: no cold
+# variants and no flag path by hand), into DIR/ab.jsonl, and
+# BenchmarkWriteback runs three times into DIR/writeback.txt.
 set -u
 mkdir -p "$OUT/x"
 for i in 1 2; do for b in engine-gpu-old.test engine-gpu.test; do
