@@ -256,11 +256,8 @@ func (c *Controller) startPass() {
 }
 
 // manifest reads a stored snapshot's manifest, once while passes keep
-// asking for it.
+// asking for it; only within a pass (startPass makes its cache).
 func (c *Controller) manifest(ctx context.Context, name string) (*snapshot.Manifest, error) {
-	if c.manifests == nil {
-		c.manifests = map[string]*snapshot.Manifest{}
-	}
 	if m, ok := c.manifests[name]; ok {
 		return m, nil
 	}
