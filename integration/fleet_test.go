@@ -88,6 +88,13 @@ func newFleet(t *testing.T) *fleetEnv {
 // it), its stasisd (extra flags added) and its agent.
 func (f *fleetEnv) addNode(name string, extra ...string) *fleetNode {
 	f.t.Helper()
+	return f.addNodeVia(name, f.cp.agentConfig, extra...)
+}
+
+// addNodeVia is addNode with the agent reaching the API server through the
+// kubeconfig agentConfig.
+func (f *fleetEnv) addNodeVia(name, agentConfig string, extra ...string) *fleetNode {
+	f.t.Helper()
 	ctx := context.Background()
 	if err := f.cp.kube.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		f.t.Fatal(err)
@@ -95,7 +102,7 @@ func (f *fleetEnv) addNode(name string, extra ...string) *fleetNode {
 	d := newDaemon(f.t, append([]string{"--repo", f.store}, extra...)...)
 	d.start("")
 	n := &fleetNode{name: name, d: d}
-	n.agent = newKubeProc(f.t, "agent-"+name, "agent", "--kubeconfig", f.cp.agentConfig, "--node", name, "--socket", d.socket, "--lease-duration", leaseFlag)
+	n.agent = newKubeProc(f.t, "agent-"+name, "agent", "--kubeconfig", agentConfig, "--node", name, "--socket", d.socket, "--lease-duration", leaseFlag)
 	waitForLong(f.t, "node "+name+" to publish its fingerprint and lease", time.Minute, func() bool {
 		var node corev1.Node
 		return f.cp.kube.Get(ctx, client.ObjectKey{Name: name}, &node) == nil && node.Annotations[fleet.FingerprintAnnotation] != "" &&

@@ -41,7 +41,9 @@ type controlPlane struct {
 	// authenticate as the service accounts of deploy/kube/rbac.yaml, so
 	// that the agents and the controller run with only its roles.
 	kubeconfig, agentConfig, controllerConfig string
-	kube                                      client.Client
+	// server is the API server's URL.
+	server string
+	kube   client.Client
 }
 
 func freePort(t *testing.T) int {
@@ -202,7 +204,7 @@ current-context: test
 	}
 	applyYAML(t, kube, "../deploy/kube/rbac.yaml")
 	return &controlPlane{kubeconfig: kubeconfig, agentConfig: writeConfig("agent.kubeconfig", agentToken),
-		controllerConfig: writeConfig("controller.kubeconfig", controllerToken), kube: kube}
+		controllerConfig: writeConfig("controller.kubeconfig", controllerToken), server: server, kube: kube}
 }
 
 // applyYAML creates every object of a multi-document YAML file.

@@ -53,7 +53,16 @@ func newRoot() *cobra.Command {
 	f.StringVar(&g.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)")
 	f.StringVar(&g.namespace, "namespace", "default", "the namespace of the Actors, ActorTemplates and Snapshots served")
 	f.StringVar(&g.leaseNamespace, "lease-namespace", fleet.DefaultLeaseNamespace, "the namespace of the nodes' Leases and the controller's leader lease")
-	f.DurationVar(&g.leaseDuration, "lease-duration", fleet.DefaultLeaseDuration, "how long a node, or the leading controller, counts as alive after it last renewed its lease")
+	f.DurationVar(&g.leaseDuration, "lease-duration", fleet.DefaultLeaseDuration, "how long a node, or the leading controller, counts as alive after it last renewed its lease (an agent that cannot renew its node's lease pauses the node's actors after three quarters of it)")
+	// A Lease holds whole seconds: a duration it cannot hold would have the
+	// agent time its renewals and pauses by one value and the controller
+	// judge the node by another.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.leaseDuration < time.Second || g.leaseDuration%time.Second != 0 {
+			return fmt.Errorf("--lease-duration %s: a Lease holds whole seconds; give one of at least 1s, such as %s (the default)", g.leaseDuration, fleet.DefaultLeaseDuration)
+		}
+		return nil
+	}
 	root.AddCommand(newController(g), newAgent(g), newDrain(g, true), newDrain(g, false))
 	return root
 }

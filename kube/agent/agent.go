@@ -5,7 +5,9 @@
 // writing their status. It runs an actor only while the actor is bound to
 // its node: a copy of one bound elsewhere (the node was drained, or lost
 // and came back) is removed without running, before the agent first renews
-// its Lease.
+// its Lease; and while the Lease cannot be renewed (the API server out of
+// reach), the actors it runs are paused before the Lease lapses, so that
+// none still runs here when the controller binds it elsewhere.
 package agent
 
 import (
@@ -51,6 +53,12 @@ type Agent struct {
 	// published on the Node, and its class carried by the Snapshots the
 	// agent records.
 	fingerprint fingerprint.Fingerprint
+
+	mu sync.Mutex
+	// leaseUntil is when the Lease lapses in the controller's eyes: the
+	// RenewTime of the last renewal that succeeded plus its duration (zero
+	// before the first).
+	leaseUntil time.Time
 }
 
 // Run fences, publishes and serves until ctx ends.
@@ -78,10 +86,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.Log.Info("agent serving", "node", a.Node, "namespace", a.Namespace)
 	// The lease is renewed on its own, so that a long pass (a drain
-	// suspends many actors) never lets it lapse.
+	// suspends many actors) never lets it lapse; and checked on its own, so
+	// that a renewal or a pass stuck on an unreachable API server never
+	// keeps the actors running past it.
 	go func() {
 		renew := time.NewTicker(a.LeaseDuration / 3)
 		defer renew.Stop()
+		check := time.NewTicker(a.LeaseDuration / 10)
+		defer check.Stop()
 		for {
 			select {
 			case <-ctx.Done():
@@ -89,6 +101,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			case <-renew.C:
 				if err := a.renew(ctx); err != nil && ctx.Err() == nil {
 					a.Log.Warn("lease not renewed", "err", err)
+				}
+			case <-check.C:
+				if a.leaseLapsing() {
+					a.pauseAll(ctx)
 				}
 			}
 		}
@@ -136,10 +152,22 @@ func (a *Agent) publish(ctx context.Context) error {
 	return a.renew(ctx)
 }
 
-// renew takes or renews the node's Lease.
+// renew takes or renews the node's Lease, giving up after a third of its
+// duration (the next renewal is due then).
 func (a *Agent) renew(ctx context.Context) error {
-	now := metav1.NewMicroTime(time.Now())
+	ctx, cancel := context.WithTimeout(ctx, a.LeaseDuration/3)
+	defer cancel()
+	start := time.Now()
+	now := metav1.NewMicroTime(start)
 	secs := int32(a.LeaseDuration / time.Second)
+	renewed := func(err error) error {
+		if err == nil {
+			a.mu.Lock()
+			a.leaseUntil = start.Add(time.Duration(secs) * time.Second)
+			a.mu.Unlock()
+		}
+		return err
+	}
 	var lease coordinationv1.Lease
 	err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.LeaseNamespace, Name: fleet.LeaseOf(a.Node)}, &lease)
 	if apierrors.IsNotFound(err) {
@@ -147,18 +175,59 @@ func (a *Agent) renew(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{Namespace: a.LeaseNamespace, Name: fleet.LeaseOf(a.Node)},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &a.Node, LeaseDurationSeconds: &secs, RenewTime: &now, AcquireTime: &now},
 		}
-		return a.Kube.Create(ctx, &lease)
+		return renewed(a.Kube.Create(ctx, &lease))
 	}
 	if err != nil {
 		return err
 	}
 	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &a.Node, &secs, &now
-	return a.Kube.Update(ctx, &lease)
+	return renewed(a.Kube.Update(ctx, &lease))
+}
+
+// leaseLapsing says whether the Lease, once taken, is in the last quarter
+// of its duration without a renewal: the controller may soon count the
+// node lost and bind its actors elsewhere. The quarter (3.75 s of the
+// default 15 s) leaves time to pause them, and covers a small clock skew
+// between this node and the controller's.
+func (a *Agent) leaseLapsing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.leaseUntil.IsZero() && time.Now().After(a.leaseUntil.Add(-a.LeaseDuration/4))
+}
+
+// pauseAll pauses every actor running on this node, as its Lease lapses
+// unrenewed: by the time the controller counts the node lost and binds them
+// elsewhere, none runs here too. They stay paused, in memory, until the
+// Lease is renewed; then the pass resumes those still bound here and
+// removes those bound elsewhere.
+func (a *Agent) pauseAll(ctx context.Context) {
+	local, err := a.Stasisd.ListActors(ctx)
+	if err != nil {
+		a.Log.Warn("this node's lease lapses unrenewed, and stasisd's actors could not be listed to pause them", "err", err)
+		return
+	}
+	for _, l := range local {
+		if l.State != api.Running {
+			continue
+		}
+		if _, err := a.Stasisd.Pause(ctx, api.OpRequest{ID: l.ID}); err != nil {
+			a.Log.Warn("this node's lease lapses unrenewed, and an actor could not be paused", "actor", l.ID, "err", err)
+			continue
+		}
+		a.Log.Info("paused: this node's lease lapses unrenewed, and the actor may be bound elsewhere", "actor", l.ID)
+	}
 }
 
 // pass looks at every Actor of the namespace and every actor of the local
 // stasisd once, acting on up to Workers at a time.
 func (a *Agent) pass(ctx context.Context) error {
+	// Nothing is run or resumed here on a Lease about to lapse: it is
+	// renewed first, or the actors stay as they are (paused).
+	if a.leaseLapsing() {
+		if err := a.renew(ctx); err != nil {
+			return fmt.Errorf("this node's lease lapses and could not be renewed, so its actors stay paused: %w", err)
+		}
+	}
 	var list stasisv1.ActorList
 	if err := a.Kube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return err

@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/stasis-run/stasis/api"
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+)
+
+// TestFleetPartitionPausesTheCutOffNode cuts one node's agent off the API
+// server (a TCP proxy between them stops forwarding) while its stasisd
+// runs on. Before its Lease lapses the agent pauses the actor it runs, so
+// that the actor never runs on two nodes:
+//   - with the controller down, nobody rebinds it: when the proxy forwards
+//     again the agent renews its Lease and resumes the actor, its counter
+//     (held in memory only) where it was;
+//   - with the controller up, the actor is bound to the other node and
+//     started there while the cut-off copy stays paused; when the proxy
+//     forwards again, the agent removes that copy without running it.
+func TestFleetPartitionPausesTheCutOffNode(t *testing.T) {
+	f := newFleet(t)
+	ctx := context.Background()
+	f.addNode("node-a")
+	proxy := startTCPProxy(t, f.cp.server)
+	cut := f.addNodeVia("node-b", proxyConfig(t, f.cp.agentConfig, proxy.addr))
+	f.template("counter")
+	if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p1"}, Spec: stasisv1.ActorSpec{Template: "counter", Node: "node-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.await("p1", "running on node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
+	f.edit("p1", func(s *stasisv1.ActorSpec) { s.Node = "" }) // free to move, still bound to node-b
+	f.counter("p1", "incr")
+	want := f.counter("p1", "incr")
+	state := func(n *fleetNode) api.State {
+		a, err := n.d.api.InspectActor(ctx, "p1")
+		if err != nil {
+			return ""
+		}
+		return a.State
+	}
+
+	// A partition with nobody to rebind: paused, then resumed as it was.
+	f.controller.kill()
+	proxy.cut()
+	waitForLong(t, "node-b to pause p1 as its lease lapses", 30*time.Second, func() bool { return state(cut) == api.Paused })
+	proxy.heal()
+	waitForLong(t, "node-b to resume p1 once its lease is renewed", 30*time.Second, func() bool { return state(cut) == api.Running })
+	if got := f.counter("p1", "get"); got != want {
+		t.Fatalf("p1's counter after the partition: %s, want %s (it was paused, not restarted)", got, want)
+	}
+	if s := f.actor("p1").Status; s.Node != "node-b" || !running(s) {
+		t.Fatalf("p1 after a partition nobody acted on: %+v", s)
+	}
+
+	// A partition the controller acts on: p1 starts on node-a, never while
+	// node-b's copy runs.
+	f.controller.start()
+	proxy.cut()
+	f.await("p1", "running on node-a", func(s stasisv1.ActorStatus) bool {
+		if st := state(cut); st == api.Running && s.Node == "node-a" {
+			t.Fatalf("p1 bound to node-a while node-b's copy still runs (%+v)", s)
+		}
+		return running(s) && s.Node == "node-a"
+	})
+	if st := state(cut); st != api.Paused {
+		t.Fatalf("node-b's copy of p1, bound elsewhere, is %q; want paused", st)
+	}
+	proxy.heal()
+	waitForLong(t, "node-b to remove its copy", time.Minute, func() bool {
+		_, err := cut.d.api.InspectActor(ctx, "p1")
+		return err != nil
+	})
+	cut.d.requireNoSandbox("p1")
+	if !cut.agent.logHas("paused: this node's lease lapses unrenewed") || !cut.agent.logHas("removing this node's copy without running it") {
+		t.Error("node-b's agent did not say it paused and then removed its copy")
+	}
+}
+
+// tcpProxy forwards connections on addr to target until cut; heal forwards
+// again, on the same address.
+type tcpProxy struct {
+	t      *testing.T
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+}
+
+func startTCPProxy(t *testing.T, server string) *tcpProxy {
+	t.Helper()
+	u, err := url.Parse(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{t: t, addr: "127.0.0.1:0", target: u.Host, conns: map[net.Conn]bool{}}
+	p.heal()
+	t.Cleanup(p.cut)
+	return p
+}
+
+// heal listens and forwards.
+func (p *tcpProxy) heal() {
+	p.t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(c)
+		}
+	}()
+}
+
+func (p *tcpProxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.ln == nil { // cut meanwhile
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(up, c); up.Close() }()
+	_, _ = io.Copy(c, up)
+	c.Close()
+}
+
+// cut stops listening and closes every forwarded connection.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// proxyConfig writes a copy of the kubeconfig at path whose server is addr.
+func proxyConfig(t *testing.T, path, addr string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://" + addr
+	}
+	out := filepath.Join(t.TempDir(), "proxied.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
