@@ -55,6 +55,7 @@ type fleetEnv struct {
 	store      string
 	nodes      map[string]*fleetNode
 	controller *kubeProc
+	lease      string // --lease-duration of the controller and the agents
 }
 
 type fleetNode struct {
@@ -65,12 +66,21 @@ type fleetNode struct {
 
 const leaseFlag = "2s"
 
+// newFleet is newFleetLease with the tests' short lease (leaseFlag), so that
+// a lost node is seen in seconds.
 func newFleet(t *testing.T) *fleetEnv {
+	t.Helper()
+	return newFleetLease(t, leaseFlag)
+}
+
+// newFleetLease starts the control plane, the store and the controller;
+// the controller and every agent added run with lease duration lease.
+func newFleetLease(t *testing.T, lease string) *fleetEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the fleet tests run real runsc sandboxes and need root")
 	}
-	f := &fleetEnv{t: t, cp: startControlPlane(t), nodes: map[string]*fleetNode{}}
+	f := &fleetEnv{t: t, cp: startControlPlane(t), nodes: map[string]*fleetNode{}, lease: lease}
 	s3 := s3test.Start(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
@@ -80,7 +90,7 @@ func newFleet(t *testing.T) *fleetEnv {
 	if _, err := location.Repository(context.Background(), f.store, true); err != nil {
 		t.Fatal(err)
 	}
-	f.controller = newKubeProc(t, "controller", "controller", "--kubeconfig", f.cp.controllerConfig, "--store", f.store, "--lease-duration", leaseFlag)
+	f.controller = newKubeProc(t, "controller", "controller", "--kubeconfig", f.cp.controllerConfig, "--store", f.store, "--lease-duration", lease)
 	return f
 }
 
@@ -102,7 +112,7 @@ func (f *fleetEnv) addNodeVia(name, agentConfig string, extra ...string) *fleetN
 	d := newDaemon(f.t, append([]string{"--repo", f.store}, extra...)...)
 	d.start("")
 	n := &fleetNode{name: name, d: d}
-	n.agent = newKubeProc(f.t, "agent-"+name, "agent", "--kubeconfig", agentConfig, "--node", name, "--socket", d.socket, "--lease-duration", leaseFlag)
+	n.agent = newKubeProc(f.t, "agent-"+name, "agent", "--kubeconfig", agentConfig, "--node", name, "--socket", d.socket, "--lease-duration", f.lease)
 	waitForLong(f.t, "node "+name+" to publish its fingerprint and lease", time.Minute, func() bool {
 		var node corev1.Node
 		return f.cp.kube.Get(ctx, client.ObjectKey{Name: name}, &node) == nil && node.Annotations[fleet.FingerprintAnnotation] != "" &&

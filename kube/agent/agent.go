@@ -87,28 +87,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.Log.Info("agent serving", "node", a.Node, "namespace", a.Namespace)
 	// The lease is renewed on its own, so that a long pass (a drain
 	// suspends many actors) never lets it lapse; and checked on its own, so
-	// that a renewal or a pass stuck on an unreachable API server never
-	// keeps the actors running past it.
-	go func() {
-		renew := time.NewTicker(a.LeaseDuration / 3)
-		defer renew.Stop()
-		check := time.NewTicker(a.LeaseDuration / 10)
-		defer check.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-renew.C:
-				if err := a.renew(ctx); err != nil && ctx.Err() == nil {
-					a.Log.Warn("lease not renewed", "err", err)
-				}
-			case <-check.C:
-				if a.leaseLapsing() {
-					a.pauseAll(ctx)
-				}
-			}
+	// that a renewal or a pass slowed or stuck on an unreachable API server
+	// never keeps the actors running past it.
+	every(ctx, a.LeaseDuration/3, func() {
+		if err := a.renew(ctx); err != nil && ctx.Err() == nil {
+			a.Log.Warn("lease not renewed", "err", err)
 		}
-	}()
+	})
+	every(ctx, a.LeaseDuration/10, func() {
+		if a.leaseLapsing() {
+			a.pauseAll(ctx)
+		}
+	})
 	tick := time.NewTicker(a.Interval)
 	defer tick.Stop()
 	for {
@@ -152,10 +142,27 @@ func (a *Agent) publish(ctx context.Context) error {
 	return a.renew(ctx)
 }
 
-// renew takes or renews the node's Lease, giving up after a third of its
-// duration (the next renewal is due then).
+// every runs fn every interval, in a goroutine of its own, until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	go func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				fn()
+			}
+		}
+	}()
+}
+
+// renew takes or renews the node's Lease, giving up after the Lease's
+// duration: a renewal that slow would renew nothing, and one stuck on an
+// unreachable API server must not hold back the next.
 func (a *Agent) renew(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, a.LeaseDuration/3)
+	ctx, cancel := context.WithTimeout(ctx, a.LeaseDuration)
 	defer cancel()
 	start := time.Now()
 	now := metav1.NewMicroTime(start)
