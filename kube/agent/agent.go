@@ -170,7 +170,10 @@ func (a *Agent) renew(ctx context.Context) error {
 	renewed := func(err error) error {
 		if err == nil {
 			a.mu.Lock()
-			a.leaseUntil = start.Add(time.Duration(secs) * time.Second)
+			// The pass may renew beside the ticker: the later start counts.
+			if until := start.Add(time.Duration(secs) * time.Second); until.After(a.leaseUntil) {
+				a.leaseUntil = until
+			}
 			a.mu.Unlock()
 		}
 		return err
