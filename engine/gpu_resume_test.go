@@ -17,6 +17,7 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime"
 )
@@ -221,7 +222,7 @@ func (g *gpuEnv) rawFlagPath(a engine.Actor, gib float64) map[string]any {
 	// The same path made durable by hand, as the engine's suspend is before
 	// the sandbox stops: the image's files fsynced after the checkpoint.
 	syncStart := time.Now()
-	if err := syncFiles(image); err != nil {
+	if err := fsutil.ForEachFile(image, func(_ string, f *os.File) error { return f.Sync() }); err != nil {
 		t.Fatal(err)
 	}
 	sync := time.Since(syncStart)
@@ -250,21 +251,6 @@ func (g *gpuEnv) rawFlagPath(a engine.Actor, gib float64) map[string]any {
 		return nil
 	})
 	return map[string]any{"gib": gib, "checkpointS": checkpoint.Seconds(), "syncS": sync.Seconds(), "restoreS": restore.Seconds(), "resumeToFirstGPUOpS": firstOp.Seconds(), "imageBytes": size, "touch": touch, "check": verify}
-}
-
-// syncFiles fsyncs every regular file under dir.
-func syncFiles(dir string) error {
-	return filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
-	})
 }
 
 // driverFloor is the driver's own checkpoint and restore of gib GiB of

@@ -255,3 +255,20 @@ func DescribeType(m fs.FileMode) string {
 	}
 	return "a special file"
 }
+
+// ForEachFile calls fn with every regular file under dir, opened read-only
+// and closed after fn returns. The first error (walking, opening or fn's)
+// stops it and is returned.
+func ForEachFile(dir string, fn func(path string, f *os.File) error) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return fn(path, f)
+	})
+}

@@ -2,9 +2,7 @@ package fsutil
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -15,15 +13,7 @@ import (
 // their total size.
 func Resident(dir string) (resident, total int64, err error) {
 	page := int64(os.Getpagesize())
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
+	err = ForEachFile(dir, func(path string, f *os.File) error {
 		st, err := f.Stat()
 		if err != nil || st.Size() == 0 {
 			return err

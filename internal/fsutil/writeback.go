@@ -17,6 +17,12 @@ import (
 // never changes a file, and files it cannot open are skipped. stop waits for
 // the last pass to end.
 func StartWriteback(dir string, interval time.Duration) (stop func()) {
+	return every(interval, func() { writebackPass(dir) })
+}
+
+// every calls fn every interval, in a goroutine of its own, until the
+// returned stop is called; stop waits for the last call to end.
+func every(interval time.Duration, fn func()) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -28,7 +34,7 @@ func StartWriteback(dir string, interval time.Duration) (stop func()) {
 			case <-done:
 				return
 			case <-tick.C:
-				writebackPass(dir)
+				fn()
 			}
 		}
 	}()

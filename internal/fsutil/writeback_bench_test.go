@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -116,41 +115,29 @@ func timeDurableWrite(b *testing.B, dir string, size int64, buf []byte, flags in
 // what each file under dir grew by since the last pass, whole 8 MiB ranges
 // only; with wait it also waits for ranges 64 MiB behind to be written.
 func followWriteback(dir string, wait bool) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		const step, behind = 8 << 20, 64 << 20
-		f, err := os.Open(filepath.Join(dir, "pages.img"))
+	f, err := os.Open(filepath.Join(dir, "pages.img"))
+	if err != nil {
+		return func() {}
+	}
+	const step, behind = 8 << 20, 64 << 20
+	var submitted, waited int64
+	stopPasses := every(10*time.Millisecond, func() {
+		st, err := f.Stat()
 		if err != nil {
 			return
 		}
-		defer f.Close()
-		var submitted, waited int64
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			st, err := f.Stat()
-			if err != nil {
-				return
-			}
-			end := st.Size() / step * step
-			if end > submitted {
-				_ = unix.SyncFileRange(int(f.Fd()), submitted, end-submitted, unix.SYNC_FILE_RANGE_WRITE)
-				submitted = end
-			}
-			if wait && submitted-behind > waited {
-				_ = unix.SyncFileRange(int(f.Fd()), waited, submitted-behind-waited, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
-				waited = submitted - behind
-			}
+		end := st.Size() / step * step
+		if end > submitted {
+			_ = unix.SyncFileRange(int(f.Fd()), submitted, end-submitted, unix.SYNC_FILE_RANGE_WRITE)
+			submitted = end
+		}
+		if wait && submitted-behind > waited {
+			_ = unix.SyncFileRange(int(f.Fd()), waited, submitted-behind-waited, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+			waited = submitted - behind
 		}
 	})
 	return func() {
-		close(done)
-		wg.Wait()
+		stopPasses()
+		f.Close()
 	}
 }
