@@ -194,13 +194,44 @@ func killAndWait(ctx context.Context, pid int) error {
 // restore of it may have run with.
 func (r *Runsc) Delete(ctx context.Context, id string) error {
 	_, err := r.run(ctx, invocation{args: []string{"delete", "--force", id}})
-	if err != nil && !isNotFound(err) {
+	if err != nil && !isNotFound(err) && !r.deletedAnyway(ctx, id, err) {
 		return err
 	}
 	if dir := r.restoreBundleDir(id); dir != "" {
 		return os.RemoveAll(dir)
 	}
 	return nil
+}
+
+// deletedAnyway tells whether a runsc delete that failed did its work.
+// runsc stops the sandbox and removes the container's state before it
+// removes the filestore files of the container's mounts, and reports one
+// that is not there as a failure (it ignores the same for shared mounts;
+// runsc/container/container.go). When that is all it reported and the
+// container is gone, nothing is left behind.
+func (r *Runsc) deletedAnyway(ctx context.Context, id string, err error) bool {
+	if !onlyMissingFilestores(err.Error()) {
+		return false
+	}
+	_, err = r.State(ctx, id)
+	return isNotFound(err)
+}
+
+// onlyMissingFilestores tells whether every error runsc's delete reported
+// (one per line after "destroying container: ") is a filestore file that
+// did not exist.
+func onlyMissingFilestores(said string) bool {
+	_, errs, ok := strings.Cut(said, "destroying container: ")
+	if !ok {
+		return false
+	}
+	for _, line := range strings.Split(strings.TrimSpace(errs), "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "failed to delete filestore file ") || !strings.HasSuffix(line, ": no such file or directory") {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *Runsc) State(ctx context.Context, id string) (runtime.State, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -168,5 +169,55 @@ func TestHalfDeletedContainerIsGone(t *testing.T) {
 	other := r.commandError(context.Background(), []string{"state", "k1"}, errors.New("exit status 128"), "loading container: permission denied")
 	if errors.Is(other, runtime.ErrNotFound) {
 		t.Fatalf("another failure read as not found: %v", other)
+	}
+}
+
+// TestDeleteWithItsFilestoreGone: runsc delete reports a container's
+// rootfs filestore file that is not there as a failure, after it stopped
+// the sandbox and removed the container's state (seen on the May runsc when
+// a restored actor was paused again). Delete takes the container as
+// deleted, and still fails on anything else runsc reports.
+func TestDeleteWithItsFilestoreGone(t *testing.T) {
+	ctx := context.Background()
+	r := newRunsc(t, Config{Network: "none"})
+	bundle := testactor.Bundle(t, t.TempDir(), testactor.Options{})
+	const id = "filestore-gone"
+	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	if err := r.Create(ctx, id, bundle, runtime.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	filestore := filepath.Join(bundle, "rootfs", ".gvisor.filestore."+id)
+	if _, err := os.Stat(filestore); err != nil {
+		t.Fatalf("the sandbox's rootfs filestore: %v", err)
+	}
+	if err := r.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filestore); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete with the filestore file already gone: %v", err)
+	}
+	if _, err := r.State(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("the container after Delete: %v; want it gone", err)
+	}
+
+	said := "destroying container: failed to delete filestore file \"/b/rootfs/.gvisor.filestore.k1\": remove /b/rootfs/.gvisor.filestore.k1: no such file or directory"
+	if !onlyMissingFilestores(said) {
+		t.Errorf("a missing filestore file alone not recognised: %q", said)
+	}
+	for _, other := range []string{
+		said + "\nstopping container: killing sandbox: operation not permitted",
+		"destroying container: failed to delete filestore file \"/b/rootfs/.gvisor.filestore.k1\": remove /b/rootfs/.gvisor.filestore.k1: permission denied",
+		"destroying container: deleting container state files: device or resource busy",
+		"loading container: permission denied",
+	} {
+		if onlyMissingFilestores(other) {
+			t.Errorf("taken for a missing filestore file alone: %q", other)
+		}
 	}
 }
