@@ -265,3 +265,15 @@ type (
 	// NodeInfo is the node's fingerprint (docs/compatibility.md).
 	NodeInfo = fingerprint.Fingerprint
 )
+
+// WarmingActorID is the ID of the actor that warming a template boots for
+// its golden snapshot (and deletes after). Its underscore is a character
+// no Kubernetes object name holds, so that a fleet agent never takes the
+// warming actor for a copy of one of its Actors.
+func WarmingActorID(r WarmRequest) string {
+	id := "warm_" + r.Template
+	if r.RequestID != "" {
+		id += "-" + r.RequestID
+	}
+	return id[:min(len(id), 63)]
+}

@@ -20,7 +20,8 @@ import (
 // TestFleetPartitionPausesTheCutOffNode cuts one node's agent off the API
 // server (a TCP proxy between them stops forwarding) while its stasisd
 // runs on. Before its Lease lapses the agent pauses the actor it runs, so
-// that the actor never runs on two nodes:
+// that the actor never runs on two nodes (and leaves alone an actor made
+// by hand on the node, whose ID no Actor can have):
 //   - with the controller down, nobody rebinds it: when the proxy forwards
 //     again the agent renews its Lease and resumes the actor, its counter
 //     (held in memory only) where it was;
@@ -41,12 +42,18 @@ func TestFleetPartitionPausesTheCutOffNode(t *testing.T) {
 	f.edit("p1", func(s *stasisv1.ActorSpec) { s.Node = "" }) // free to move, still bound to node-b
 	f.counter("p1", "incr")
 	want := f.counter("p1", "incr")
-	state := func(n *fleetNode) api.State {
-		a, err := n.d.api.InspectActor(ctx, "p1")
+	stateOf := func(n *fleetNode, id string) api.State {
+		a, err := n.d.api.InspectActor(ctx, id)
 		if err != nil {
 			return ""
 		}
 		return a.State
+	}
+	state := func(n *fleetNode) api.State { return stateOf(n, "p1") }
+	// An actor made by hand on node-b, whose ID no Actor can have (as the
+	// one warming a template): none of the agent's, never paused or removed.
+	if _, err := cut.d.api.Run(ctx, api.RunRequest{Template: "counter", ID: "hand_made"}); err != nil {
+		t.Fatal(err)
 	}
 
 	// A partition with nobody to rebind: paused, then resumed as it was.
@@ -60,6 +67,9 @@ func TestFleetPartitionPausesTheCutOffNode(t *testing.T) {
 	}
 	if s := f.actor("p1").Status; s.Node != "node-b" || !running(s) {
 		t.Fatalf("p1 after a partition nobody acted on: %+v", s)
+	}
+	if st := stateOf(cut, "hand_made"); st != api.Running {
+		t.Fatalf("the actor made by hand on node-b is %q after the partition; want it running, left alone", st)
 	}
 
 	// A partition the controller acts on: p1 starts on node-a, never while
@@ -81,6 +91,9 @@ func TestFleetPartitionPausesTheCutOffNode(t *testing.T) {
 		return err != nil
 	})
 	cut.d.requireNoSandbox("p1")
+	if st := stateOf(cut, "hand_made"); st != api.Running {
+		t.Fatalf("the actor made by hand on node-b is %q after node-b removed p1; want it running, left alone", st)
+	}
 	if !cut.agent.logHas("paused: this node's lease lapses unrenewed") || !cut.agent.logHas("removing this node's copy without running it") {
 		t.Error("node-b's agent did not say it paused and then removed its copy")
 	}

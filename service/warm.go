@@ -19,13 +19,7 @@ func (s *Service) Warm(ctx context.Context, req api.WarmRequest) (api.Template, 
 	if err != nil {
 		return t, err
 	}
-	id := "warm-" + t.Name
-	if req.RequestID != "" {
-		id += "-" + req.RequestID
-	}
-	if len(id) > 63 {
-		id = id[:63]
-	}
+	id := api.WarmingActorID(req)
 	a, err := s.Run(ctx, api.RunRequest{Template: t.Name, ID: id, RequestID: req.RequestID, Cold: true})
 	if err != nil {
 		return t, fmt.Errorf("warm %s: start the warming actor: %w", t.Name, err)

@@ -68,13 +68,10 @@ func newTemplate(g *globals) *cobra.Command {
 		Short: "Boot an actor of the template, wait until ready, and keep its Full snapshot as the template's golden snapshot",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id := "warm-" + args[0]
-			if requestID != "" {
-				id += "-" + requestID
-			}
+			req := api.WarmRequest{Template: args[0], RequestID: requestID}
 			var got api.Template
-			err := g.follow(cmd.Context(), id, func(ctx context.Context) (err error) {
-				got, err = g.client().WarmTemplate(ctx, api.WarmRequest{Template: args[0], RequestID: requestID})
+			err := g.follow(cmd.Context(), api.WarmingActorID(req), func(ctx context.Context) (err error) {
+				got, err = g.client().WarmTemplate(ctx, req)
 				return err
 			})
 			if err != nil {

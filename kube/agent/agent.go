@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/api"
@@ -216,7 +217,7 @@ func (a *Agent) pauseAll(ctx context.Context) {
 		a.Log.Warn("this node's lease lapses unrenewed, and stasisd's actors could not be listed to pause them", "err", err)
 		return
 	}
-	for _, l := range local {
+	for _, l := range fleetActors(local) {
 		if l.State != api.Running {
 			continue
 		}
@@ -226,6 +227,19 @@ func (a *Agent) pauseAll(ctx context.Context) {
 		}
 		a.Log.Info("paused: this node's lease lapses unrenewed, and the actor may be bound elsewhere", "actor", l.ID)
 	}
+}
+
+// fleetActors keeps the local actors that can be copies of Actors: those
+// whose ID is a Kubernetes object name. The rest (the actor warming a
+// template, one made by hand on the node) are none of the agent's.
+func fleetActors(local []api.Actor) []api.Actor {
+	var out []api.Actor
+	for _, l := range local {
+		if len(validation.IsDNS1123Subdomain(l.ID)) == 0 {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // pass looks at every Actor of the namespace and every actor of the local
@@ -247,7 +261,7 @@ func (a *Agent) pass(ctx context.Context) error {
 		return fmt.Errorf("stasisd's actors: %w", err)
 	}
 	here := map[string]api.Actor{}
-	for _, l := range local {
+	for _, l := range fleetActors(local) {
 		here[l.ID] = l
 	}
 	names := map[string]bool{}
