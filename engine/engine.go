@@ -199,7 +199,15 @@ type SuspendOptions struct {
 	Scope snapshot.Scope
 	// Push, when set, stores the committed snapshot once the sandbox is
 	// stopped.
-	Push     *Transfer
+	Push *Transfer
+	// Keep, when set, is asked once a Full snapshot is committed whether
+	// the sandbox stays, frozen (Runtime.Pause), instead of being stopped,
+	// and why: a kept sandbox holds the actor's memory with its GPU state
+	// released, so that ResumeKept brings it back with nothing to load.
+	// The snapshot is committed either way and holds the same state. A
+	// sandbox whose GPU state the runtime put back after its checkpoint
+	// (GPUPathRuntime) is never kept: frozen, it would hold the GPU.
+	Keep     func() (bool, string)
 	Observer Observer
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 		case part == "cold":
 			v.cold = true
 		default:
-			t.Fatalf("variant %q: unknown part %q (want lazy, eager or auto, with +cold)", s, part)
+			t.Fatalf("variant %q: unknown part %q (want lazy, eager or auto, with +cold; or kept alone)", s, part)
 		}
 	}
 	return v
@@ -61,7 +62,9 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 //   - an actor in gVisor holding it, suspended once by the engine, whose
 //     snapshot is then resumed once per variant of STASIS_RESUME_VARIANTS
 //     (default "lazy,eager,auto": runsc restore --background or not, or
-//     the engine's choice, engine.MemoryLoadAuto; at 8 GiB also
+//     the engine's choice, engine.MemoryLoadAuto; "kept" is the actor
+//     suspended with its sandbox kept frozen and resumed from memory,
+//     before that snapshot is taken; at 8 GiB also
 //     STASIS_RESUME_COLD, default "lazy+cold,eager+cold,auto+cold", with
 //     the page cache dropped first), each resume timed to the first GPU
 //     operation and the device data verified, the sandbox then removed so
@@ -103,6 +106,9 @@ func TestGPUResumeSpeed(t *testing.T) {
 		if res, err := g.rt.Exec(ctx, a.ID, runtime.Process{Args: []string{g.python, "/stasis-scripts/floors.py", "--copies"}}); err != nil || res.ExitCode != 0 || json.Unmarshal(res.Stdout, &copies) != nil {
 			t.Fatalf("floors.py --copies in the sandbox: %v %s %s", err, res.Stdout, res.Stderr)
 		}
+		if slices.Contains(variants, "kept") {
+			g.resumeKept(a, gib, zero, thp, driver)
+		}
 		hugeBefore := hugePageCounters()
 		g.takeEvents()
 		start := time.Now()
@@ -117,6 +123,9 @@ func TestGPUResumeSpeed(t *testing.T) {
 			todo = append(append([]string{}, variants...), cold...)
 		}
 		for i, name := range todo {
+			if name == "kept" {
+				continue // resumed above, before this snapshot
+			}
 			v := parseVariant(t, name)
 			eng := *g.eng
 			eng.MemoryLoad = v.load
@@ -163,6 +172,53 @@ func TestGPUResumeSpeed(t *testing.T) {
 		}
 		os.RemoveAll(dir)
 	}
+}
+
+// resumeKept is the kept variant: the running actor suspended with its
+// sandbox kept frozen (SuspendOptions.Keep, as stasisd's pause does while
+// the node has room), then resumed from memory (ResumeKept) to its first
+// GPU operation, its device data checked; the actor runs again after it.
+func (g *gpuEnv) resumeKept(a engine.Actor, gib float64, zero, thp string, driver map[string]float64) {
+	t := g.t
+	ctx := context.Background()
+	dir := filepath.Join(g.work, a.ID+"-kept")
+	defer os.RemoveAll(dir)
+	g.takeEvents()
+	start := time.Now()
+	keep := func() (bool, string) { return true, "the benchmark keeps it" }
+	if _, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir, Keep: keep}); err != nil {
+		t.Fatalf("%s suspend, kept: %v", a.ID, err)
+	}
+	suspend := time.Since(start)
+	suspendSteps := steps(g.takeEvents())
+	if _, frozen := suspendSteps["suspend/freeze"]; !frozen {
+		t.Fatalf("%s: the suspend did not keep the sandbox: %v", a.ID, suspendSteps)
+	}
+	start = time.Now()
+	if err := g.eng.ResumeKept(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
+		t.Fatalf("%s kept resume: %v", a.ID, err)
+	}
+	resume := time.Since(start)
+	touch, err := g.ask(a.ID, "touch")
+	firstOp := time.Since(start)
+	if err != nil {
+		t.Fatalf("%s kept: first GPU operation: %v", a.ID, err)
+	}
+	events := g.takeEvents()
+	verify, err := g.ask(a.ID, "verify")
+	if err != nil || !strings.HasPrefix(verify, "OK") {
+		t.Fatalf("%s kept: data after resume: %q %v", a.ID, verify, err)
+	}
+	gpuMessage := ""
+	for _, ev := range events {
+		if ev.Name == "gpu-resume" {
+			gpuMessage = ev.Message
+		}
+	}
+	g.record("resume-variant", map[string]any{"gib": gib, "zeroGib": zero, "thp": thp, "variant": "kept", "order": 0, "cold": false,
+		"suspendS": suspend.Seconds(), "suspendSteps": suspendSteps,
+		"resumeS": resume.Seconds(), "resumeToFirstGPUOpS": firstOp.Seconds(), "touch": touch, "check": verify,
+		"driverRestoreS": driver["restore_s"] + driver["unlock_s"], "gpuResumeMessage": gpuMessage, "steps": steps(events)})
 }
 
 // hostTHP is the host's transparent huge page settings as the benchmark

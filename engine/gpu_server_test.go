@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,8 +261,11 @@ func (g *gpuEnv) dropCaches() {
 // actor is started cold (page cache dropped) to its first token, suspended
 // once by the engine, then resumed twice to its first token: warm (the
 // image in the page cache, as on a node that resumes soon after it
-// suspended) and cold (page cache dropped). Each first token after a
-// resume must equal the one before the suspend.
+// suspended) and cold (page cache dropped); before that, "kept": suspended
+// with its sandbox kept frozen and resumed from memory, as stasisd's pause
+// does while the node has room. STASIS_SERVER_RESUMES (default
+// "kept,warm,cold") picks among the three. Each first token after a resume
+// must equal the one before the suspend.
 func TestGPUServerResume(t *testing.T) {
 	g := newGPUEnv(t)
 	ctx := context.Background()
@@ -295,6 +299,35 @@ func TestGPUServerResume(t *testing.T) {
 		result["coldSteps"] = info.Timings
 		g.record("server-resume", result)
 
+		resumes := strings.Split(getenv("STASIS_SERVER_RESUMES", "kept,warm,cold"), ",")
+		if slices.Contains(resumes, "kept") {
+			// Suspended with the sandbox kept frozen, as stasisd's pause
+			// does while the node has room, and resumed from memory.
+			kept := filepath.Join(g.work, "kept-"+a.ID)
+			g.takeEvents()
+			start = time.Now()
+			keep := func() (bool, string) { return true, "the benchmark keeps it" }
+			if _, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: kept, Keep: keep}); err != nil {
+				t.Fatalf("%s suspend, kept: %v", mode, err)
+			}
+			result["suspend_kept_s"] = time.Since(start).Seconds()
+			result["suspend_kept_steps"] = steps(g.takeEvents())
+			start = time.Now()
+			if err := g.eng.ResumeKept(ctx, a, kept, engine.ResumeOptions{Observer: g.obs}); err != nil {
+				t.Fatalf("%s kept resume: %v", mode, err)
+			}
+			got, err := firstToken(a.ID)
+			if err != nil {
+				t.Fatalf("%s first token after the kept resume: %v", mode, err)
+			}
+			result["resume_kept_s"] = time.Since(start).Seconds()
+			result["resume_kept_steps"] = steps(g.takeEvents())
+			if got.Token != first.Token {
+				t.Errorf("%s: the first token after the kept resume is %d, before the suspend %d", mode, got.Token, first.Token)
+			}
+			g.record("server-resume", result)
+			os.RemoveAll(kept)
+		}
 		dir := filepath.Join(g.work, "snap-"+a.ID)
 		g.takeEvents()
 		start = time.Now()
@@ -306,6 +339,9 @@ func TestGPUServerResume(t *testing.T) {
 		result["suspendSteps"] = steps(g.takeEvents())
 		result["imageBytes"] = m.Size()
 		for _, cache := range []string{"warm", "cold"} {
+			if !slices.Contains(resumes, cache) {
+				continue
+			}
 			if cache == "cold" {
 				g.dropCaches()
 			}
@@ -331,9 +367,11 @@ func TestGPUServerResume(t *testing.T) {
 			}
 		}
 		os.RemoveAll(dir)
-		t.Logf("%s: cold start %.1f s, resume to first token warm %.2f s (%.1fx), cold %.2f s (%.1fx)", mode, result["coldS"],
-			result["resume_warm_s"], result["coldS"].(float64)/result["resume_warm_s"].(float64),
-			result["resume_cold_s"], result["coldS"].(float64)/result["resume_cold_s"].(float64))
+		for _, r := range resumes {
+			if s, ok := result["resume_"+r+"_s"].(float64); ok {
+				t.Logf("%s: cold start %.1f s, resume to first token %s %.2f s (%.1fx)", mode, result["coldS"], r, s, result["coldS"].(float64)/s)
+			}
+		}
 	}
 }
 

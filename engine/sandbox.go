@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
 )
 
 // BootOptions tune Boot.
@@ -82,7 +84,12 @@ func (e *Engine) Exec(ctx context.Context, id string, args []string) (runtime.Ex
 // is). A journal that finds an operation cut short calls it so that no
 // workload stays frozen.
 func (e *Engine) Thaw(ctx context.Context, a Actor, id string, obs Observer) error {
-	o := op{actor: a.ID, name: "thaw", obs: obs}
+	return e.thaw(ctx, op{actor: a.ID, name: "thaw", obs: obs}, a, id, nil)
+}
+
+// thaw is Thaw within operation o, the GPU state put back by devices when
+// it is not empty.
+func (e *Engine) thaw(ctx context.Context, o op, a Actor, id string, devices gpu.DeviceMap) error {
 	st, err := e.Runtime.State(ctx, id)
 	if err != nil {
 		return err
@@ -103,7 +110,71 @@ func (e *Engine) Thaw(ctx context.Context, a Actor, id string, obs Observer) err
 		return nil
 	}
 	return o.step("gpu-resume", func() (string, error) {
-		rep, err := e.gpuResume(ctx, id, nil)
+		rep, err := e.gpuResume(ctx, id, devices)
 		return summary(rep), err
 	})
+}
+
+// ErrNotKept is ResumeKept's answer when the sandbox it was asked to bring
+// back is not there, frozen: the caller resumes from the snapshot instead.
+var ErrNotKept = errors.New("no kept sandbox")
+
+// ResumeKept brings back an actor whose sandbox (opts.ID, or the actor's
+// own id) a suspend kept frozen (SuspendOptions.Keep), with nothing to
+// load: its memory never left. The snapshot in dir, which holds the same
+// state, is first checked against this node as for a restore of it, and a
+// refusal touches nothing. Then the sandbox is thawed (unpaused, its
+// devices attached, its GPU state resumed) and probed. On a failure after
+// the check the kept sandbox is removed, so that nothing half resumed
+// runs, and the error wraps ErrNotKept: the snapshot in dir is as it was,
+// for Resume. A sandbox that is not there frozen is an ErrNotKept too.
+func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
+	o := op{actor: a.ID, name: "resume", obs: opts.Observer}
+	id := opts.ID
+	if id == "" {
+		id = a.ID
+	}
+	st, err := e.Runtime.State(ctx, id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return fmt.Errorf("%w: sandbox %s is gone", ErrNotKept, id)
+	}
+	if err != nil {
+		return err
+	}
+	if st.Status != runtime.StatusPaused {
+		return fmt.Errorf("%w: sandbox %s is %s", ErrNotKept, id, st.Status)
+	}
+	err = o.step("compatibility", func() (string, error) {
+		const msg = "its sandbox was kept in memory: nothing to load"
+		m, err := snapshot.Load(dir)
+		if err != nil {
+			// The sandbox holds the state; only the check is lost.
+			return fmt.Sprintf("%s; not checked against this node, the snapshot's manifest cannot be read (%v)", msg, err), nil
+		}
+		res, err := e.Compatible(ctx, a, m)
+		if err != nil {
+			return "", err
+		}
+		if len(opts.DeviceMap) == 0 {
+			opts.DeviceMap = res.DeviceMap
+		}
+		return "this node can resume it; " + msg, nil
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := e.cleanupContext(ctx)
+			defer cancel()
+			_ = o.undo("cleanup", func() (string, error) {
+				return "the kept sandbox was removed; the snapshot is as it was", e.Runtime.Delete(cctx, id)
+			})
+			err = fmt.Errorf("%w: %w", ErrNotKept, err)
+		}
+	}()
+	if err := e.thaw(ctx, o, a, id, opts.DeviceMap); err != nil {
+		return err
+	}
+	return e.waitReady(ctx, o, id, opts.Probe)
 }

@@ -39,7 +39,7 @@ func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*sn
 	var err error
 	switch opts.Scope {
 	case snapshot.ScopeFull, "":
-		m, err = e.suspendFull(ctx, o, a, opts.Dir)
+		m, err = e.suspendFull(ctx, o, a, opts.Dir, opts.Keep)
 	case snapshot.ScopeData:
 		m, err = e.suspendData(ctx, o, a, opts.Dir)
 	default:
@@ -91,7 +91,7 @@ func (e *Engine) push(ctx context.Context, o op, dir string, m *snapshot.Manifes
 	return stored, err
 }
 
-func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m *snapshot.Manifest, err error) {
+func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, keep func() (bool, string)) (m *snapshot.Manifest, err error) {
 	var plan *Plan
 	err = o.step("preflight", func() (msg string, err error) {
 		plan, msg, err = e.preflightFull(ctx, a, dir)
@@ -162,6 +162,11 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 	if err != nil {
 		return nil, e.undoSuspend(ctx, o, a, holder, err)
 	}
+	if keep != nil && !(a.GPU && plan.GPUPath == GPUPathRuntime) {
+		if e.freeze(ctx, o, a.ID, keep) {
+			return m, nil
+		}
+	}
 	if err := e.stop(ctx, o, a.ID); err != nil {
 		// The snapshot is whole, but the sandbox still runs with its GPU
 		// state in host memory: bring that back rather than leave it frozen.
@@ -169,6 +174,21 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string) (m 
 		return m, e.undoSuspend(ctx, o, a, holder, err)
 	}
 	return m, nil
+}
+
+// freeze keeps the sandbox of a committed snapshot, frozen, when keep says
+// so, and says whether it did; a sandbox that cannot be frozen is stopped
+// like any other.
+func (e *Engine) freeze(ctx context.Context, o op, id string, keep func() (bool, string)) bool {
+	ok, why := keep()
+	if !ok {
+		o.note("the sandbox is not kept in memory: " + why)
+		return false
+	}
+	err := o.step("freeze", func() (string, error) {
+		return "the sandbox is kept frozen in memory, its GPU released: " + why, e.Runtime.Pause(ctx, id)
+	})
+	return err == nil
 }
 
 // stop kills the sandbox, which frees its memory and GPU, then deletes the

@@ -17,35 +17,53 @@ import (
 // intact), a paused or suspended one resumes with it, a crashed one says
 // why.
 func TestCrashAtEveryStep(t *testing.T) {
-	cells := []struct{ failpoint, verb string }{
-		{"run/bundle:after", "Run"},
-		{"run/boot:after", "Run"},
-		{"run/probe", "Run"},
-		{"pause/preflight", "Pause"},
-		{"pause/checkpoint", "Pause"},
-		{"pause/commit:after", "Pause"},
-		{"suspend/checkpoint", "Suspend"},
-		{"suspend/checkpoint:after", "Suspend"},
-		{"suspend/commit", "Suspend"},
-		{"suspend/commit:after", "Suspend"},
-		{"suspend/stop", "Suspend"},
-		{"suspend/stop:after", "Suspend"},
-		{"suspend/delete:after", "Suspend"},
-		{"suspend/push", "Suspend"},
-		{"suspend/push:after", "Suspend"},
-		{"resume/verify", "Resume"},
-		{"resume/compatibility:after", "Resume"},
-		{"resume/restore", "Resume"},
-		{"resume/restore:after", "Resume"},
-		{"resume/probe", "Resume"},
-		{"resume/probe:after", "Resume"},
-		{"delete/stop", "Delete"},
-		{"delete/stop:after", "Delete"},
-		{"delete/remove-files:after", "Delete"},
+	// disk: the pause before a resume stops its sandbox (--keep-paused
+	// never), so that the resume restores the snapshot from disk; the
+	// others resume the sandbox the pause kept frozen.
+	cells := []struct {
+		failpoint, verb string
+		disk            bool
+	}{
+		{"run/bundle:after", "Run", false},
+		{"run/boot:after", "Run", false},
+		{"run/probe", "Run", false},
+		{"pause/preflight", "Pause", false},
+		{"pause/checkpoint", "Pause", false},
+		{"pause/commit:after", "Pause", false},
+		{"pause/freeze:after", "Pause", false},
+		{"suspend/checkpoint", "Suspend", false},
+		{"suspend/checkpoint:after", "Suspend", false},
+		{"suspend/commit", "Suspend", false},
+		{"suspend/commit:after", "Suspend", false},
+		{"suspend/stop", "Suspend", false},
+		{"suspend/stop:after", "Suspend", false},
+		{"suspend/delete:after", "Suspend", false},
+		{"suspend/push", "Suspend", false},
+		{"suspend/push:after", "Suspend", false},
+		{"resume/verify", "Resume", true},
+		{"resume/compatibility:after", "Resume", true},
+		{"resume/restore", "Resume", true},
+		{"resume/restore:after", "Resume", true},
+		{"resume/probe", "Resume", true},
+		{"resume/probe:after", "Resume", true},
+		{"resume/compatibility:after", "Resume", false},
+		{"resume/unpause", "Resume", false},
+		{"resume/unpause:after", "Resume", false},
+		{"delete/stop", "Delete", false},
+		{"delete/stop:after", "Delete", false},
+		{"delete/remove-files:after", "Delete", false},
 	}
 	for _, c := range cells {
-		t.Run(strings.ReplaceAll(c.failpoint, "/", "_"), func(t *testing.T) {
-			d := newDaemon(t)
+		name := strings.ReplaceAll(c.failpoint, "/", "_")
+		if c.disk {
+			name += "_from_disk"
+		}
+		t.Run(name, func(t *testing.T) {
+			var flags []string
+			if c.disk {
+				flags = []string{"--keep-paused", "never"}
+			}
+			d := newDaemon(t, flags...)
 			d.start("")
 			d.template("counter", nil)
 			var inst string

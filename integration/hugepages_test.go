@@ -62,7 +62,7 @@ func TestSandboxHugePages(t *testing.T) {
 		return restoreMessage(d, id)
 	}
 
-	kept := newDaemon(t, "--sandbox-huge-pages", "keep")
+	kept := newDaemon(t, "--sandbox-huge-pages", "keep", "--keep-paused", "never")
 	kept.start("")
 	if h, err := node.ReadHugePages(dir); err != nil || h.ShmemEnabled != "never" || h.Defrag != "madvise" {
 		t.Fatalf("--sandbox-huge-pages keep changed the settings: %+v %v", h, err)
@@ -75,7 +75,7 @@ func TestSandboxHugePages(t *testing.T) {
 	}
 	kept.stop()
 
-	tuned := newDaemon(t)
+	tuned := newDaemon(t, "--keep-paused", "never")
 	tuned.start("")
 	h, err := node.ReadHugePages(dir)
 	if err != nil || h.ShmemEnabled != "advise" || h.Defrag != "defer" || !h.Sandbox {

@@ -8,12 +8,15 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/runtime"
 )
 
 // TestLifecycle walks an actor through run, pause, resume, suspend (into
-// the embedded store), resume and delete, its in-memory counter going on.
+// the embedded store), resume and delete, its in-memory counter going on;
+// its pause stops the sandbox (TestPausedSandboxKeptInMemory has the one
+// kept).
 func TestLifecycle(t *testing.T) {
-	d := newDaemon(t)
+	d := newDaemon(t, "--keep-paused", "never")
 	d.start("")
 	d.template("counter", nil)
 	d.run("counter", "a1")
@@ -75,5 +78,78 @@ func TestLifecycle(t *testing.T) {
 	var apiErr *api.Error
 	if _, err := call(context.Background(), d.api, "Resume", "a1"); !errors.As(err, &apiErr) || apiErr.Code != "not_found" {
 		t.Fatalf("resume of a deleted actor: %v", err)
+	}
+}
+
+// TestPausedSandboxKeptInMemory: by default a pause keeps the sandbox
+// frozen beside its snapshot while the node has room, and the resume thaws
+// it without a restore. A stasisd started with a reserve the node cannot
+// give stops the kept sandbox within its check interval, and the actor
+// resumes from its snapshot; its next pause keeps nothing.
+func TestPausedSandboxKeptInMemory(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1")
+	inst, _, _ := strings.Cut(d.counter("a1", "incr"), " ")
+	ctx := context.Background()
+	status := func() runtime.Status {
+		st, err := d.rt.State(ctx, "a1")
+		if errors.Is(err, runtime.ErrNotFound) {
+			return runtime.StatusStopped
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Status
+	}
+	// resume resumes the actor and returns the steps it took.
+	resume := func() map[string]bool {
+		t.Helper()
+		before, err := d.api.Events(ctx, "a1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.op("Resume", "a1")
+		after, err := d.api.Events(ctx, "a1", before.Last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := map[string]bool{}
+		for _, e := range after.Events {
+			steps[e.Step] = true
+		}
+		return steps
+	}
+
+	if a := d.op("Pause", "a1"); !strings.Contains(a.Reason, "kept in memory") || status() != runtime.StatusPaused {
+		t.Fatalf("after a pause with room: %+v, sandbox %s; want it kept, frozen", a, status())
+	}
+	if steps := resume(); !steps["unpause"] || steps["restore"] {
+		t.Fatalf("the resume of a kept sandbox took the steps %v; want unpause, no restore", steps)
+	}
+	if got := d.counter("a1", "incr"); got != inst+" 2" {
+		t.Fatalf("after the kept resume the counter says %q, want %s 2", got, inst)
+	}
+
+	d.op("Pause", "a1")
+	d.stop()
+	d.extra = []string{"--keep-paused-reserve", "1TiB"}
+	d.start("")
+	waitFor(t, "stasisd to stop the kept sandbox under its reserve", func() bool {
+		a := d.inspect("a1")
+		return a.Operation == nil && strings.Contains(a.Reason, "stopped to free memory")
+	})
+	if a := d.inspect("a1"); a.State != api.Paused || status() != runtime.StatusStopped {
+		t.Fatalf("after the release: %+v, sandbox %s", a, status())
+	}
+	if steps := resume(); !steps["restore"] {
+		t.Fatalf("the resume after the release took the steps %v; want a restore", steps)
+	}
+	if got := d.counter("a1", "incr"); got != inst+" 3" {
+		t.Fatalf("after the resume from the snapshot the counter says %q, want %s 3", got, inst)
+	}
+	if a := d.op("Pause", "a1"); strings.Contains(a.Reason, "kept") || status() != runtime.StatusStopped {
+		t.Fatalf("a pause under the reserve: %+v, sandbox %s; want it stopped", a, status())
 	}
 }

@@ -204,11 +204,11 @@ func TestFullDiskDoesNotStrandTheActor(t *testing.T) {
 }
 
 // TestCorruptLocalSnapshotNeverRuns: a flipped byte in a paused actor's
-// pages.img is found while it restores: the resume fails as corrupt
+// pages.img (its sandbox not kept) is found while it restores: the resume fails as corrupt
 // (data_loss), no sandbox is left, the actor stays PAUSED; with the byte
 // put back it resumes.
 func TestCorruptLocalSnapshotNeverRuns(t *testing.T) {
-	d := newDaemon(t)
+	d := newDaemon(t, "--keep-paused", "never")
 	d.start("")
 	d.template("counter", nil)
 	d.run("counter", "a1")

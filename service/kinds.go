@@ -43,6 +43,8 @@ const (
 	recoverResume
 	// recoverDelete: finish the delete.
 	recoverDelete
+	// recoverRelease: finish stopping a paused actor's kept sandbox.
+	recoverRelease
 )
 
 var (
@@ -58,11 +60,15 @@ var (
 		deadline: 10 * time.Minute, recovery: recoverDelete}
 	opGolden = &opKind{name: "golden", from: []api.State{api.Running}, during: api.Suspending, target: api.Suspended,
 		snapshot: api.KindGolden, deadline: time.Hour, recovery: recoverSnapshot}
+	// opRelease stops the sandbox a pause kept in memory (KeepPolicy); the
+	// actor stays PAUSED throughout.
+	opRelease = &opKind{name: "release", from: []api.State{api.Paused}, during: api.Paused, target: api.Paused,
+		deadline: 10 * time.Minute, recovery: recoverRelease}
 )
 
 // opKinds lists every kind, by name, for the journal's records and the
 // deadline configuration.
-var opKinds = []*opKind{opRun, opPause, opSuspend, opResume, opDelete, opGolden}
+var opKinds = []*opKind{opRun, opPause, opSuspend, opResume, opDelete, opGolden, opRelease}
 
 func kindNamed(name string) *opKind {
 	for _, k := range opKinds {

@@ -179,7 +179,9 @@ func (s *Service) transferEvents(o *operation, verb string) archiver.Options {
 }
 
 // Pause snapshots a running actor (the template's onPause scope) into a
-// snapshot kept on this node, and stops its sandbox: PAUSED. On failure the
+// snapshot kept on this node: PAUSED. Its sandbox is stopped, or, under
+// Config.KeepPaused while the node has room, kept frozen in memory with
+// its GPU released, so that the resume has nothing to load. On failure the
 // actor keeps running.
 func (s *Service) Pause(ctx context.Context, req api.OpRequest) (api.Actor, error) {
 	a, err := s.run(ctx, request{kind: opPause, actor: req.ID, requestID: req.RequestID, prepare: s.newSnapshotArgs,
@@ -188,13 +190,19 @@ func (s *Service) Pause(ctx context.Context, req api.OpRequest) (api.Actor, erro
 			if err != nil {
 				return s.afterFailure(ctx, o, err), err
 			}
-			if _, err := s.take(ctx, o, t, t.Snapshots.OnPause, nil); err != nil {
+			if _, err := s.take(ctx, o, t, t.Snapshots.OnPause, nil, s.keep()); err != nil {
 				return s.afterFailure(ctx, o, err), err
+			}
+			if s.kept(ctx, o.actor) {
+				return outcome{state: api.Paused, reason: keptReason}, nil
 			}
 			return outcome{state: api.Paused}, nil
 		}})
 	return actorOf(a), err
 }
+
+// keptReason is a paused actor's reason while its sandbox is kept.
+const keptReason = "kept in memory, frozen, its GPU released: resume has nothing to load"
 
 // newSnapshotArgs are the arguments of an operation that snapshots a
 // running actor into a new folder.
@@ -218,13 +226,21 @@ func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, er
 		},
 		body: func(ctx context.Context, o *operation) (outcome, error) {
 			if o.args.Previous != api.Running {
-				return s.storeExisting(ctx, o)
+				out, err := s.storeExisting(ctx, o)
+				if out.state == api.Suspended && o.args.Previous == api.Paused {
+					// A suspended actor's sandbox is stopped; the one its
+					// pause kept holds what the snapshot holds.
+					if rerr := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); rerr != nil {
+						out.reason = strings.TrimPrefix(out.reason+"; its sandbox kept in memory could not be stopped: "+rerr.Error(), "; ")
+					}
+				}
+				return out, err
 			}
 			t, err := s.Template(ctx, o.actor.Template)
 			if err != nil {
 				return s.afterFailure(ctx, o, err), err
 			}
-			snap, err := s.take(ctx, o, t, t.Snapshots.OnCommit, s.pushTo(o))
+			snap, err := s.take(ctx, o, t, t.Snapshots.OnCommit, s.pushTo(o), nil)
 			var notStored *engine.NotStoredError
 			switch {
 			case errors.As(err, &notStored):
@@ -297,13 +313,13 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 }
 
 // take snapshots a running actor into the operation's snapshot folder
-// (pushing it when push is set), makes it the actor's latest snapshot and
-// removes the older local ones. The engine leaves the actor running on
-// failure; a snapshot that was committed is adopted even when a later step
-// failed.
-func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope api.Scope, push *engine.Transfer) (journal.Snapshot, error) {
+// (pushing it when push is set; keeping the sandbox frozen when keep says
+// so), makes it the actor's latest snapshot and removes the older local
+// ones. The engine leaves the actor running on failure; a snapshot that
+// was committed is adopted even when a later step failed.
+func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope api.Scope, push *engine.Transfer, keep func() (bool, string)) (journal.Snapshot, error) {
 	a := s.engineActor(t, o.actor.ID)
-	m, err := s.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Push: push, Observer: o.observer()})
+	m, err := s.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Push: push, Keep: keep, Observer: o.observer()})
 	if m == nil {
 		_ = removeDir(o.args.Dir)
 		return journal.Snapshot{}, err
@@ -370,6 +386,18 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 				return back, err
 			}
 			snap, err := s.journal.Snapshot(ctx, o.args.Snapshot)
+			if err == nil && o.args.Previous == api.Paused && s.kept(ctx, o.actor) {
+				err = s.eng.ResumeKept(ctx, s.engineActor(t, o.actor.ID), snap.Dir, engine.ResumeOptions{ID: o.actor.Sandbox, Probe: probeOf(t.Probe), Observer: o.observer()})
+				if err == nil {
+					return outcome{state: api.Running}, nil
+				}
+				if errors.Is(err, engine.ErrNotKept) {
+					// The kept sandbox was removed; the snapshot holds the
+					// same state.
+					o.note(fmt.Sprintf("the sandbox kept in memory could not be resumed (%v); resuming from the snapshot", err))
+					err = nil
+				}
+			}
 			if err == nil {
 				err = s.restore(ctx, o, s.engineActor(t, o.actor.ID), snap, o.actor.Sandbox, t.Probe)
 			}

@@ -91,6 +91,11 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 		out, err = s.recoverSnapshot(ctx, o, st, at)
 	case recoverResume:
 		out = s.recoverResume(ctx, o, st, at)
+	case recoverRelease:
+		out = outcome{state: api.Paused, reason: at + "; its kept sandbox was stopped: resume loads its snapshot"}
+		if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+			out.reason = fmt.Sprintf("%s; its kept sandbox could not be stopped (%v): resume loads its snapshot", at, err)
+		}
 	case recoverDelete:
 		if _, err := s.finishDelete(ctx, o); err != nil {
 			out = outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the delete could not be finished, run it again: %v", at, err)}
@@ -220,6 +225,9 @@ func (s *Service) check(ctx context.Context, a journal.Actor) error {
 		s.event(a.ID, "", "reconcile", reason, 0, nil)
 		return s.journal.SetActor(ctx, a.ID, string(api.Crashed), reason)
 	case api.Paused, api.Suspended, api.Crashed:
+		if st == runtime.StatusPaused && api.State(a.State) == api.Paused && s.cfg.KeepPaused != nil {
+			return nil // kept in memory by its pause
+		}
 		if st != runtime.StatusStopped {
 			s.event(a.ID, "", "reconcile", fmt.Sprintf("removed a leftover %s sandbox of a %s actor", st, a.State), 0, nil)
 			return s.eng.Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))

@@ -58,6 +58,10 @@ type Config struct {
 	// JournalReserve is the disk space kept for the journal's writes that
 	// end operations; journal.DefaultReserve when zero, none when negative.
 	JournalReserve int64
+	// KeepPaused, when set, keeps paused actors' sandboxes frozen in memory
+	// while the node has room (KeepPolicy); when nil every pause stops its
+	// sandbox.
+	KeepPaused *KeepPolicy
 }
 
 func (c Config) cleanupTimeout() time.Duration {

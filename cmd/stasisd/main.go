@@ -26,6 +26,7 @@ import (
 	"github.com/stasis-run/stasis/internal/buildinfo"
 	"github.com/stasis-run/stasis/internal/compose"
 	"github.com/stasis-run/stasis/internal/fsutil"
+	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/store"
@@ -35,7 +36,7 @@ import (
 type options struct {
 	compose.Options
 	socketMode, helper, logFormat, logFile string
-	hugePages                              string
+	hugePages, keepPaused, keepReserve     string
 	hostPaths, deadlines                   []string
 	noStore, allowHostRoot                 bool
 }
@@ -94,6 +95,8 @@ line win).`,
 	f.StringArrayVar(&o.hostPaths, "host-path", nil, "a host folder templates may use (their bundle, rootfs and bind mounts): PATH, or PATH:rw to allow read-write mounts; repeatable, added to /usr, /opt and DATA/templates (read-only)")
 	f.BoolVar(&o.allowHostRoot, "allow-host-root", false, "let templates use the host's / as a rootfs or mount it")
 	f.StringVar(&o.hugePages, "sandbox-huge-pages", "enable", "enable: at start, set the host's transparent huge page settings runsc needs to back sandbox memory with huge pages (shmem_enabled advise, defrag defer; restores load memory about 3x faster), where they do not allow it; keep: leave them and only warn (docs/service.md)")
+	f.StringVar(&o.keepPaused, "keep-paused", "auto", "auto: a paused actor's sandbox stays in memory, frozen, its GPU released, while the node has --keep-paused-reserve available, so that its resume loads nothing (its snapshot is on disk all the same); never: every pause stops its sandbox")
+	f.StringVar(&o.keepReserve, "keep-paused-reserve", "", "memory that must stay available with the paused sandboxes kept (such as 16GiB); below it the longest paused are stopped and resume from their snapshots (default: a quarter of the node's memory)")
 	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden); repeatable")
 	// Older stasisd took single-dash flags (-data); they still work.
 	cmd.SetArgs(doubleDash(os.Args[1:], f))
@@ -143,6 +146,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--deadline: %w", err)
 	}
+	keep, err := o.keepPolicy()
+	if err != nil {
+		return err
+	}
 	policy := service.HostPolicy{Paths: service.DefaultHostPaths(o.TemplatesDir()), AllowRoot: o.allowHostRoot, DataDir: o.DataDir, TemplatesDir: o.TemplatesDir()}
 	for _, p := range o.hostPaths {
 		hp, err := service.ParseHostPath(p)
@@ -182,14 +189,15 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}
 	svc, err := service.New(ctx, service.Config{
-		DataDir:   o.DataDir,
-		Engine:    eng,
-		Repo:      repo,
-		Helper:    helperPath(o.helper),
-		Log:       log,
-		Failpoint: os.Getenv("STASIS_FAILPOINT"),
-		Deadlines: deadlines,
-		HostPaths: policy,
+		DataDir:    o.DataDir,
+		Engine:     eng,
+		Repo:       repo,
+		Helper:     helperPath(o.helper),
+		Log:        log,
+		Failpoint:  os.Getenv("STASIS_FAILPOINT"),
+		Deadlines:  deadlines,
+		HostPaths:  policy,
+		KeepPaused: keep,
 		Node: func(ctx context.Context) (fingerprint.Fingerprint, error) {
 			return eng.Fingerprint(ctx)
 		},
@@ -203,6 +211,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	log.Info("journal reconciled", "duration", time.Since(start).String())
+	go svc.KeepReleasing(ctx, service.DefaultKeepCheck)
 	ln, err := listen(o.Socket, os.FileMode(mode))
 	if err != nil {
 		return err
@@ -226,6 +235,26 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	<-stopped
 	log.Info("stasisd stopped")
 	return nil
+}
+
+// keepPolicy reads --keep-paused and --keep-paused-reserve.
+func (o options) keepPolicy() (*service.KeepPolicy, error) {
+	switch o.keepPaused {
+	case "never":
+		return nil, nil
+	case "auto":
+	default:
+		return nil, fmt.Errorf("--keep-paused %q: want auto or never", o.keepPaused)
+	}
+	p := &service.KeepPolicy{}
+	if o.keepReserve != "" {
+		n, err := units.ParseBytes(o.keepReserve)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("--keep-paused-reserve %q: want a size such as 16GiB", o.keepReserve)
+		}
+		p.Reserve = n
+	}
+	return p, nil
 }
 
 // sandboxHugePages applies --sandbox-huge-pages before any sandbox starts:
