@@ -66,7 +66,7 @@ func parseVariant(t *testing.T, s string) resumeVariant {
 //     suspended with its sandbox kept frozen and resumed from memory,
 //     before that snapshot is taken; at 8 GiB also
 //     STASIS_RESUME_COLD, default "lazy+cold,eager+cold,auto+cold", with
-//     the page cache dropped first), each resume timed to the first GPU
+//     the page cache dropped first; "none" for none), each resume timed to the first GPU
 //     operation and the device data verified, the sandbox then removed so
 //     that the same snapshot serves the next variant.
 //
@@ -81,7 +81,10 @@ func TestGPUResumeSpeed(t *testing.T) {
 	floors["thp"] = thp
 	g.record("resume-floors", floors)
 	variants := strings.Split(getenv("STASIS_RESUME_VARIANTS", "lazy,eager,auto"), ",")
-	cold := strings.Split(getenv("STASIS_RESUME_COLD", "lazy+cold,eager+cold,auto+cold"), ",")
+	var cold []string // "none": no resume from a cold disk
+	if c := getenv("STASIS_RESUME_COLD", "lazy+cold,eager+cold,auto+cold"); c != "none" {
+		cold = strings.Split(c, ",")
+	}
 	for _, size := range strings.Split(getenv("STASIS_RESUME_GIB", "1,8"), ",") {
 		gib, err := strconv.ParseFloat(size, 64)
 		if err != nil {
@@ -194,11 +197,23 @@ func (g *gpuEnv) resumeKept(a engine.Actor, gib float64, zero, thp string, drive
 	if _, frozen := suspendSteps["suspend/freeze"]; !frozen {
 		t.Fatalf("%s: the suspend did not keep the sandbox: %v", a.ID, suspendSteps)
 	}
+	// STASIS_RESUME_STRACE has the sentry log every system call of the
+	// sandbox during the resume (with STASIS_RUNSC_DEBUG's logs), which
+	// scripts/gpu/strace_summary.py sums up for the window recorded here.
+	trace := os.Getenv("STASIS_RESUME_STRACE") != ""
+	if trace {
+		g.runscDebug(a.ID, "--strace=all")
+	}
 	start = time.Now()
 	if err := g.eng.ResumeKept(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
 		t.Fatalf("%s kept resume: %v", a.ID, err)
 	}
 	resume := time.Since(start)
+	window := map[string]any{}
+	if trace {
+		window = map[string]any{"straceFrom": start.UTC().Format(time.RFC3339Nano), "straceTo": time.Now().UTC().Format(time.RFC3339Nano)}
+		g.runscDebug(a.ID, "--strace=off")
+	}
 	touch, err := g.ask(a.ID, "touch")
 	firstOp := time.Since(start)
 	if err != nil {
@@ -218,7 +233,15 @@ func (g *gpuEnv) resumeKept(a engine.Actor, gib float64, zero, thp string, drive
 	g.record("resume-variant", map[string]any{"gib": gib, "zeroGib": zero, "thp": thp, "variant": "kept", "order": 0, "cold": false,
 		"suspendS": suspend.Seconds(), "suspendSteps": suspendSteps,
 		"resumeS": resume.Seconds(), "resumeToFirstGPUOpS": firstOp.Seconds(), "touch": touch, "check": verify,
-		"driverRestoreS": driver["restore_s"] + driver["unlock_s"], "gpuResumeMessage": gpuMessage, "steps": steps(events)})
+		"driverRestoreS": driver["restore_s"] + driver["unlock_s"], "gpuResumeMessage": gpuMessage, "steps": steps(events), "strace": window})
+}
+
+// runscDebug runs `runsc debug FLAG ID` against the test's sandboxes.
+func (g *gpuEnv) runscDebug(id, flag string) {
+	args := append(g.rt.GlobalFlags(), "debug", flag, id)
+	if out, err := exec.Command(g.rt.Path(), args...).CombinedOutput(); err != nil {
+		g.t.Fatalf("runsc debug %s: %v: %s", flag, err, out)
+	}
 }
 
 // hostTHP is the host's transparent huge page settings as the benchmark

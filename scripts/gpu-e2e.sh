@@ -13,8 +13,10 @@
 # needs none; with the May build set it to 580.126.20 (see FACTS).
 # STASIS_GPU_PATHS and STASIS_PATH_GIB (paths); STASIS_ZERO_GIB (zero-pages);
 # STASIS_RESUME_GIB, STASIS_RESUME_VARIANTS, STASIS_RESUME_COLD,
-# STASIS_RESUME_DEFAULT, STASIS_RESUME_THP, STASIS_RUNSC_DEBUG (resume);
-# STASIS_SERVER_MODES and STASIS_RESUME_THP (server-resume);
+# STASIS_RESUME_DEFAULT, STASIS_RESUME_THP, STASIS_RUNSC_DEBUG and, with it,
+# STASIS_RESUME_STRACE (the kept resume's system calls, strace-summary.md) (resume);
+# STASIS_SERVER_MODES, STASIS_SERVER_RESUMES (kept,warm,cold) and
+# STASIS_RESUME_THP (server-resume);
 # STASIS_WRITEBACK_GIB and STASIS_WRITEBACK_RUNS (writeback).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -169,7 +171,8 @@ run_resume() {
 
 # The production-style server benchmark (TestGPUServerResume): the 7B server
 # of run_server in each mode of STASIS_SERVER_MODES (compiled,plain), cold
-# start against resume warm and cold to the first token; then the summary.
+# start against resume to the first token kept in memory, warm and cold
+# (STASIS_SERVER_RESUMES); then the summary.
 run_server_resume() {
 	thp_runs TestGPUServerResume
 	resume_summary
@@ -217,6 +220,9 @@ thp_runs() {
 		ENGINE_RUN=$1 ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
 		if [ -n "${STASIS_RUNSC_DEBUG:-}" ]; then
 			grep -h -E "huge pages|page loading|loaded metadata|restore took" "$STASIS_RUNSC_DEBUG_DIR"/* 2>/dev/null | cut -c1-400 | sed "s|^|$mode |" >>"$out/runsc-memory.log" || true
+			if [ -n "${STASIS_RESUME_STRACE:-}" ]; then
+				python3 scripts/gpu/strace_summary.py "$STASIS_RUNSC_DEBUG_DIR" "$out" | tee "$out/strace-summary.md"
+			fi
 		fi
 		thp_last=$mode
 	done
