@@ -49,7 +49,7 @@ func newActor(g *globals) *cobra.Command {
 		use, short string
 		call       func(*api.Client, context.Context, api.OpRequest) (api.Actor, error)
 	}{
-		{"pause", "Snapshot an actor into a snapshot kept on this node and stop its sandbox (PAUSED)", (*api.Client).Pause},
+		{"pause", "Snapshot an actor into a snapshot kept on this node (PAUSED); stasisd keeps its sandbox frozen in memory, GPU released, while the node has room (--keep-paused), else stops it", (*api.Client).Pause},
 		{"suspend", "Commit an actor: its snapshot goes to the store and its sandbox stops (SUSPENDED)", (*api.Client).Suspend},
 		{"resume", "Bring a PAUSED, SUSPENDED or CRASHED actor back from its latest snapshot", (*api.Client).Resume},
 	} {
