@@ -97,7 +97,7 @@ line win).`,
 	f.StringVar(&o.hugePages, "sandbox-huge-pages", "enable", "enable: at start, set the host's transparent huge page settings runsc needs to back sandbox memory with huge pages (shmem_enabled advise, defrag defer; restores load memory about 3x faster), where they do not allow it; keep: leave them and only warn (docs/service.md)")
 	f.StringVar(&o.keepPaused, "keep-paused", "auto", "auto: a paused actor's sandbox stays in memory, frozen, its GPU released, while the node has --keep-paused-reserve available, so that its resume loads nothing (its snapshot is on disk all the same); never: every pause stops its sandbox")
 	f.StringVar(&o.keepReserve, "keep-paused-reserve", "", "memory that must stay available with the paused sandboxes kept (such as 16GiB); below it the longest paused are stopped and resume from their snapshots (default: a quarter of the node's memory)")
-	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden); repeatable")
+	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden, release); repeatable")
 	// Older stasisd took single-dash flags (-data); they still work.
 	cmd.SetArgs(doubleDash(os.Args[1:], f))
 	return cmd
