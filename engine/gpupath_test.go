@@ -201,3 +201,42 @@ func TestImageOptionsFollowTheRuntime(t *testing.T) {
 		})
 	}
 }
+
+// TestKeptGPUSandbox: a GPU actor's suspend told to keep its sandbox leaves
+// it frozen with every CUDA process checkpointed (the GPU released), and
+// ResumeKept puts them back without a restore; on the runtime path, whose
+// checkpoint puts the GPU state back, the sandbox is stopped instead.
+func TestKeptGPUSandbox(t *testing.T) {
+	keep := func() (bool, string) { return true, "the test asks" }
+	ctx := context.Background()
+
+	rt := runtimetest.New()
+	eng := &engine.Engine{Runtime: rt}
+	a := gpuActor(t, rt, "g1")
+	dir := filepath.Join(t.TempDir(), "snap")
+	if _, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: dir, Keep: keep}); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := rt.Sandbox("g1"); sb.Status != runtime.StatusPaused || !slices.Equal(sb.CUDA, []string{"checkpointed", "checkpointed"}) {
+		t.Fatalf("the kept sandbox: %+v; want paused, its CUDA processes checkpointed", sb)
+	}
+	var seen []string
+	if err := eng.ResumeKept(ctx, a, dir, engine.ResumeOptions{Observer: stepNames(&seen)}); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := rt.Sandbox("g1"); sb.Status != runtime.StatusRunning || !slices.Equal(sb.CUDA, []string{"running", "running"}) || rt.Calls["Restore"] != 0 {
+		t.Fatalf("after the kept resume: %+v, %d restores, steps %v", sb, rt.Calls["Restore"], seen)
+	}
+
+	rt = runtimetest.New()
+	rt.Caps.CUDACheckpoint = true
+	eng = &engine.Engine{Runtime: rt, GPUPath: engine.GPUPathRuntime}
+	a = gpuActor(t, rt, "g1")
+	seen = nil
+	if _, err := eng.Suspend(ctx, a, engine.SuspendOptions{Dir: filepath.Join(t.TempDir(), "snap"), Keep: keep, Observer: stepNames(&seen)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rt.Sandbox("g1"); ok || slices.Contains(seen, "freeze") {
+		t.Fatalf("the runtime path kept its sandbox (steps %v); it would hold the GPU", seen)
+	}
+}

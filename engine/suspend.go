@@ -162,10 +162,8 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 	if err != nil {
 		return nil, e.undoSuspend(ctx, o, a, holder, err)
 	}
-	if keep != nil && !(a.GPU && plan.GPUPath == GPUPathRuntime) {
-		if e.freeze(ctx, o, a.ID, keep) {
-			return m, nil
-		}
+	if keep != nil && e.freeze(ctx, o, a.ID, a.GPU && plan.GPUPath == GPUPathRuntime, keep) {
+		return m, nil
 	}
 	if err := e.stop(ctx, o, a.ID); err != nil {
 		// The snapshot is whole, but the sandbox still runs with its GPU
@@ -178,9 +176,13 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 
 // freeze keeps the sandbox of a committed snapshot, frozen, when keep says
 // so, and says whether it did; a sandbox that cannot be frozen is stopped
-// like any other.
-func (e *Engine) freeze(ctx context.Context, o op, id string, keep func() (bool, string)) bool {
-	ok, why := keep()
+// like any other, and so is one that holds its GPU (the runtime put the GPU
+// state back after its checkpoint).
+func (e *Engine) freeze(ctx context.Context, o op, id string, holdsGPU bool, keep func() (bool, string)) bool {
+	ok, why := false, "the runtime put its GPU state back after the checkpoint (GPU path runtime), so it would hold the GPU"
+	if !holdsGPU {
+		ok, why = keep()
+	}
 	if !ok {
 		o.note("the sandbox is not kept in memory: " + why)
 		return false

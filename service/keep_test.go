@@ -14,12 +14,17 @@ import (
 
 const gib = 1 << 30
 
-// keeping configures a keep policy whose node has available GiB of 16 free
-// (the reserve being the default quarter, 4 GiB); the test moves it.
-func keeping(available *atomic.Uint64) func(*service.Config) {
-	return func(c *service.Config) {
+// keepingEnv is a service with template "t" under a keep policy whose node
+// has 16 GiB, of which available are free: 10 GiB, above the default
+// reserve of a quarter (4 GiB), until the test moves it.
+func keepingEnv(t *testing.T) (*env, *atomic.Uint64) {
+	available := &atomic.Uint64{}
+	available.Store(10 * gib)
+	e := newEnv(t, func(c *service.Config) {
 		c.KeepPaused = &service.KeepPolicy{Memory: func() (uint64, uint64, error) { return available.Load(), 16 * gib, nil }}
-	}
+	})
+	e.template("t", nil)
+	return e, available
 }
 
 func (e *env) status(id string) runtime.Status {
@@ -52,10 +57,7 @@ func (e *env) resume(id string) {
 // restore, also after stasisd restarts; without room the pause stops it and
 // the resume restores the snapshot.
 func TestPauseKeepsTheSandboxWhileThereIsRoom(t *testing.T) {
-	var available atomic.Uint64
-	available.Store(10 * gib)
-	e := newEnv(t, keeping(&available))
-	e.template("t", nil)
+	e, available := keepingEnv(t)
 	e.run("a1")
 	inst, _, _ := strings.Cut(e.counter("a1", "incr"), " ")
 
@@ -95,10 +97,7 @@ func TestPauseKeepsTheSandboxWhileThereIsRoom(t *testing.T) {
 // until there is room again; the actors stay PAUSED and resume from their
 // snapshots.
 func TestReleaseStopsKeptSandboxesUnderTheReserve(t *testing.T) {
-	var available atomic.Uint64
-	available.Store(10 * gib)
-	e := newEnv(t, keeping(&available))
-	e.template("t", nil)
+	e, available := keepingEnv(t)
 	for _, id := range []string{"old", "new"} {
 		e.run(id)
 		e.counter(id, "incr")
@@ -136,10 +135,7 @@ func TestReleaseStopsKeptSandboxesUnderTheReserve(t *testing.T) {
 // is removed and the snapshot resumes the actor; suspending a kept actor
 // stores its snapshot and stops the sandbox.
 func TestKeptResumeFallsBackToTheSnapshot(t *testing.T) {
-	var available atomic.Uint64
-	available.Store(10 * gib)
-	e := newEnv(t, keeping(&available))
-	e.template("t", nil)
+	e, _ := keepingEnv(t)
 	e.run("a1")
 	e.counter("a1", "incr")
 	e.pause("a1")
