@@ -509,10 +509,11 @@ func TestDeadlineRollsBackAHungRunsc(t *testing.T) {
 }
 
 // TestCategoriesReachTheCLI: a damaged local manifest is data_loss with
-// its cause, a missing command exits 127, an unknown actor exits 3, and
+// its cause (the pause stops its sandbox, so that the resume reads the
+// snapshot), a missing command exits 127, an unknown actor exits 3, and
 // --json prints errors as JSON.
 func TestCategoriesReachTheCLI(t *testing.T) {
-	d := newDaemon(t)
+	d := newDaemon(t, "--keep-paused", "never")
 	d.start("")
 	d.template("counter", nil)
 	d.run("counter", "a1")
