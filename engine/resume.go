@@ -154,22 +154,32 @@ func (e *Engine) pull(ctx context.Context, o op, a Actor, id, dir string, t Tran
 // container id free for the new sandbox.
 func (e *Engine) checkCompatible(ctx context.Context, o op, a Actor, id string, m *snapshot.Manifest, opts *ResumeOptions) error {
 	return o.step("compatibility", func() (string, error) {
-		res, err := e.Compatible(ctx, a, m)
+		msg, err := e.compatibility(ctx, a, m, opts)
 		if err != nil {
 			return "", err
 		}
-		if len(opts.DeviceMap) == 0 {
-			opts.DeviceMap = res.DeviceMap
-		}
-		msg := "this node can restore it"
-		if len(res.DeviceMap) > 0 {
-			msg += "; GPU state moves by device map " + res.DeviceMap.String()
-		}
-		for _, w := range res.Warnings {
-			msg += "; " + w
-		}
 		return msg, e.idFree(ctx, id)
 	})
+}
+
+// compatibility checks m against this node, sets the device map it chose
+// unless the caller gave one, and says so.
+func (e *Engine) compatibility(ctx context.Context, a Actor, m *snapshot.Manifest, opts *ResumeOptions) (string, error) {
+	res, err := e.Compatible(ctx, a, m)
+	if err != nil {
+		return "", err
+	}
+	if len(opts.DeviceMap) == 0 {
+		opts.DeviceMap = res.DeviceMap
+	}
+	msg := "this node can restore it"
+	if len(res.DeviceMap) > 0 {
+		msg += "; GPU state moves by device map " + res.DeviceMap.String()
+	}
+	for _, w := range res.Warnings {
+		msg += "; " + w
+	}
+	return msg, nil
 }
 
 func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error {

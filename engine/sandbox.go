@@ -151,14 +151,11 @@ func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts Resum
 			// The sandbox holds the state; only the check is lost.
 			return fmt.Sprintf("%s; not checked against this node, the snapshot's manifest cannot be read (%v)", msg, err), nil
 		}
-		res, err := e.Compatible(ctx, a, m)
+		checked, err := e.compatibility(ctx, a, m, &opts)
 		if err != nil {
 			return "", err
 		}
-		if len(opts.DeviceMap) == 0 {
-			opts.DeviceMap = res.DeviceMap
-		}
-		return "this node can resume it; " + msg, nil
+		return checked + "; " + msg, nil
 	})
 	if err != nil {
 		return err
