@@ -9,6 +9,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/internal/procfs"
+	"github.com/stasis-run/stasis/internal/tick"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
@@ -142,25 +143,18 @@ func (s *Service) release(ctx context.Context, id, why string) error {
 	return err
 }
 
-// KeepReleasing runs Release every interval until ctx ends, logging what
-// it did.
+// KeepReleasing runs Release every interval, in a goroutine of its own,
+// until ctx ends, logging what it did.
 func (s *Service) KeepReleasing(ctx context.Context, interval time.Duration) {
 	if s.cfg.KeepPaused == nil {
 		return
 	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	tick.Every(ctx, interval, func() {
 		n, err := s.Release(ctx)
 		if err != nil {
 			s.cfg.Log.Warn("kept sandboxes could not be released", "released", n, "error", err.Error())
 		} else if n > 0 {
 			s.cfg.Log.Info("kept sandboxes of paused actors stopped to free memory", "released", n)
 		}
-	}
+	})
 }

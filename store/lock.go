@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/stasis-run/stasis/internal/tick"
 )
 
 // Locking keeps garbage collection away from writers. A writer (a save,
@@ -73,22 +75,14 @@ func (r *Repository) Lock(ctx context.Context, exclusive bool) (unlock func(), e
 		release()
 		return nil, fmt.Errorf("store %s: %w", r.be.Location(), err)
 	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(lockRefreshGap)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				lf.Time = time.Now().UTC()
-				_ = putJSON(context.WithoutCancel(ctx), r.be, key, lf)
-			}
-		}
-	}()
+	refresh := tick.Every(context.WithoutCancel(ctx), lockRefreshGap, func() {
+		lf.Time = time.Now().UTC()
+		_ = putJSON(context.WithoutCancel(ctx), r.be, key, lf)
+	})
 	return func() {
-		close(done)
+		// A refresh still writing after the release would make the lock
+		// again: it ends first.
+		refresh()
 		release()
 	}, nil
 }

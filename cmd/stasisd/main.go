@@ -211,7 +211,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	log.Info("journal reconciled", "duration", time.Since(start).String())
-	go svc.KeepReleasing(ctx, service.DefaultKeepCheck)
+	svc.KeepReleasing(ctx, service.DefaultKeepCheck)
 	ln, err := listen(o.Socket, os.FileMode(mode))
 	if err != nil {
 		return err

@@ -1,12 +1,15 @@
 package fsutil
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/internal/tick"
 )
 
 // StartWriteback has the kernel start writing to disk what another process
@@ -17,31 +20,7 @@ import (
 // never changes a file, and files it cannot open are skipped. stop waits for
 // the last pass to end.
 func StartWriteback(dir string, interval time.Duration) (stop func()) {
-	return every(interval, func() { writebackPass(dir) })
-}
-
-// every calls fn every interval, in a goroutine of its own, until the
-// returned stop is called; stop waits for the last call to end.
-func every(interval time.Duration, fn func()) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				fn()
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
+	return tick.Every(context.Background(), interval, func() { writebackPass(dir) })
 }
 
 func writebackPass(dir string) {

@@ -1,6 +1,7 @@
 package fsutil
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/internal/tick"
 )
 
 // BenchmarkWriteback times a checkpoint's image made durable: one writer
@@ -121,7 +124,7 @@ func followWriteback(dir string, wait bool) (stop func()) {
 	}
 	const step, behind = 8 << 20, 64 << 20
 	var submitted, waited int64
-	stopPasses := every(10*time.Millisecond, func() {
+	stopPasses := tick.Every(context.Background(), 10*time.Millisecond, func() {
 		st, err := f.Stat()
 		if err != nil {
 			return

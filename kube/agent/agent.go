@@ -31,6 +31,7 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
+	"github.com/stasis-run/stasis/internal/tick"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
@@ -90,28 +91,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	// suspends many actors) never lets it lapse; and checked on its own, so
 	// that a renewal or a pass slowed or stuck on an unreachable API server
 	// never keeps the actors running past it.
-	every(ctx, a.LeaseDuration/3, func() {
+	tick.Every(ctx, a.LeaseDuration/3, func() {
 		if err := a.renew(ctx); err != nil && ctx.Err() == nil {
 			a.Log.Warn("lease not renewed", "err", err)
 		}
 	})
-	every(ctx, a.LeaseDuration/10, func() {
+	tick.Every(ctx, a.LeaseDuration/10, func() {
 		if a.leaseLapsing() {
 			a.pauseAll(ctx)
 		}
 	})
-	tick := time.NewTicker(a.Interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			if err := a.pass(ctx); err != nil && ctx.Err() == nil {
-				a.Log.Warn("pass over the actors", "err", err)
-			}
+	stop := tick.Every(ctx, a.Interval, func() {
+		if err := a.pass(ctx); err != nil && ctx.Err() == nil {
+			a.Log.Warn("pass over the actors", "err", err)
 		}
-	}
+	})
+	<-ctx.Done()
+	stop() // the pass in flight ends first
+	return nil
 }
 
 // publish writes the node's fingerprint and labels on its Node, then takes
@@ -141,22 +138,6 @@ func (a *Agent) publish(ctx context.Context) error {
 		return fmt.Errorf("publish the fingerprint on node %s: %w", a.Node, err)
 	}
 	return a.renew(ctx)
-}
-
-// every runs fn every interval, in a goroutine of its own, until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func()) {
-	go func() {
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				fn()
-			}
-		}
-	}()
 }
 
 // renew takes or renews the node's Lease, giving up after the Lease's
