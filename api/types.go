@@ -266,6 +266,17 @@ type (
 	NodeInfo = fingerprint.Fingerprint
 )
 
+// SandboxID is the runtime container id that stasisd gives the sandboxes
+// of actor id: the id between two '+' (a1 -> +a1+). runsc resolves a
+// container id by prefix, calling an id that begins another ambiguous (a1
+// beside a10 could not be addressed) and taking one for the other when only
+// the longer exists. No actor id holds a '+', so the closing one keeps
+// every such id from beginning another, and the opening one keeps the ids
+// older stasisd versions gave (the actor id itself, which begins with a
+// letter or digit) from beginning one of these. Such an older sandbox keeps
+// its id until its actor's next resume (Actor.Sandbox says which it has).
+func SandboxID(id string) string { return "+" + id + "+" }
+
 // WarmingActorID is the ID of the actor that warming a template boots for
 // its golden snapshot (and deletes after). Its underscore is a character
 // no Kubernetes object name holds, so that a fleet agent never takes the

@@ -30,6 +30,9 @@ import (
 type Actor struct {
 	// ID is the runtime's container id.
 	ID string
+	// Name is what messages and manifests call the actor (stasisd's actor
+	// id, which differs from its container's); ID when empty.
+	Name string
 	// Bundle is the OCI bundle the sandbox is created from.
 	Bundle string
 	// GPU actors get the CUDA step: the helper at bundle.HelperPath (or
@@ -267,6 +270,14 @@ type ResumeOptions struct {
 	// it arrives, so the folder is then checked by size only.
 	Pull     *Transfer
 	Observer Observer
+}
+
+// name is what messages call the actor.
+func (a Actor) name() string {
+	if a.Name != "" {
+		return a.Name
+	}
+	return a.ID
 }
 
 func (e *Engine) helperPath() string {

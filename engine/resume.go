@@ -28,7 +28,7 @@ import (
 // is refused with the reason. On failure the new sandbox is removed and
 // the snapshot is left as it was.
 func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
-	o := op{actor: a.ID, name: "resume", obs: opts.Observer}
+	o := op{actor: a.name(), name: "resume", obs: opts.Observer}
 	id := opts.ID
 	if id == "" {
 		id = a.ID

@@ -21,7 +21,7 @@ type BootOptions struct {
 // Boot creates and starts the actor's sandbox from its bundle and waits
 // for its readiness probe. On failure the sandbox is removed again.
 func (e *Engine) Boot(ctx context.Context, a Actor, opts BootOptions) (err error) {
-	o := op{actor: a.ID, name: "boot", obs: opts.Observer}
+	o := op{actor: a.name(), name: "boot", obs: opts.Observer}
 	id := opts.ID
 	if id == "" {
 		id = a.ID
@@ -51,7 +51,7 @@ func (e *Engine) create(ctx context.Context, a Actor, id string, o op) (string, 
 
 // WaitReady runs the readiness probe, if any, against a running sandbox.
 func (e *Engine) WaitReady(ctx context.Context, a Actor, id string, p Probe, obs Observer) error {
-	return e.waitReady(ctx, op{actor: a.ID, name: "probe", obs: obs}, id, p)
+	return e.waitReady(ctx, op{actor: a.name(), name: "probe", obs: obs}, id, p)
 }
 
 // Remove stops sandbox id, which frees its memory and GPUs, and deletes the
@@ -84,7 +84,7 @@ func (e *Engine) Exec(ctx context.Context, id string, args []string) (runtime.Ex
 // is). A journal that finds an operation cut short calls it so that no
 // workload stays frozen.
 func (e *Engine) Thaw(ctx context.Context, a Actor, id string, obs Observer) error {
-	return e.thaw(ctx, op{actor: a.ID, name: "thaw", obs: obs}, a, id, nil)
+	return e.thaw(ctx, op{actor: a.name(), name: "thaw", obs: obs}, a, id, nil)
 }
 
 // thaw is Thaw within operation o, the GPU state put back by devices when
@@ -129,7 +129,7 @@ var ErrNotKept = errors.New("no kept sandbox")
 // runs, and the error wraps ErrNotKept: the snapshot in dir is as it was,
 // for Resume. A sandbox that is not there frozen is an ErrNotKept too.
 func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
-	o := op{actor: a.ID, name: "resume", obs: opts.Observer}
+	o := op{actor: a.name(), name: "resume", obs: opts.Observer}
 	id := opts.ID
 	if id == "" {
 		id = a.ID

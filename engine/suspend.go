@@ -34,7 +34,7 @@ const imageDir = "image"
 // A committed snapshot is returned even when a later step failed: with a
 // *NotStoredError only the push did, and the sandbox is gone.
 func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*snapshot.Manifest, error) {
-	o := op{actor: a.ID, name: "suspend", obs: opts.Observer}
+	o := op{actor: a.name(), name: "suspend", obs: opts.Observer}
 	var m *snapshot.Manifest
 	var err error
 	switch opts.Scope {
@@ -43,7 +43,7 @@ func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*sn
 	case snapshot.ScopeData:
 		m, err = e.suspendData(ctx, o, a, opts.Dir)
 	default:
-		return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.ID, ErrRefused, opts.Scope)
+		return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.name(), ErrRefused, opts.Scope)
 	}
 	if err != nil || opts.Push == nil {
 		return m, err
@@ -111,7 +111,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 	}()
 
 	cp := e.checkpointOptions(dir)
-	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.ID, Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node}
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.name(), Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node}
 	if a.GPU {
 		manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: plan.Node.GPU.CUDADriverAPI, NvproxyABI: plan.Node.Runtime.GPUABI,
 			Processes: plan.CUDAProcesses, Devices: plan.GPUs, Path: string(plan.GPUPath)}

@@ -244,19 +244,20 @@ func (d *daemon) inspect(id string) api.Actor {
 	return a
 }
 
-// counter runs "/counter await CMD" in the actor's sandbox.
+// counter runs "/counter await CMD" in actor id's sandbox.
 func (d *daemon) counter(id, cmd string) string {
 	d.t.Helper()
-	res, err := d.rt.Exec(context.Background(), id, runtime.Process{Args: []string{"/counter", "await", cmd}})
+	res, err := d.rt.Exec(context.Background(), api.SandboxID(id), runtime.Process{Args: []string{"/counter", "await", cmd}})
 	if err != nil || res.ExitCode != 0 {
 		d.t.Fatalf("counter %s in %s: %v exit %d: %s", cmd, id, err, res.ExitCode, res.Stderr)
 	}
 	return strings.TrimSpace(string(res.Stdout))
 }
 
+// requireNoSandbox fails unless actor id has no sandbox.
 func (d *daemon) requireNoSandbox(id string) {
 	d.t.Helper()
-	if _, err := d.rt.State(context.Background(), id); !errors.Is(err, runtime.ErrNotFound) {
+	if _, err := d.rt.State(context.Background(), api.SandboxID(id)); !errors.Is(err, runtime.ErrNotFound) {
 		d.t.Fatalf("sandbox %s still exists: %v", id, err)
 	}
 }

@@ -158,10 +158,10 @@ func TestSandboxVanishedWhileDown(t *testing.T) {
 	d.op("Resume", "a1")
 	d.counter("a1", "incr")
 	d.stop()
-	if err := d.rt.Stop(context.Background(), "a1"); err != nil {
+	if err := d.rt.Stop(context.Background(), api.SandboxID("a1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.rt.Delete(context.Background(), "a1"); err != nil {
+	if err := d.rt.Delete(context.Background(), api.SandboxID("a1")); err != nil {
 		t.Fatal(err)
 	}
 	d.start("")
@@ -271,7 +271,7 @@ func TestDeleteFromEveryState(t *testing.T) {
 	d.op("Pause", "paused")
 	d.op("Suspend", "suspended")
 	d.stop()
-	if err := d.rt.Stop(context.Background(), "crashed"); err != nil {
+	if err := d.rt.Stop(context.Background(), api.SandboxID("crashed")); err != nil {
 		t.Fatal(err)
 	}
 	d.start("")

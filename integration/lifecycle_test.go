@@ -94,7 +94,7 @@ func TestPausedSandboxKeptInMemory(t *testing.T) {
 	inst, _, _ := strings.Cut(d.counter("a1", "incr"), " ")
 	ctx := context.Background()
 	status := func() runtime.Status {
-		st, err := d.rt.State(ctx, "a1")
+		st, err := d.rt.State(ctx, api.SandboxID("a1"))
 		if errors.Is(err, runtime.ErrNotFound) {
 			return runtime.StatusStopped
 		}

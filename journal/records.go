@@ -260,6 +260,12 @@ func (j *Journal) SetActorSnapshot(ctx context.Context, id, snapshot string) err
 	return j.update(ctx, settles, "actor", id, `UPDATE actors SET snapshot = ?, updated_at = ? WHERE id = ?`, snapshot, now(), id)
 }
 
+// SetActorSandbox records the runtime container id of the actor's next
+// sandboxes.
+func (j *Journal) SetActorSandbox(ctx context.Context, id, sandbox string) error {
+	return j.update(ctx, starts, "actor", id, `UPDATE actors SET sandbox = ?, updated_at = ? WHERE id = ?`, sandbox, now(), id)
+}
+
 // DeleteActor forgets an actor, its events and its operations, all but
 // keep (the operation deleting it, so that a retry of that request answers
 // as it did); its snapshots' records stay until deleted themselves.

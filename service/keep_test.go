@@ -27,9 +27,10 @@ func keepingEnv(t *testing.T) (*env, *atomic.Uint64) {
 	return e, available
 }
 
+// status is where actor id's sandbox stands in the runtime.
 func (e *env) status(id string) runtime.Status {
 	e.t.Helper()
-	s, ok := e.rt.Sandbox(id)
+	s, ok := e.rt.Sandbox(e.actor(id).Sandbox)
 	if !ok {
 		return runtime.StatusStopped
 	}

@@ -51,13 +51,13 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 		}
 	}
 	a, err := s.run(ctx, request{kind: opRun, actor: req.ID, requestID: req.RequestID,
-		create:  &journal.Actor{ID: req.ID, Template: t.Name, Sandbox: req.ID},
+		create:  &journal.Actor{ID: req.ID, Template: t.Name, Sandbox: api.SandboxID(req.ID)},
 		prepare: func(journal.Actor) (opArgs, error) { return opArgs{Snapshot: t.Golden}, nil },
 		body: func(ctx context.Context, o *operation) (outcome, error) {
 			var ea engine.Actor
 			err := o.step("bundle", func() (string, error) {
 				var err error
-				ea, err = s.writeBundle(t, req.ID)
+				ea, err = s.writeBundle(t, o.actor)
 				return ea.Bundle, err
 			})
 			if err != nil {
@@ -99,14 +99,14 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, 
 	if err != nil {
 		return err
 	}
-	return s.restore(ctx, o, a, snap, a.ID, t.Probe)
+	return s.restore(ctx, o, a, snap, t.Probe)
 }
 
 // fromStored restores a snapshot of the store, pushed by this node or
 // another, into the new actor's sandbox and makes it the actor's latest.
 func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, a engine.Actor, stored string) error {
-	snap := journal.Snapshot{ID: newID("snap"), Actor: a.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
-	if err := s.restore(ctx, o, a, snap, a.ID, t.Probe); err != nil {
+	snap := journal.Snapshot{ID: newID("snap"), Actor: o.actor.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
+	if err := s.restore(ctx, o, a, snap, t.Probe); err != nil {
 		return err
 	}
 	// The pulled folder is whole (the resume checked it): its manifest
@@ -120,14 +120,14 @@ func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, 
 	return s.adopt(ctx, snap)
 }
 
-// restore brings snap back into sandbox id: from its folder on this node,
+// restore brings snap back into a's sandbox: from its folder on this node,
 // hashed while it restores; or, when it is not here, pulled from the store
 // (its stored manifest checked against this node before any byte moves,
 // every chunk hash-checked on arrival) and recorded as here once pulled. A
 // local copy whose manifest is damaged is refused with the cause, unless a
 // stored copy can replace it.
-func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, id string, p api.Probe) error {
-	opts := engine.ResumeOptions{ID: id, Probe: probeOf(p), Verify: engine.VerifyWhileRestoring, Observer: o.observer()}
+func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, p api.Probe) error {
+	opts := engine.ResumeOptions{Probe: probeOf(p), Verify: engine.VerifyWhileRestoring, Observer: o.observer()}
 	dir := snap.Dir
 	if dir != "" {
 		_, err := snapshot.Load(dir)
@@ -318,7 +318,7 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 // ones. The engine leaves the actor running on failure; a snapshot that
 // was committed is adopted even when a later step failed.
 func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope api.Scope, push *engine.Transfer, keep func() (bool, string)) (journal.Snapshot, error) {
-	a := s.engineActor(t, o.actor.ID)
+	a := s.engineActor(t, o.actor)
 	m, err := s.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Push: push, Keep: keep, Observer: o.observer()})
 	if m == nil {
 		_ = removeDir(o.args.Dir)
@@ -387,7 +387,7 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 			}
 			snap, err := s.journal.Snapshot(ctx, o.args.Snapshot)
 			if err == nil && o.args.Previous == api.Paused && s.kept(ctx, o.actor) {
-				err = s.eng.ResumeKept(ctx, s.engineActor(t, o.actor.ID), snap.Dir, engine.ResumeOptions{ID: o.actor.Sandbox, Probe: probeOf(t.Probe), Observer: o.observer()})
+				err = s.eng.ResumeKept(ctx, s.engineActor(t, o.actor), snap.Dir, engine.ResumeOptions{Probe: probeOf(t.Probe), Observer: o.observer()})
 				if err == nil {
 					return outcome{state: api.Running}, nil
 				}
@@ -399,7 +399,10 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 				}
 			}
 			if err == nil {
-				err = s.restore(ctx, o, s.engineActor(t, o.actor.ID), snap, o.actor.Sandbox, t.Probe)
+				err = s.renameSandbox(ctx, o)
+			}
+			if err == nil {
+				err = s.restore(ctx, o, s.engineActor(t, o.actor), snap, t.Probe)
 			}
 			if err != nil {
 				back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", o.args.Snapshot, err)
@@ -484,19 +487,21 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 }
 
 // afterFailure says where a failed operation leaves an actor whose sandbox
-// should be running: RUNNING when it is, CRASHED when it is gone.
+// should be running: RUNNING when it is, CRASHED when it is gone. A runtime
+// that cannot say where the sandbox stands (it does not answer, or cannot
+// tell the sandbox from another) has not said it is gone: the actor stays
+// RUNNING, the reason saying so.
 func (s *Service) afterFailure(ctx context.Context, o *operation, err error) outcome {
 	sctx, cancel := s.settle(ctx)
 	defer cancel()
 	st, serr := s.eng.Status(sctx, o.actor.Sandbox)
-	if serr == nil && st == runtime.StatusRunning {
+	switch {
+	case serr != nil:
+		return outcome{state: api.Running, reason: fmt.Sprintf("last operation failed: %v; and the runtime could not say where sandbox %s stands (%v), so it is taken to run on", err, o.actor.Sandbox, serr)}
+	case st == runtime.StatusRunning:
 		return outcome{state: api.Running, reason: fmt.Sprintf("last operation failed, the actor keeps running: %v", err)}
 	}
-	where := string(st)
-	if serr != nil {
-		where = "unknown (" + serr.Error() + ")"
-	}
-	return outcome{state: api.Crashed, reason: fmt.Sprintf("the sandbox is %s after a failed operation: %v%s", where, err, resumable(o.actor))}
+	return outcome{state: api.Crashed, reason: fmt.Sprintf("the sandbox is %s after a failed operation: %v%s", st, err, resumable(o.actor))}
 }
 
 func resumable(a journal.Actor) string {

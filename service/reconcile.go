@@ -19,9 +19,11 @@ import (
 // RUNNING, PAUSED, SUSPENDED or CRASHED with the reason. Then every stable
 // actor is checked against its sandbox: a RUNNING actor whose sandbox
 // vanished is CRASHED, a leftover sandbox of a stopped actor is removed.
-// An actor that cannot be settled (its sandbox half deleted by a runtime
-// that was killed, a runtime that does not answer) is left CRASHED with the
-// reason, and the others are settled all the same: the daemon always
+// A runtime that cannot say where a sandbox stands (it does not answer, or
+// cannot tell the sandbox from another) has not said that it is gone: its
+// actor is left where it stood, with the reason, and nothing is removed. An
+// operation that cannot be settled otherwise leaves its actor CRASHED with
+// the reason, and the others are settled all the same: the daemon always
 // starts. Only a journal that cannot be read is an error.
 func (s *Service) Reconcile(ctx context.Context) error {
 	ops, err := s.journal.Running(ctx)
@@ -43,13 +45,10 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	for _, a := range actors {
 		if err := s.check(ctx, a); err != nil {
+			// The runtime could not say where the sandbox stands, which is
+			// no sign that it is gone: the actor is left as it is.
 			s.cfg.Log.Error("reconcile: an actor could not be checked against its sandbox", "actor", a.ID, "error", err.Error())
-			reason := fmt.Sprintf("stasisd could not check its sandbox when it started: %v%s", err, resumable(a))
-			if a.State == string(api.Running) {
-				if err := s.journal.SetActor(ctx, a.ID, string(api.Crashed), reason); err != nil {
-					return fmt.Errorf("reconcile actor %s: %w", a.ID, err)
-				}
-			}
+			s.event(a.ID, "", "reconcile", fmt.Sprintf("stasisd could not check sandbox %s when it started; the actor was left %s", a.Sandbox, a.State), 0, err)
 		}
 	}
 	return nil
@@ -77,11 +76,19 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 		return err
 	}
 	o := &operation{s: s, id: rec.ID, kind: k, args: args, actor: a}
+	at := fmt.Sprintf("stasisd stopped during %s at step %q", rec.Kind, rec.Step)
 	st, err := s.eng.Status(ctx, a.Sandbox)
 	if err != nil {
-		return fmt.Errorf("the runtime cannot say where sandbox %s stands: %w", a.Sandbox, err)
+		// Not an answer that the sandbox is gone: the actor goes back to
+		// where it stood, and nothing is removed.
+		back := o.args.Previous
+		if back == "" {
+			back = api.Crashed
+		}
+		reason := fmt.Sprintf("%s, and the runtime could not say where sandbox %s stands (%v): it was left as it is; check the actor, then resume or delete it", at, a.Sandbox, err)
+		_, err := s.journal.End(ctx, journal.End{OpID: rec.ID, State: journal.OpFailed, Error: reason, ErrorCode: errdefs.Code(errdefs.ErrUnavailable), Actor: a.ID, ActorState: string(back), Reason: reason})
+		return err
 	}
-	at := fmt.Sprintf("stasisd stopped during %s at step %q", rec.Kind, rec.Step)
 	s.event(a.ID, rec.ID, "reconcile", at+"; sandbox "+string(st), 0, nil)
 	var out outcome
 	switch k.recovery {
@@ -126,7 +133,7 @@ func (s *Service) thaw(ctx context.Context, o *operation) error {
 	if err != nil {
 		return err
 	}
-	return s.eng.Thaw(ctx, s.engineActor(t, o.actor.ID), o.actor.Sandbox, o.observer())
+	return s.eng.Thaw(ctx, s.engineActor(t, o.actor), o.actor.Sandbox, o.observer())
 }
 
 func running(st runtime.Status) bool {

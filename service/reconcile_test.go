@@ -93,19 +93,20 @@ func TestReconcileEveryBranch(t *testing.T) {
 				}
 			}
 			e.crashDuring(c.kind, "a1", c.step, c.during, args)
-			sb, _ := e.rt.Sandbox("a1")
+			id := e.actor("a1").Sandbox
+			sb, _ := e.rt.Sandbox(id)
 			if c.sandbox == "" {
-				e.rt.Put("a1", nil)
+				e.rt.Put(id, nil)
 			} else {
 				sb.Status = c.sandbox
-				e.rt.Put("a1", &sb)
+				e.rt.Put(id, &sb)
 			}
 			e.restart()
 			a := e.actor("a1")
 			if a.State != c.want || a.Operation != nil || !strings.Contains(a.Reason, c.reason) {
 				t.Fatalf("after a crash in %s at %s: %+v", c.kind, c.step, a)
 			}
-			if s, ok := e.rt.Sandbox("a1"); ok != c.keepsSandbox || ok && s.Status != runtime.StatusRunning {
+			if s, ok := e.rt.Sandbox(id); ok != c.keepsSandbox || ok && s.Status != runtime.StatusRunning {
 				t.Fatalf("sandbox after the start: %+v (there: %v, want %v and running)", s, ok, c.keepsSandbox)
 			}
 			if dir, ok := args["dir"].(string); ok && !c.commit {
@@ -132,20 +133,22 @@ func TestReconcileDelete(t *testing.T) {
 	e := newEnv(t, nil)
 	e.template("t", nil)
 	e.run("a1")
+	id := e.actor("a1").Sandbox
 	e.crashDuring("delete", "a1", "stop", api.Deleting, map[string]any{"previous": "RUNNING"})
 	e.restart()
 	if _, err := e.svc.Actor(context.Background(), "a1"); code(err) != "not_found" {
 		t.Fatalf("the actor whose delete was cut short: %v", err)
 	}
-	if _, ok := e.rt.Sandbox("a1"); ok {
+	if _, ok := e.rt.Sandbox(id); ok {
 		t.Fatal("its sandbox is left")
 	}
 }
 
 // TestReconcileAlwaysStarts: an actor whose sandbox the runtime cannot
-// describe (a half-deleted runsc container), and one whose operation is of
-// a kind this build does not know, end CRASHED with the reason; the others
-// are settled and the service starts.
+// describe (a half-deleted runsc container) goes back to where it stood
+// with the reason, its sandbox untouched (an unknown answer is not "gone");
+// one whose operation is of a kind this build does not know ends CRASHED
+// with the reason; the others are settled and the service starts.
 func TestReconcileAlwaysStarts(t *testing.T) {
 	e := newEnv(t, nil)
 	e.template("t", nil)
@@ -155,17 +158,25 @@ func TestReconcileAlwaysStarts(t *testing.T) {
 	e.crashDuring("suspend", "broken", "delete", api.Suspending, snapArgs(e, "snap-broken"))
 	e.crashDuring("warp", "unknown", "x", api.Suspending, nil)
 	e.crashDuring("pause", "fine", "checkpoint", api.Pausing, snapArgs(e, "snap-fine"))
+	broken := e.actor("broken").Sandbox
 	e.rt.Hook = func(_ context.Context, method, id string) error {
-		if method == "State" && id == "broken" {
+		if method == "State" && id == broken {
 			return errors.New("runsc state broken: loading container: open /x/broken_sandbox:broken.lock: permission denied")
 		}
 		return nil
 	}
 	e.restart()
-	for id, want := range map[string]string{"broken": "could not be settled", "unknown": "unknown operation kind", "fine": "rolled back"} {
+	for id, want := range map[string]string{"broken": "could not say where sandbox", "unknown": "unknown operation kind", "fine": "rolled back"} {
 		a := e.actor(id)
 		if a.Operation != nil || a.State.Transitional() || !strings.Contains(a.Reason, want) {
 			t.Errorf("%s after the start: %+v; want a stable state saying %q", id, a, want)
 		}
+	}
+	if a := e.actor("broken"); a.State != api.Running {
+		t.Errorf("broken after the start: %+v; want it back RUNNING, where the suspend found it", a)
+	}
+	e.rt.Hook = nil
+	if _, ok := e.rt.Sandbox(broken); !ok {
+		t.Error("the sandbox whose state was unknown was removed")
 	}
 }

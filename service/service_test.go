@@ -156,7 +156,7 @@ func TestLifecycleKeepsTheCounter(t *testing.T) {
 	if err != nil || a.State != api.Paused || a.Snapshot == nil || a.Snapshot.Kind != api.KindPause || a.Snapshot.Stored != "" {
 		t.Fatalf("pause: %+v %v", a, err)
 	}
-	if _, ok := e.rt.Sandbox("a1"); ok {
+	if _, ok := e.rt.Sandbox(a.Sandbox); ok {
 		t.Fatal("the paused actor's sandbox is still there")
 	}
 	if _, err := e.svc.Resume(ctx, api.OpRequest{ID: "a1"}); err != nil {

@@ -192,7 +192,8 @@ func (s *Service) loadBundle(t api.Template) (*specs.Spec, error) {
 // writeBundle writes the actor's OCI bundle under its folder: the
 // template's process and rootfs, its memory limit, a host folder per
 // durable folder, and for GPU templates the NVIDIA devices and the helper.
-func (s *Service) writeBundle(t api.Template, id string) (engine.Actor, error) {
+func (s *Service) writeBundle(t api.Template, a journal.Actor) (engine.Actor, error) {
+	id := a.ID
 	dir := s.actorDir(id)
 	bundleDir := filepath.Join(dir, "bundle")
 	if err := os.MkdirAll(bundleDir, 0o700); err != nil {
@@ -245,9 +246,12 @@ func (s *Service) writeBundle(t api.Template, id string) (engine.Actor, error) {
 	if err := bundle.Save(bundleDir, spec); err != nil {
 		return engine.Actor{}, err
 	}
-	return s.engineActor(t, id), nil
+	return s.engineActor(t, a), nil
 }
 
-func (s *Service) engineActor(t api.Template, id string) engine.Actor {
-	return engine.Actor{ID: id, Bundle: filepath.Join(s.actorDir(id), "bundle"), GPU: t.GPUs > 0, DurableDirs: t.Durable, ConsoleLog: filepath.Join(s.actorDir(id), "console.log")}
+// engineActor is the engine's view of actor a: its current sandbox, its
+// bundle and files under the actor's folder.
+func (s *Service) engineActor(t api.Template, a journal.Actor) engine.Actor {
+	id := a.ID
+	return engine.Actor{ID: a.Sandbox, Name: id, Bundle: filepath.Join(s.actorDir(id), "bundle"), GPU: t.GPUs > 0, DurableDirs: t.Durable, ConsoleLog: filepath.Join(s.actorDir(id), "console.log")}
 }

@@ -46,7 +46,7 @@ func (s *Service) takeGolden(ctx context.Context, o *operation, t api.Template) 
 	if s.cfg.Repo != nil {
 		push = &engine.Transfer{Repo: s.cfg.Repo, Name: "golden." + t.Name + "." + o.args.Snapshot, Options: s.transferEvents(o, "push")}
 	}
-	m, err := s.eng.Suspend(ctx, s.engineActor(t, o.actor.ID), engine.SuspendOptions{Dir: o.args.Dir, Scope: "Full", Push: push, Observer: o.observer()})
+	m, err := s.eng.Suspend(ctx, s.engineActor(t, o.actor), engine.SuspendOptions{Dir: o.args.Dir, Scope: "Full", Push: push, Observer: o.observer()})
 	if m == nil {
 		_ = removeDir(o.args.Dir)
 		return s.afterFailure(ctx, o, err), err

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -228,8 +229,13 @@ func (r *Runsc) commandError(ctx context.Context, args []string, err error, said
 		return fmt.Errorf("runsc %s: %w", strings.Join(args, " "), ctx.Err())
 	}
 	said = trimRunscOutput(said)
-	if containerGone(said) {
+	switch {
+	case containerGone(said):
 		err = fmt.Errorf("%w: %w", runtime.ErrNotFound, err)
+	case strings.Contains(said, "is ambiguous and could refer to multiple containers"):
+		// runsc resolves ids by prefix: this one begins another's. Never
+		// a sign that the container is gone.
+		err = errdefs.Mark(fmt.Errorf("runsc cannot tell the container from another whose id begins with its own (runsc resolves ids by prefix: name containers so that no id begins another; stasisd does, but a sandbox an older stasisd named keeps its name until its actor's next resume): %w", err), errdefs.ErrFailedPrecondition)
 	}
 	if said == "" {
 		return fmt.Errorf("runsc %s: %w", strings.Join(args, " "), err)
