@@ -135,6 +135,22 @@ func (c *Client) NodeInfo(ctx context.Context) (NodeInfo, error) {
 	return call[Empty, NodeInfo](ctx, c, "NodeInfo", Empty{})
 }
 
+// RenewLease takes or renews this node's fleet lease.
+func (c *Client) RenewLease(ctx context.Context, r LeaseRequest) (Lease, error) {
+	return call[LeaseRequest, Lease](ctx, c, "RenewLease", r)
+}
+
+// Lease says where this node's fleet lease stands.
+func (c *Client) Lease(ctx context.Context) (Lease, error) {
+	return call[Empty, Lease](ctx, c, "Lease", Empty{})
+}
+
+// ReleaseLease gives this node's fleet lease up: nothing is fenced any
+// more, and FENCED actors stay so until resumed.
+func (c *Client) ReleaseLease(ctx context.Context) (Lease, error) {
+	return call[Empty, Lease](ctx, c, "ReleaseLease", Empty{})
+}
+
 func (c *Client) Exec(ctx context.Context, r ExecRequest) (ExecResult, error) {
 	return call[ExecRequest, ExecResult](ctx, c, "Exec", r)
 }

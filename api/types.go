@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"time"
 
 	"github.com/stasis-run/stasis/fingerprint"
@@ -22,10 +23,15 @@ const (
 	Resuming   State = "RESUMING"
 	Deleting   State = "DELETING"
 	Crashed    State = "CRASHED"
+	// Fenced: frozen in place (its sandbox paused, nothing saved) because
+	// this node's fleet lease lapsed: another node may run it now. A
+	// renewal that says it is still bound here thaws it; otherwise the
+	// fleet removes this copy. Without a lease, resume thaws it.
+	Fenced State = "FENCED"
 )
 
 // States lists every state.
-var States = []State{Creating, Running, Pausing, Paused, Suspending, Suspended, Resuming, Deleting, Crashed}
+var States = []State{Creating, Running, Pausing, Paused, Suspending, Suspended, Resuming, Deleting, Crashed, Fenced}
 
 // Transitional tells whether an operation is in flight in state s.
 func (s State) Transitional() bool {
@@ -265,6 +271,66 @@ type (
 	// NodeInfo is the node's fingerprint (docs/compatibility.md).
 	NodeInfo = fingerprint.Fingerprint
 )
+
+// FleetActorID tells whether an actor id can be a fleet Actor's name (a
+// Kubernetes object name: lowercase letters, digits, '-' and '.', starting
+// and ending with a letter or digit). A fleet lease covers such actors
+// only; the others (warm_TEMPLATE, which warming a template boots, or one
+// made by hand with an '_') are the node's own.
+func FleetActorID(id string) bool {
+	if id == "" || len(id) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(id, ".") {
+		if label == "" || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// LeaseRequest takes or renews this node's fleet lease: the right to run
+// the actors bound to this node, which a fleet agent (stasis-kube agent)
+// renews after each renewal of its own lease. While it holds, nothing
+// changes; once it lapses, stasisd fences every RUNNING fleet actor
+// (FleetActorID) and refuses to run or resume one, so that none still
+// runs here when the fleet starts it on another node.
+type LeaseRequest struct {
+	// Holder names who holds it (the agent and its node).
+	Holder string `json:"holder"`
+	// ValidForSeconds is how long from now it holds unless renewed again:
+	// less than the holder's own lease has left, by the time a fence
+	// takes.
+	ValidForSeconds float64 `json:"validForSeconds"`
+	// Bound lists the actors bound to this node, as the holder read them
+	// after renewing its own lease: the FENCED ones among them are thawed.
+	Bound []string `json:"bound"`
+}
+
+// Lease is where this node's fleet lease stands.
+type Lease struct {
+	// Holder is "" when no lease is held: nothing is fenced.
+	Holder string    `json:"holder,omitempty"`
+	Until  time.Time `json:"until,omitempty"`
+	Lapsed bool      `json:"lapsed"`
+	Bound  []string  `json:"bound,omitempty"`
+	// Fenced lists the FENCED actors.
+	Fenced []string `json:"fenced,omitempty"`
+	// FenceCommands freeze, without stasisd, the sandboxes of the fleet
+	// actors that run here: what the holder runs if the lease lapses while
+	// stasisd does not answer (killed, hung), so that they are fenced all
+	// the same.
+	FenceCommands [][]string `json:"fenceCommands,omitempty"`
+}
+
+// MaxLeaseSeconds bounds LeaseRequest.ValidForSeconds: a lease that long
+// fences nothing for too long after its holder dies.
+const MaxLeaseSeconds = 600
 
 // SandboxID is the runtime container id that stasisd gives the sandboxes
 // of actor id: the id between two '+' (a1 -> +a1+). runsc resolves a

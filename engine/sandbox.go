@@ -71,6 +71,52 @@ func (e *Engine) Status(ctx context.Context, id string) (runtime.Status, error) 
 	return st.Status, err
 }
 
+// Fence freezes sandbox id where it stands (the runtime's pause), saving
+// nothing: nothing in it runs until Unfence. One frozen already is fenced.
+func (e *Engine) Fence(ctx context.Context, actor, id string, obs Observer) error {
+	return op{actor: actor, name: "fence", obs: obs}.step("freeze", func() (string, error) {
+		st, err := e.Runtime.State(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		switch st.Status {
+		case runtime.StatusPaused:
+			return "the sandbox was frozen already", nil
+		case runtime.StatusRunning:
+			return "the sandbox is frozen", e.Runtime.Pause(ctx, id)
+		}
+		return "", fmt.Errorf("sandbox %s is %s: nothing runs there to fence", id, st.Status)
+	})
+}
+
+// Unfence lets a sandbox that Fence froze run again. One that runs is
+// unfenced.
+func (e *Engine) Unfence(ctx context.Context, actor, id string, obs Observer) error {
+	return op{actor: actor, name: "unfence", obs: obs}.step("unpause", func() (string, error) {
+		st, err := e.Runtime.State(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		switch st.Status {
+		case runtime.StatusRunning:
+			return "the sandbox ran already", nil
+		case runtime.StatusPaused:
+			return "the sandbox runs again", e.Runtime.Unpause(ctx, id)
+		}
+		return "", fmt.Errorf("sandbox %s is %s: nothing there to thaw", id, st.Status)
+	})
+}
+
+// PauseCommand is the command line that pauses sandbox id without this
+// process, where the runtime has one (runtime.PauseCommander); nil
+// otherwise.
+func (e *Engine) PauseCommand(id string) []string {
+	if pc, ok := e.Runtime.(runtime.PauseCommander); ok {
+		return pc.PauseCommand(id)
+	}
+	return nil
+}
+
 // Exec runs a command inside a running sandbox and waits for it; a
 // non-zero exit is in the result, not an error.
 func (e *Engine) Exec(ctx context.Context, id string, args []string) (runtime.ExecResult, error) {

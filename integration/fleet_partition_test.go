@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,18 +18,19 @@ import (
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
-// TestFleetPartitionPausesTheCutOffNode cuts one node's agent off the API
+// TestFleetPartitionFencesTheCutOffNode cuts one node's agent off the API
 // server (a TCP proxy between them stops forwarding) while its stasisd
-// runs on. Before its Lease lapses the agent pauses the actor it runs, so
-// that the actor never runs on two nodes (and leaves alone an actor made
-// by hand on the node, whose ID no Actor can have):
+// runs on. The agent renews stasisd's fleet lease no more, and before the
+// node's Lease lapses stasisd freezes the actor (FENCED), so that it never
+// runs on two nodes (and leaves alone an actor made by hand on the node,
+// whose ID no Actor can have):
 //   - with the controller down, nobody rebinds it: when the proxy forwards
-//     again the agent renews its Lease and resumes the actor, its counter
-//     (held in memory only) where it was;
+//     again the agent renews both leases and stasisd thaws the actor, its
+//     counter (held in memory only) where it was;
 //   - with the controller up, the actor is bound to the other node and
-//     started there while the cut-off copy stays paused; when the proxy
+//     started there while the cut-off copy stays frozen; when the proxy
 //     forwards again, the agent removes that copy without running it.
-func TestFleetPartitionPausesTheCutOffNode(t *testing.T) {
+func TestFleetPartitionFencesTheCutOffNode(t *testing.T) {
 	f := newFleet(t)
 	ctx := context.Background()
 	f.addNode("node-a")
@@ -56,14 +58,14 @@ func TestFleetPartitionPausesTheCutOffNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A partition with nobody to rebind: paused, then resumed as it was.
+	// A partition with nobody to rebind: fenced, then thawed as it was.
 	f.controller.kill()
 	proxy.cut()
-	waitForLong(t, "node-b to pause p1 as its lease lapses", 30*time.Second, func() bool { return state(cut) == api.Paused })
+	waitForLong(t, "node-b to fence p1 as its lease lapses", 30*time.Second, func() bool { return state(cut) == api.Fenced })
 	proxy.heal()
-	waitForLong(t, "node-b to resume p1 once its lease is renewed", 30*time.Second, func() bool { return state(cut) == api.Running })
+	waitForLong(t, "node-b to thaw p1 once its lease is renewed", 30*time.Second, func() bool { return state(cut) == api.Running })
 	if got := f.counter("p1", "get"); got != want {
-		t.Fatalf("p1's counter after the partition: %s, want %s (it was paused, not restarted)", got, want)
+		t.Fatalf("p1's counter after the partition: %s, want %s (it was frozen, not restarted)", got, want)
 	}
 	if s := f.actor("p1").Status; s.Node != "node-b" || !running(s) {
 		t.Fatalf("p1 after a partition nobody acted on: %+v", s)
@@ -82,8 +84,8 @@ func TestFleetPartitionPausesTheCutOffNode(t *testing.T) {
 		}
 		return running(s) && s.Node == "node-a"
 	})
-	if st := state(cut); st != api.Paused {
-		t.Fatalf("node-b's copy of p1, bound elsewhere, is %q; want paused", st)
+	if st := state(cut); st != api.Fenced {
+		t.Fatalf("node-b's copy of p1, bound elsewhere, is %q; want fenced", st)
 	}
 	proxy.heal()
 	waitForLong(t, "node-b to remove its copy", time.Minute, func() bool {
@@ -94,8 +96,8 @@ func TestFleetPartitionPausesTheCutOffNode(t *testing.T) {
 	if st := stateOf(cut, "hand_made"); st != api.Running {
 		t.Fatalf("the actor made by hand on node-b is %q after node-b removed p1; want it running, left alone", st)
 	}
-	if !cut.agent.logHas("paused: this node's lease lapses unrenewed") || !cut.agent.logHas("removing this node's copy without running it") {
-		t.Error("node-b's agent did not say it paused and then removed its copy")
+	if !strings.Contains(cut.d.logText(), "kind=fence") || !cut.agent.logHas("removing this node's copy without running it") {
+		t.Error("node-b's stasisd did not fence p1, or its agent did not say it removed its copy")
 	}
 }
 

@@ -295,7 +295,10 @@ func newKubeProc(t *testing.T, name string, args ...string) *kubeProc {
 }
 
 // logHas tells whether the process's log holds s.
-func (p *kubeProc) logHas(s string) bool {
+func (p *kubeProc) logHas(s string) bool { return strings.Contains(p.logText(), s) }
+
+// logText is the process's log so far.
+func (p *kubeProc) logText() string {
 	data, _ := os.ReadFile(p.log.Name())
-	return strings.Contains(string(data), s)
+	return string(data)
 }

@@ -33,8 +33,10 @@ import (
 )
 
 // schemaVersion is the journal format this package writes and reads.
-// Version 1 journals (no error codes, no deadlines) are upgraded on open.
-const schemaVersion = 2
+// Older journals (1: no error codes, no deadlines; 2: no fleet lease) are
+// upgraded on open; a stasisd that knows no fleet lease refuses a journal
+// that may hold one, as it would not fence.
+const schemaVersion = 3
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -96,6 +98,13 @@ CREATE INDEX IF NOT EXISTS events_by_actor ON events(actor, seq);
 var upgrades = []string{
 	`ALTER TABLE operations ADD COLUMN error_code TEXT NOT NULL DEFAULT '';
 	 ALTER TABLE operations ADD COLUMN deadline TEXT NOT NULL DEFAULT '';`,
+	`CREATE TABLE lease (
+		id INTEGER PRIMARY KEY CHECK (id = 1),
+		holder TEXT NOT NULL,
+		until_ns INTEGER NOT NULL,
+		bound TEXT NOT NULL,
+		renewed_at TEXT NOT NULL
+	);`,
 }
 
 // DefaultReserve is the disk space kept beside the journal for the writes

@@ -183,6 +183,15 @@ type GPUAgent interface {
 	GPUResume(ctx context.Context, id string, devices gpu.DeviceMap) (GPUReport, error)
 }
 
+// PauseCommander is a Runtime whose sandboxes another program can pause
+// with a command line, without the process that drives them: a fleet agent
+// fences the sandboxes of a node whose stasisd does not answer with it.
+type PauseCommander interface {
+	// PauseCommand is the command line (program first) that pauses
+	// sandbox id.
+	PauseCommand(id string) []string
+}
+
 // GPUReport is what a GPU step did inside a sandbox: the part of
 // stasis-cuda's --json report (cuda/group.Report) that the engine reads,
 // decoded from the same JSON.

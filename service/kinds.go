@@ -45,6 +45,9 @@ const (
 	recoverDelete
 	// recoverRelease: finish stopping a paused actor's kept sandbox.
 	recoverRelease
+	// recoverFence: FENCED when the sandbox is frozen, RUNNING when it
+	// runs (the fence loop acts again), CRASHED when it is gone.
+	recoverFence
 )
 
 var (
@@ -64,11 +67,17 @@ var (
 	// actor stays PAUSED throughout.
 	opRelease = &opKind{name: "release", from: []api.State{api.Paused}, during: api.Paused, target: api.Paused,
 		deadline: 10 * time.Minute, recovery: recoverRelease}
+	// opFence freezes a running actor whose node's fleet lease lapsed;
+	// opUnfence thaws it (fence.go).
+	opFence = &opKind{name: "fence", from: []api.State{api.Running}, during: api.Fenced, target: api.Fenced,
+		deadline: time.Minute, recovery: recoverFence}
+	opUnfence = &opKind{name: "unfence", from: []api.State{api.Fenced}, during: api.Resuming, target: api.Running,
+		deadline: time.Minute, recovery: recoverFence}
 )
 
 // opKinds lists every kind, by name, for the journal's records and the
 // deadline configuration.
-var opKinds = []*opKind{opRun, opPause, opSuspend, opResume, opDelete, opGolden, opRelease}
+var opKinds = []*opKind{opRun, opPause, opSuspend, opResume, opDelete, opGolden, opRelease, opFence, opUnfence}
 
 func kindNamed(name string) *opKind {
 	for _, k := range opKinds {

@@ -39,6 +39,9 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 	if err := checkName("actor", req.ID); err != nil {
 		return api.Actor{}, err
 	}
+	if err := s.leaseAllows(req.ID); err != nil {
+		return api.Actor{}, err
+	}
 	if req.FromStored != "" {
 		switch {
 		case req.Cold:
@@ -370,8 +373,15 @@ func (s *Service) adopt(ctx context.Context, snap journal.Snapshot) error {
 
 // Resume brings a PAUSED, SUSPENDED or CRASHED actor back from its latest
 // snapshot, fetched from the store when it is not on this node. On failure
-// the actor is left as it was, its snapshot intact.
+// the actor is left as it was, its snapshot intact. A FENCED actor's
+// sandbox is thawed instead (fence.go).
 func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	if err := s.leaseAllows(req.ID); err != nil {
+		return api.Actor{}, err
+	}
+	if a, err := s.journal.Actor(ctx, req.ID); err == nil && api.State(a.State) == api.Fenced {
+		return s.resumeFenced(ctx, req)
+	}
 	a, err := s.run(ctx, request{kind: opResume, actor: req.ID, requestID: req.RequestID,
 		prepare: func(before journal.Actor) (opArgs, error) {
 			if before.Snapshot == "" {

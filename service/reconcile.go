@@ -103,6 +103,8 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 		if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
 			out.reason = fmt.Sprintf("%s; its kept sandbox could not be stopped (%v): resume loads its snapshot", at, err)
 		}
+	case recoverFence:
+		out = recoverFenced(st, at, o.actor)
 	case recoverDelete:
 		if _, err := s.finishDelete(ctx, o); err != nil {
 			out = outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the delete could not be finished, run it again: %v", at, err)}
@@ -216,6 +218,18 @@ func (s *Service) recoverResume(ctx context.Context, o *operation, st runtime.St
 	return outcome{state: o.args.Previous, reason: at + "; the resume was rolled back, the snapshot is intact"}
 }
 
+// recoverFenced settles a fence or unfence by what the sandbox is: the
+// fence loop acts again on what the lease then says.
+func recoverFenced(st runtime.Status, at string, a journal.Actor) outcome {
+	switch st {
+	case runtime.StatusPaused:
+		return outcome{state: api.Fenced, reason: at + "; its sandbox is frozen"}
+	case runtime.StatusRunning:
+		return outcome{state: api.Running, reason: at + "; its sandbox runs"}
+	}
+	return outcome{state: api.Crashed, reason: at + "; its sandbox is gone" + resumable(a)}
+}
+
 // check compares a stable actor with its sandbox.
 func (s *Service) check(ctx context.Context, a journal.Actor) error {
 	st, err := s.eng.Status(ctx, a.Sandbox)
@@ -223,9 +237,22 @@ func (s *Service) check(ctx context.Context, a journal.Actor) error {
 		return err
 	}
 	switch api.State(a.State) {
-	case api.Running:
-		if st == runtime.StatusRunning {
+	case api.Running, api.Fenced:
+		switch {
+		case st == runtime.StatusRunning && api.State(a.State) == api.Running,
+			st == runtime.StatusPaused && api.State(a.State) == api.Fenced:
 			return nil
+		case st == runtime.StatusPaused:
+			// Frozen without stasisd: by the fleet agent, which fences a
+			// node whose stasisd does not answer, or by hand. Nothing is
+			// lost; the fence loop thaws it if the fleet lease binds it.
+			reason := "its sandbox was found frozen when stasisd started (fenced by the fleet agent while stasisd did not answer, or paused by hand); resume it, or let a renewal of the fleet lease thaw it"
+			s.event(a.ID, "", "reconcile", reason, 0, nil)
+			return s.journal.SetActor(ctx, a.ID, string(api.Fenced), reason)
+		case st == runtime.StatusRunning:
+			reason := "its sandbox was found running when stasisd started, though it was fenced"
+			s.event(a.ID, "", "reconcile", reason, 0, nil)
+			return s.journal.SetActor(ctx, a.ID, string(api.Running), reason)
 		}
 		_ = s.eng.Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
 		reason := fmt.Sprintf("the sandbox vanished while the actor was running (runtime: %s)%s", st, resumable(a))

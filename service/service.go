@@ -77,6 +77,7 @@ type Service struct {
 	eng     *engine.Engine
 	journal *journal.Journal
 	metrics *Metrics
+	lease   *fleetLease
 
 	mu sync.Mutex
 	// done is closed when the operation with that id ends in this process;
@@ -110,7 +111,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if !j.Reserved() && cfg.JournalReserve >= 0 {
 		cfg.Log.Warn("the journal's disk reserve could not be made (the disk is nearly full); an operation that ends on a full disk may not be recorded until there is room", "data", cfg.DataDir)
 	}
-	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}}
+	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}, lease: newFleetLease()}
+	if err := s.lease.load(ctx, j); err != nil {
+		j.Close()
+		return nil, err
+	}
 	s.metrics = newMetrics(s)
 	return s, nil
 }

@@ -17,7 +17,11 @@ func newAgent(g *globals) *cobra.Command {
 		Long: `Agent publishes this node's fingerprint on its Node (an annotation and labels,
 NVIDIA GPU Feature Discovery's names where they exist) and a Lease, and runs the
 Actors bound to this node through the local stasisd. Before its first lease it removes
-this node's copies of actors bound elsewhere, without running them.`,
+this node's copies of actors bound elsewhere, without running them. It renews the
+Lease only while stasisd answers, and after each renewal renews stasisd's own fleet
+lease, whose lapse makes stasisd freeze the node's actors (docs/kubernetes.md,
+"Fencing"); when stasisd does not answer, it freezes them itself with the runsc
+commands stasisd gave it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kube, _, err := g.client()

@@ -16,7 +16,7 @@ import (
 )
 
 func newNode(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "node", Short: "This node's fingerprint and its scheduling labels"}
+	cmd := &cobra.Command{Use: "node", Short: "This node's fingerprint, its scheduling labels and its fleet lease"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "info",
 		Short: "Print the facts a snapshot's restore depends on: GPUs, driver, kernel, CPU, runtime",
@@ -36,7 +36,7 @@ fingerprints are what "stasis snapshot check --node FILE" places snapshots on.`,
 			}
 			return g.print(f, text)
 		},
-	}, newNodeLabels(g), newNodeTune(g))
+	}, newNodeLabels(g), newNodeTune(g), newNodeLease(g))
 	return cmd
 }
 

@@ -211,6 +211,12 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	log.Info("journal reconciled", "duration", time.Since(start).String())
+	// A fleet lease that lapsed while stasisd was down fences before
+	// anything is served.
+	if err := svc.EnforceLease(ctx); err != nil {
+		return err
+	}
+	svc.KeepFencing(ctx, service.DefaultFenceCheck)
 	svc.KeepReleasing(ctx, service.DefaultKeepCheck)
 	ln, err := listen(o.Socket, os.FileMode(mode))
 	if err != nil {

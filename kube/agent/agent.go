@@ -5,9 +5,16 @@
 // writing their status. It runs an actor only while the actor is bound to
 // its node: a copy of one bound elsewhere (the node was drained, or lost
 // and came back) is removed without running, before the agent first renews
-// its Lease; and while the Lease cannot be renewed (the API server out of
-// reach), the actors it runs are paused before the Lease lapses, so that
-// none still runs here when the controller binds it elsewhere.
+// its Lease.
+//
+// The fence does not rest on the agent: after each renewal of its Lease the
+// agent renews stasisd's own fleet lease (api.LeaseRequest) until three
+// quarters of the Lease's duration, and stasisd freezes the node's fleet
+// actors when that lapses, whether the agent hung, died or lost the API
+// server. The Lease is renewed only while stasisd answers, so that a node
+// whose stasisd is dead or hung is counted lost; its actors' status says
+// so, and the agent freezes their sandboxes itself with the commands
+// stasisd gave it, as stasisd cannot.
 package agent
 
 import (
@@ -15,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -23,9 +31,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/api"
@@ -61,6 +69,25 @@ type Agent struct {
 	// RenewTime of the last renewal that succeeded plus its duration (zero
 	// before the first).
 	leaseUntil time.Time
+	// fleetUntil is when stasisd's fleet lease, as last renewed, lapses;
+	// fencedFor is the fleetUntil the agent last fenced for itself.
+	fleetUntil, fencedFor time.Time
+	// fenceCommands freeze the sandboxes of the fleet actors that may
+	// run, as stasisd last said (api.Lease).
+	fenceCommands [][]string
+	// stasisdDown is what the last look at stasisd found wrong, and
+	// reported what the actors' status says of it.
+	stasisdDown, reported error
+	// retries holds, per actor, the failed starts that are tried again.
+	retries map[string]retry
+}
+
+// retry is when a failed start is tried again, and how many have failed;
+// never for a permanent failure.
+type retry struct {
+	next      time.Time
+	failures  int
+	permanent bool
 }
 
 // Run fences, publishes and serves until ctx ends.
@@ -74,13 +101,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.Workers <= 0 {
 		a.Workers = 8
 	}
+	a.retries = map[string]retry{}
 	var err error
 	if a.fingerprint, err = a.Stasisd.NodeInfo(ctx); err != nil {
 		return fmt.Errorf("this node's fingerprint from stasisd: %w", err)
 	}
 	// The fence comes first: until it has run, this node holds no live
 	// lease, so nothing is placed here, and nothing bound elsewhere runs.
-	if err := a.pass(ctx); err != nil {
+	// Serving starts once the lease is taken.
+	if err := a.pass(ctx, false); err != nil {
 		return fmt.Errorf("first pass over the actors: %w", err)
 	}
 	if err := a.publish(ctx); err != nil {
@@ -96,13 +125,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.Log.Warn("lease not renewed", "err", err)
 		}
 	})
-	tick.Every(ctx, a.LeaseDuration/10, func() {
-		if a.leaseLapsing() {
-			a.pauseAll(ctx)
-		}
-	})
+	tick.Every(ctx, a.LeaseDuration/10, func() { a.fenceWithoutStasisd(ctx) })
 	stop := tick.Every(ctx, a.Interval, func() {
-		if err := a.pass(ctx); err != nil && ctx.Err() == nil {
+		if err := a.pass(ctx, true); err != nil && ctx.Err() == nil {
 			a.Log.Warn("pass over the actors", "err", err)
 		}
 	})
@@ -142,11 +167,25 @@ func (a *Agent) publish(ctx context.Context) error {
 
 // renew takes or renews the node's Lease, giving up after the Lease's
 // duration: a renewal that slow would renew nothing, and one stuck on an
-// unreachable API server must not hold back the next.
+// unreachable API server must not hold back the next. The Lease is renewed
+// only while stasisd answers, and stasisd's fleet lease after it.
 func (a *Agent) renew(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, a.LeaseDuration)
 	defer cancel()
 	start := time.Now()
+	err := a.lookAtStasisd(ctx)
+	a.reportStasisd(ctx)
+	if err != nil {
+		return fmt.Errorf("stasisd does not answer, so this node's lease is not renewed: %w", err)
+	}
+	if err := a.renewLease(ctx, start); err != nil {
+		return err
+	}
+	return a.renewFleetLease(ctx, start)
+}
+
+// renewLease takes or renews the node's Lease, from start.
+func (a *Agent) renewLease(ctx context.Context, start time.Time) error {
 	now := metav1.NewMicroTime(start)
 	secs := int32(a.LeaseDuration / time.Second)
 	renewed := func(err error) error {
@@ -176,10 +215,142 @@ func (a *Agent) renew(ctx context.Context) error {
 	return renewed(a.Kube.Update(ctx, &lease))
 }
 
+// renewFleetLease renews stasisd's fleet lease after a renewal of the
+// node's Lease from start: until three quarters of the Lease's duration
+// (the quarter left is for the fence, and covers a small clock skew with
+// the controller), binding here the actors the API server now says are
+// bound here.
+func (a *Agent) renewFleetLease(ctx context.Context, start time.Time) error {
+	var list stasisv1.ActorList
+	if err := a.Kube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
+		return fmt.Errorf("the actors bound here, for stasisd's fleet lease: %w", err)
+	}
+	var bound []string
+	for _, actor := range list.Items {
+		if actor.Status.Node == a.Node {
+			bound = append(bound, actor.Name)
+		}
+	}
+	until := start.Add(a.LeaseDuration - a.LeaseDuration/4)
+	validFor := time.Until(until)
+	if validFor <= 0 {
+		return fmt.Errorf("the renewal took %s, past the fleet lease it would renew", time.Since(start).Round(time.Millisecond))
+	}
+	l, err := a.Stasisd.RenewLease(ctx, api.LeaseRequest{Holder: "stasis-kube agent of node " + a.Node, ValidForSeconds: validFor.Seconds(), Bound: bound})
+	if err != nil {
+		return fmt.Errorf("renew stasisd's fleet lease: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if until.After(a.fleetUntil) {
+		a.fleetUntil = until
+	}
+	a.fenceCommands = l.FenceCommands
+	return nil
+}
+
+// lookAtStasisd asks stasisd where its fleet lease stands, within a sixth
+// of the Lease's duration, and keeps its fence commands; the error says
+// why it does not answer.
+func (a *Agent) lookAtStasisd(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, a.LeaseDuration/6)
+	defer cancel()
+	l, err := a.Stasisd.Lease(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stasisdDown = err
+	if err == nil {
+		a.fenceCommands = l.FenceCommands
+	}
+	return err
+}
+
+// reportStasisd writes, when it changed, whether stasisd answers into the
+// status of every actor bound here.
+func (a *Agent) reportStasisd(ctx context.Context) {
+	a.mu.Lock()
+	down, reported := a.stasisdDown, a.reported
+	a.mu.Unlock()
+	if (down == nil) == (reported == nil) && (down == nil || down.Error() == reported.Error()) {
+		return
+	}
+	var list stasisv1.ActorList
+	if err := a.Kube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
+		return // the next renewal tries again
+	}
+	for i := range list.Items {
+		actor := &list.Items[i]
+		if actor.Status.Node != a.Node {
+			continue
+		}
+		if err := a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) { a.stasisdCondition(s) }); err != nil {
+			a.Log.Warn("actor status", "actor", actor.Name, "err", err)
+			return
+		}
+	}
+	a.mu.Lock()
+	a.reported = down
+	a.mu.Unlock()
+	if down != nil {
+		a.Log.Warn("stasisd does not answer: this node's lease is not renewed, and its actors move elsewhere when it lapses", "err", down)
+	} else {
+		a.Log.Info("stasisd answers again")
+	}
+}
+
+// stasisdCondition sets the StasisdAvailable condition, and while stasisd
+// does not answer the reason, in s.
+func (a *Agent) stasisdCondition(s *stasisv1.ActorStatus) {
+	a.mu.Lock()
+	down := a.stasisdDown
+	a.mu.Unlock()
+	c := metav1.Condition{Type: stasisv1.ConditionStasisd, Status: metav1.ConditionTrue, Reason: "Answers", Message: "stasisd on node " + a.Node + " answers"}
+	if down != nil {
+		c = metav1.Condition{Type: stasisv1.ConditionStasisd, Status: metav1.ConditionFalse, Reason: "DoesNotAnswer",
+			Message: fmt.Sprintf("stasisd on node %s does not answer (%v): the node's lease is no longer renewed, and the actor is started on another node when it lapses", a.Node, down)}
+		s.Reason = c.Message
+	}
+	meta.SetStatusCondition(&s.Conditions, c)
+}
+
+// fenceWithoutStasisd freezes the sandboxes of the fleet actors that may
+// run here, with the commands stasisd gave, once stasisd's fleet lease has
+// lapsed while stasisd does not answer (killed, hung): stasisd would have
+// fenced them itself. It runs once per lapse.
+func (a *Agent) fenceWithoutStasisd(ctx context.Context) {
+	a.mu.Lock()
+	until, fenced := a.fleetUntil, a.fencedFor
+	a.mu.Unlock()
+	if until.IsZero() || !fenced.Before(until) {
+		return
+	}
+	err := a.lookAtStasisd(ctx)
+	if err == nil || time.Now().Before(until) {
+		return
+	}
+	a.mu.Lock()
+	cmds := a.fenceCommands
+	a.fencedFor = until
+	a.mu.Unlock()
+	a.Log.Warn("stasisd's fleet lease lapsed while stasisd does not answer: freezing its fleet actors' sandboxes here", "sandboxes", len(cmds), "err", err)
+	for _, argv := range cmds {
+		if len(argv) == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out, err := exec.CommandContext(cctx, argv[0], argv[1:]...).CombinedOutput()
+		cancel()
+		if err != nil {
+			a.Log.Warn("a fence command failed", "command", strings.Join(argv, " "), "err", err, "output", strings.TrimSpace(string(out)))
+		}
+	}
+}
+
 // leaseLapsing says whether the Lease, once taken, is in the last quarter
 // of its duration without a renewal: the controller may soon count the
-// node lost and bind its actors elsewhere. The quarter (3.75 s of the
-// default 15 s) leaves time to pause them, and covers a small clock skew
+// node lost and bind its actors elsewhere, and stasisd's fleet lease, which
+// ends where the quarter begins, has lapsed. The quarter (3.75 s of the
+// default 15 s) leaves time to fence them, and covers a small clock skew
 // between this node and the controller's.
 func (a *Agent) leaseLapsing() bool {
 	a.mu.Lock()
@@ -187,36 +358,14 @@ func (a *Agent) leaseLapsing() bool {
 	return !a.leaseUntil.IsZero() && time.Now().After(a.leaseUntil.Add(-a.LeaseDuration/4))
 }
 
-// pauseAll pauses every actor running on this node, as its Lease lapses
-// unrenewed: by the time the controller counts the node lost and binds them
-// elsewhere, none runs here too. They stay paused, in memory, until the
-// Lease is renewed; then the pass resumes those still bound here and
-// removes those bound elsewhere.
-func (a *Agent) pauseAll(ctx context.Context) {
-	local, err := a.Stasisd.ListActors(ctx)
-	if err != nil {
-		a.Log.Warn("this node's lease lapses unrenewed, and stasisd's actors could not be listed to pause them", "err", err)
-		return
-	}
-	for _, l := range fleetActors(local) {
-		if l.State != api.Running {
-			continue
-		}
-		if _, err := a.Stasisd.Pause(ctx, api.OpRequest{ID: l.ID}); err != nil {
-			a.Log.Warn("this node's lease lapses unrenewed, and an actor could not be paused", "actor", l.ID, "err", err)
-			continue
-		}
-		a.Log.Info("paused: this node's lease lapses unrenewed, and the actor may be bound elsewhere", "actor", l.ID)
-	}
-}
-
 // fleetActors keeps the local actors that can be copies of Actors: those
-// whose ID is a Kubernetes object name. The rest (the actor warming a
-// template, one made by hand on the node) are none of the agent's.
+// whose ID is a Kubernetes object name (api.FleetActorID, which stasisd's
+// fleet lease covers too). The rest (the actor warming a template, one made
+// by hand on the node) are none of the agent's.
 func fleetActors(local []api.Actor) []api.Actor {
 	var out []api.Actor
 	for _, l := range local {
-		if len(validation.IsDNS1123Subdomain(l.ID)) == 0 {
+		if api.FleetActorID(l.ID) {
 			out = append(out, l)
 		}
 	}
@@ -224,13 +373,15 @@ func fleetActors(local []api.Actor) []api.Actor {
 }
 
 // pass looks at every Actor of the namespace and every actor of the local
-// stasisd once, acting on up to Workers at a time.
-func (a *Agent) pass(ctx context.Context) error {
+// stasisd once, acting on up to Workers at a time: it removes the copies of
+// actors not bound here and, with serve, brings those bound here to what
+// their spec asks.
+func (a *Agent) pass(ctx context.Context, serve bool) error {
 	// Nothing is run or resumed here on a Lease about to lapse: it is
-	// renewed first, or the actors stay as they are (paused).
-	if a.leaseLapsing() {
+	// renewed first, or the actors stay as they are (fenced by stasisd).
+	if serve && a.leaseLapsing() {
 		if err := a.renew(ctx); err != nil {
-			return fmt.Errorf("this node's lease lapses and could not be renewed, so its actors stay paused: %w", err)
+			return fmt.Errorf("this node's lease lapses and could not be renewed, so nothing is started here: %w", err)
 		}
 	}
 	var list stasisv1.ActorList
@@ -273,12 +424,22 @@ func (a *Agent) pass(ctx context.Context) error {
 			}
 			continue
 		}
+		if !serve {
+			continue
+		}
 		var lp *api.Actor
 		if ok {
 			lp = &l
 		}
 		do(actor.Name, func(ctx context.Context) error { return a.serve(ctx, actor.Name, lp) })
 	}
+	a.mu.Lock()
+	for name := range a.retries {
+		if !names[name] {
+			delete(a.retries, name)
+		}
+	}
+	a.mu.Unlock()
 	for id := range here {
 		if !names[id] {
 			// The Actor was deleted: so is its copy here (its stored
@@ -319,19 +480,31 @@ func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error 
 	if want == "" {
 		want = stasisv1.PhaseRunning
 	}
+	if local != nil && local.State == api.Fenced {
+		// stasisd froze it when its fleet lease lapsed; the renewal that
+		// binds it here thaws it.
+		return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) {
+			s.Phase, s.Reason = stasisv1.PhaseFenced, local.Reason
+			a.stasisdCondition(s)
+		})
+	}
 	if actor.Status.Evict || want == stasisv1.PhaseSuspended {
 		return a.release(ctx, &actor, local, want)
 	}
 	if local == nil {
-		if actor.Status.Phase == stasisv1.PhaseFailed && actor.Status.ObservedGeneration == actor.Generation {
-			return nil // it failed here; a new spec tries again
+		if actor.Status.Phase == stasisv1.PhaseFailed && actor.Status.ObservedGeneration == actor.Generation && !a.retryDue(name) {
+			return nil // it failed here for good, or waits for its retry; a new spec tries again
 		}
 		started, err := a.start(ctx, &actor)
 		if err != nil {
+			why := a.failed(name, err)
 			return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) {
-				s.Phase, s.Reason = stasisv1.PhaseFailed, fmt.Sprintf("node %s could not start it: %v", a.Node, err)
+				s.Phase, s.Reason = stasisv1.PhaseFailed, fmt.Sprintf("node %s could not start it: %v; %s", a.Node, err, why)
 			})
 		}
+		a.mu.Lock()
+		delete(a.retries, name)
+		a.mu.Unlock()
 		local = &started
 	}
 	var err error
@@ -349,7 +522,59 @@ func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error 
 		if local.Snapshot != nil && local.Snapshot.Stored != "" {
 			s.Snapshot = local.Snapshot.Stored
 		}
+		a.stasisdCondition(s)
 	})
+}
+
+// Retries of failed starts: the first after retryBase, each later one
+// after twice the wait before, up to retryMax.
+const (
+	retryBase = 2 * time.Second
+	retryMax  = 2 * time.Minute
+)
+
+// retryable says whether a failed start may work when tried again: when
+// its cause can pass (stasisd or the store unavailable, a deadline, a
+// node short of room, a template not yet created), not when the request
+// cannot work on this node as it stands (a snapshot this node cannot
+// restore, a refused or malformed request, data that is damaged).
+func retryable(err error) bool {
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	for _, permanent := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition, errdefs.ErrPermissionDenied, errdefs.ErrCorrupt} {
+		if errors.Is(err, permanent) {
+			return false
+		}
+	}
+	return true
+}
+
+// failed records a failed start of actor name and says what comes of it,
+// for its status.
+func (a *Agent) failed(name string, err error) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.retries[name]
+	r.failures++
+	if !retryable(err) {
+		r.permanent = true
+		a.retries[name] = r
+		return "change the Actor's spec to try again"
+	}
+	wait := min(retryBase<<min(r.failures-1, 16), retryMax)
+	r.next = time.Now().Add(wait)
+	a.retries[name] = r
+	return fmt.Sprintf("tried again in %s (failure %d)", wait, r.failures)
+}
+
+// retryDue says whether a failed actor's retry is due: its wait is over,
+// or this agent never saw it fail (it started since), so tries once.
+func (a *Agent) retryDue(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.retries[name]
+	return !ok || !r.permanent && !time.Now().Before(r.next)
 }
 
 // start runs the actor on this node's stasisd: from its last stored
@@ -357,6 +582,7 @@ func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error 
 // the store when it has one, else from the template (booted, or from a
 // golden snapshot of this node's own).
 func (a *Agent) start(ctx context.Context, actor *stasisv1.Actor) (api.Actor, error) {
+	a.Log.Info("starting", "actor", actor.Name, "template", actor.Spec.Template, "placement", actor.Status.Placement)
 	t, err := a.ensureTemplate(ctx, actor.Spec.Template)
 	if err != nil {
 		return api.Actor{}, err
@@ -367,7 +593,9 @@ func (a *Agent) start(ctx context.Context, actor *stasisv1.Actor) (api.Actor, er
 	}
 	req := api.RunRequest{Template: actor.Spec.Template, ID: actor.Name, FromStored: from,
 		RequestID: fmt.Sprintf("%s-%d", actor.UID, actor.Status.Placement)}
-	a.Log.Info("starting", "actor", actor.Name, "fromStored", req.FromStored)
+	if from != "" {
+		a.Log.Info("starting from a stored snapshot", "actor", actor.Name, "fromStored", from)
+	}
 	return a.Stasisd.Run(ctx, req)
 }
 

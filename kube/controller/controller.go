@@ -19,6 +19,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/compat"
@@ -47,7 +48,26 @@ type Controller struct {
 	// but one that no pass needs any more is let go, so the cache stays
 	// as small as the actors being placed.
 	manifests, lastManifests map[string]*snapshot.Manifest
+	// waits holds, per actor, when an actor that could not be decided on
+	// (its template missing, its snapshot's manifest unreadable) is looked
+	// at again, and how long it waited last.
+	waits map[types.UID]wait
 }
+
+// wait is when an actor is looked at again after a failure, unless its
+// spec changes (its generation).
+type wait struct {
+	next       time.Time
+	last       time.Duration
+	generation int64
+}
+
+// Waits after a failure to decide: the first waitBase, each later one
+// twice the one before, up to waitMax.
+const (
+	waitBase = time.Second
+	waitMax  = 30 * time.Second
+)
 
 // Run places and moves actors until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
@@ -86,12 +106,21 @@ func (c *Controller) Pass(ctx context.Context) error {
 			load[a.Status.Node]++
 		}
 	}
+	if c.waits == nil {
+		c.waits = map[types.UID]wait{}
+	}
+	seen := map[types.UID]bool{}
 	for i := range actors.Items {
 		a := &actors.Items[i]
+		seen[a.UID] = true
+		if w := c.waits[a.UID]; w.generation == a.Generation && time.Now().Before(w.next) {
+			continue
+		}
 		edit, err := c.decide(ctx, a, nodes, load)
 		if err != nil {
-			c.Log.Warn("actor", "actor", a.Name, "err", err)
-			continue
+			edit = c.refused(a, err)
+		} else {
+			delete(c.waits, a.UID)
 		}
 		if edit == nil {
 			continue
@@ -110,7 +139,27 @@ func (c *Controller) Pass(ctx context.Context) error {
 			c.Log.Info("bound", "actor", a.Name, "node", a.Status.Node, "from", before, "reason", a.Status.Reason)
 		}
 	}
+	for uid := range c.waits {
+		if !seen[uid] {
+			delete(c.waits, uid)
+		}
+	}
 	return nil
+}
+
+// refused waits longer before the next look at an actor that could not be
+// decided on, and says why in its status (the binding untouched).
+func (c *Controller) refused(a *stasisv1.Actor, err error) func(*stasisv1.ActorStatus) {
+	w := c.waits[a.UID]
+	w.last = min(max(2*w.last, waitBase), waitMax)
+	w.next, w.generation = time.Now().Add(w.last), a.Generation
+	c.waits[a.UID] = w
+	c.Log.Info("actor waits", "actor", a.Name, "err", err, "retry", w.last.String())
+	reason := fmt.Sprintf("%v; looked at again in %s", err, w.last)
+	if a.Status.Node != "" {
+		return nil
+	}
+	return func(s *stasisv1.ActorStatus) { s.Phase, s.Reason = stasisv1.PhasePending, reason }
 }
 
 // decide says how an actor's binding changes, or nil.
@@ -198,8 +247,10 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 		return "", "no node fits: " + strings.Join(refused, "; "), nil
 	}
 	var t stasisv1.ActorTemplate
-	if err := c.Kube.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Template}, &t); err != nil {
-		return "", "", fmt.Errorf("template %s: %w", a.Spec.Template, err)
+	if err := c.Kube.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Template}, &t); apierrors.IsNotFound(err) {
+		return "", "", fmt.Errorf("its ActorTemplate %s does not exist in namespace %s: create it, or name another in spec.template", a.Spec.Template, a.Namespace)
+	} else if err != nil {
+		return "", "", fmt.Errorf("its ActorTemplate %s: %w", a.Spec.Template, err)
 	}
 	// The snapshot it starts from: its own last one, else its template's
 	// golden one; a node must be able to restore it.

@@ -131,6 +131,14 @@ func (r *Runsc) Pause(ctx context.Context, id string) error {
 	return err
 }
 
+// PauseCommand is runsc pause of container id, with this runtime's
+// state folder (runtime.PauseCommander).
+func (r *Runsc) PauseCommand(id string) []string {
+	return append(append([]string{r.path}, r.GlobalFlags()...), "pause", id)
+}
+
+var _ runtime.PauseCommander = (*Runsc)(nil)
+
 func (r *Runsc) Unpause(ctx context.Context, id string) error {
 	_, err := r.run(ctx, invocation{args: []string{"resume", id}})
 	return err

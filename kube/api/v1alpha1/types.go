@@ -99,9 +99,19 @@ const (
 	// to resume on another.
 	PhaseMoving Phase = "Moving"
 	// PhaseFailed (status only): its node could not start it; the reason
-	// says why.
+	// says why, and whether it is tried again.
 	PhaseFailed Phase = "Failed"
+	// PhaseFenced (status only): its node's stasisd froze it where it
+	// stood because the node's lease lapsed; a renewal that finds it
+	// still bound there thaws it, and a node that finds it bound
+	// elsewhere removes it.
+	PhaseFenced Phase = "Fenced"
 )
+
+// ConditionStasisd is the condition type that says whether the stasisd of
+// the actor's node answers its agent. While it does not, the node's Lease
+// is not renewed, and the actor moves to another node when it lapses.
+const ConditionStasisd = "StasisdAvailable"
 
 // Actor is one actor of the fleet: the controller binds it to a node, that
 // node's agent runs it through its stasisd.
@@ -127,6 +137,8 @@ type Actor struct {
 type ActorSpec struct {
 	// Template names the ActorTemplate, in the actor's namespace.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Template string `json:"template"`
 	// Phase is Running (the default), Paused or Suspended.
 	// +kubebuilder:validation:Enum=Running;Paused;Suspended
@@ -134,6 +146,7 @@ type ActorSpec struct {
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 	// Node pins the actor to one node; the controller moves it there.
+	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Node string `json:"node,omitempty"`
 }
@@ -149,12 +162,14 @@ type ActorStatus struct {
 	// runs an actor only while it is bound to the agent's node, and a
 	// node that comes back after its actors were placed elsewhere removes
 	// its copies without running them.
+	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Placement int64 `json:"placement,omitempty"`
 	// Evict asks the bound node to suspend the actor to the store and
 	// release it (a drain, or a move to spec.node).
 	// +optional
 	Evict bool `json:"evict,omitempty"`
+	// +kubebuilder:validation:Enum=Running;Paused;Suspended;Pending;Moving;Failed;Fenced
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 	// Reason says why the actor is where it is: why no node fits, why it
@@ -165,8 +180,12 @@ type ActorStatus struct {
 	// which it resumes from on whatever node it is bound to next.
 	// +optional
 	Snapshot string `json:"snapshot,omitempty"`
+	// +kubebuilder:validation:Minimum=0
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: StasisdAvailable (ConditionStasisd).
+	// +listType=map
+	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }

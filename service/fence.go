@@ -1,0 +1,323 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/runtime"
+)
+
+// Fencing. A fleet agent that runs this node's actors for a cluster holds
+// the node's right to run them as a fleet lease in stasisd (api.Lease),
+// renewed after each renewal of its own lease in the cluster, for less
+// time than that lease has left. While the fleet lease holds, nothing
+// changes. Once it lapses (the agent hung, was killed, or lost the cluster)
+// stasisd itself fences every RUNNING fleet actor, freezing its sandbox
+// where it stands (FENCED), and refuses to run or resume one: by the time
+// the cluster counts the node lost and starts its actors elsewhere, none
+// runs here. A renewal thaws the FENCED actors it lists as still bound
+// here; the fleet removes the others. The lease is in the journal, so a
+// stasisd that starts after it lapsed fences before it serves. Without a
+// lease, nothing is fenced.
+
+// DefaultFenceCheck is how often stasisd compares its actors with the fleet
+// lease: a lapse is acted on within it.
+const DefaultFenceCheck = 100 * time.Millisecond
+
+// fenceRetry is how long an actor whose fence or thaw failed waits before
+// the next try.
+const fenceRetry = 2 * time.Second
+
+// fleetLease is the lease as this process knows it.
+type fleetLease struct {
+	mu sync.Mutex
+	// held is false when no lease is held.
+	held bool
+	rec  journal.Lease
+	// until is rec.Until on this process's monotonic clock when this
+	// process took the renewal, so that a step of the wall clock moves no
+	// lapse.
+	until time.Time
+	// retry holds, per actor, when a failed fence or thaw is tried again.
+	retry map[string]time.Time
+	// kick wakes the fence loop after a renewal.
+	kick chan struct{}
+}
+
+func newFleetLease() *fleetLease {
+	return &fleetLease{retry: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+}
+
+// load reads the lease from the journal, as a start does.
+func (f *fleetLease) load(ctx context.Context, j *journal.Journal) error {
+	rec, held, err := j.Lease(ctx)
+	if err != nil {
+		return fmt.Errorf("the fleet lease: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held, f.rec, f.until = held, rec, rec.Until
+	return nil
+}
+
+// state is the lease now: whether one is held, whether it lapsed, and the
+// actors it binds here.
+func (f *fleetLease) state() (rec journal.Lease, held, lapsed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rec, f.held, f.held && !time.Now().Before(f.until)
+}
+
+// RenewLease takes or renews the fleet lease and wakes the fence loop,
+// which thaws the FENCED actors the renewal lists as bound here.
+func (s *Service) RenewLease(ctx context.Context, req api.LeaseRequest) (api.Lease, error) {
+	if err := checkLeaseRequest(req); err != nil {
+		return api.Lease{}, err
+	}
+	validFor := time.Duration(req.ValidForSeconds * float64(time.Second))
+	bound := slices.Clone(req.Bound)
+	slices.Sort(bound)
+	bound = slices.Compact(bound)
+	f := s.lease
+	f.mu.Lock()
+	until := time.Now().Add(validFor)
+	rec := journal.Lease{Holder: req.Holder, Until: until, Bound: bound}
+	// Written under the lock, so that renewals land in the order taken.
+	err := s.journal.PutLease(ctx, rec)
+	if err == nil {
+		f.held, f.rec, f.until = true, rec, until
+		for _, id := range bound {
+			delete(f.retry, id)
+		}
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return api.Lease{}, fmt.Errorf("record the fleet lease: %w", err)
+	}
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+	return s.Lease(ctx)
+}
+
+func checkLeaseRequest(req api.LeaseRequest) error {
+	switch {
+	case req.Holder == "" || len(req.Holder) > 253 || strings.ContainsFunc(req.Holder, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return fmt.Errorf("%w: the lease's holder %q: name it in 1-253 printable characters", ErrInvalid, req.Holder)
+	case !(req.ValidForSeconds > 0 && req.ValidForSeconds <= api.MaxLeaseSeconds):
+		return fmt.Errorf("%w: a lease valid for %v s: give more than 0 and at most %d", ErrInvalid, req.ValidForSeconds, api.MaxLeaseSeconds)
+	}
+	for _, id := range req.Bound {
+		if err := checkName("actor", id); err != nil {
+			return fmt.Errorf("the lease's bound actors: %w", err)
+		}
+	}
+	return nil
+}
+
+// Lease says where the fleet lease stands, with the FENCED actors and the
+// commands that fence the running fleet actors without stasisd.
+func (s *Service) Lease(ctx context.Context) (api.Lease, error) {
+	rec, held, lapsed := s.lease.state()
+	actors, err := s.journal.Actors(ctx)
+	if err != nil {
+		return api.Lease{}, err
+	}
+	out := api.Lease{Lapsed: lapsed}
+	if held {
+		out.Holder, out.Until, out.Bound = rec.Holder, rec.Until, rec.Bound
+	}
+	for _, a := range actors {
+		switch {
+		case api.State(a.State) == api.Fenced:
+			out.Fenced = append(out.Fenced, a.ID)
+		case held && api.FleetActorID(a.ID) && mayRun(api.State(a.State)):
+			if cmd := s.eng.PauseCommand(a.Sandbox); cmd != nil {
+				out.FenceCommands = append(out.FenceCommands, cmd)
+			}
+		}
+	}
+	return out, nil
+}
+
+// mayRun says whether an actor in state st may have a sandbox that runs:
+// RUNNING, and the states of the operations that start, resume or
+// snapshot one.
+func mayRun(st api.State) bool {
+	switch st {
+	case api.Running, api.Creating, api.Resuming, api.Pausing, api.Suspending:
+		return true
+	}
+	return false
+}
+
+// ReleaseLease gives the fleet lease up: nothing is fenced any more, and
+// the FENCED actors stay so until they are resumed or deleted. For a node
+// that leaves its fleet; an agent never calls it, as its absence must
+// fence.
+func (s *Service) ReleaseLease(ctx context.Context) (api.Lease, error) {
+	f := s.lease
+	f.mu.Lock()
+	err := s.journal.DeleteLease(ctx)
+	if err == nil {
+		f.held, f.rec = false, journal.Lease{}
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return api.Lease{}, fmt.Errorf("give the fleet lease up: %w", err)
+	}
+	s.cfg.Log.Info("the fleet lease was given up: nothing is fenced any more")
+	return s.Lease(ctx)
+}
+
+// leaseAllows refuses to run or resume fleet actor id while the fleet lease
+// has lapsed: the fleet may run it elsewhere.
+func (s *Service) leaseAllows(id string) error {
+	rec, _, lapsed := s.lease.state()
+	if !lapsed || !api.FleetActorID(id) {
+		return nil
+	}
+	return fmt.Errorf("%w: this node's fleet lease (held by %s) lapsed at %s, so actor %s may run on another node: fleet actors neither run nor resume here until the holder renews it (`stasis node lease` shows it; `stasis node lease release` gives it up, for a node that leaves its fleet)",
+		errdefs.ErrUnavailable, rec.Holder, rec.Until.UTC().Format(time.RFC3339), id)
+}
+
+// KeepFencing compares the actors with the fleet lease every interval, and
+// at once after a renewal, until ctx ends.
+func (s *Service) KeepFencing(ctx context.Context, interval time.Duration) {
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			if err := s.EnforceLease(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Log.Warn("the fleet lease could not be enforced", "error", err.Error())
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case <-s.lease.kick:
+			}
+		}
+	}()
+}
+
+// EnforceLease fences, while the fleet lease has lapsed, every RUNNING
+// fleet actor that no operation holds, and thaws, while it holds, every
+// FENCED one it binds here. The actors are acted on at once: a fence must
+// land before the cluster counts the node lost.
+func (s *Service) EnforceLease(ctx context.Context) error {
+	rec, held, lapsed := s.lease.state()
+	if !held {
+		return nil
+	}
+	actors, err := s.journal.Actors(ctx)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, a := range actors {
+		if a.Running != nil || !api.FleetActorID(a.ID) || !s.lease.due(a.ID) {
+			continue
+		}
+		switch st := api.State(a.State); {
+		case lapsed && st == api.Running:
+			why := fmt.Sprintf("this node's fleet lease (held by %s) lapsed at %s: frozen, as another node may run it now", rec.Holder, rec.Until.UTC().Format(time.RFC3339Nano))
+			wg.Go(func() { s.lease.done(a.ID, s.fence(ctx, a.ID, why)) })
+		case !lapsed && st == api.Fenced && slices.Contains(rec.Bound, a.ID):
+			wg.Go(func() {
+				_, err := s.unfence(ctx, a.ID, "", "the fleet lease was renewed by "+rec.Holder+", which says it is bound here")
+				s.lease.done(a.ID, err)
+			})
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// due says whether actor id may be acted on now (no failure waits).
+func (f *fleetLease) due(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !time.Now().Before(f.retry[id])
+}
+
+// done records how acting on actor id ended: a failure waits fenceRetry.
+func (f *fleetLease) done(id string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var busy *journal.BusyError
+	var state *journal.StateError
+	switch {
+	case err == nil, errors.As(err, &busy), errors.As(err, &state):
+		// Done, or another operation took the actor meanwhile: the next
+		// look sees where it ends.
+		delete(f.retry, id)
+	default:
+		f.retry[id] = time.Now().Add(fenceRetry)
+	}
+}
+
+// fence freezes a RUNNING actor's sandbox: FENCED. A sandbox that is gone
+// makes the actor CRASHED, as after any failed operation.
+func (s *Service) fence(ctx context.Context, id, why string) error {
+	_, err := s.run(ctx, request{kind: opFence, actor: id,
+		prepare: func(before journal.Actor) (opArgs, error) { return opArgs{Previous: api.State(before.State)}, nil },
+		body: func(ctx context.Context, o *operation) (outcome, error) {
+			if err := s.eng.Fence(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+				out := s.afterFailure(ctx, o, err)
+				if out.state == api.Running {
+					out.reason = fmt.Sprintf("could not be fenced (%v), tried again in %s: %s", err, fenceRetry, why)
+				}
+				return out, err
+			}
+			return outcome{state: api.Fenced, reason: why}, nil
+		}})
+	if err != nil {
+		s.cfg.Log.Warn("an actor could not be fenced", "actor", id, "error", err.Error())
+	}
+	return err
+}
+
+// unfence lets a FENCED actor's sandbox run again: RUNNING. One that is gone
+// is CRASHED; one that cannot be thawed stays FENCED.
+func (s *Service) unfence(ctx context.Context, id, requestID, why string) (journal.Actor, error) {
+	return s.run(ctx, request{kind: opUnfence, actor: id, requestID: requestID,
+		prepare: func(before journal.Actor) (opArgs, error) { return opArgs{Previous: api.State(before.State)}, nil },
+		body: func(ctx context.Context, o *operation) (outcome, error) {
+			if err := s.eng.Unfence(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+				st, serr := s.eng.Status(ctx, o.actor.Sandbox)
+				if serr == nil && st == runtime.StatusStopped {
+					return outcome{state: api.Crashed, reason: fmt.Sprintf("its sandbox is gone; it was FENCED: %v%s", err, resumable(o.actor))}, err
+				}
+				return outcome{state: api.Fenced, reason: fmt.Sprintf("could not be thawed (%v): %s", err, o.actor.Reason)}, err
+			}
+			return outcome{state: api.Running, reason: why}, nil
+		}})
+}
+
+// resumeFenced is a resume of a FENCED actor: its sandbox thawed, while no
+// lapsed lease forbids it and, with a lease, when the lease binds it here.
+func (s *Service) resumeFenced(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	rec, held, _ := s.lease.state()
+	if err := s.leaseAllows(req.ID); err != nil {
+		return api.Actor{}, err
+	}
+	why := "resumed by request, no fleet lease is held"
+	if held && api.FleetActorID(req.ID) {
+		if !slices.Contains(rec.Bound, req.ID) {
+			return api.Actor{}, fmt.Errorf("%w: actor %s is FENCED and this node's fleet lease (held by %s) does not bind it here: the fleet runs it elsewhere; delete this copy", errdefs.ErrFailedPrecondition, req.ID, rec.Holder)
+		}
+		why = "resumed by request; the fleet lease binds it here"
+	}
+	a, err := s.unfence(ctx, req.ID, req.RequestID, why)
+	return actorOf(a), err
+}
