@@ -22,8 +22,6 @@ import (
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
-	"github.com/stasis-run/stasis/store"
-	"github.com/stasis-run/stasis/store/archiver"
 )
 
 // Actor is one sandbox the engine manages.
@@ -200,9 +198,6 @@ type SuspendOptions struct {
 	// Dir receives the snapshot. It must be empty or absent.
 	Dir   string
 	Scope snapshot.Scope
-	// Push, when set, stores the committed snapshot once the sandbox is
-	// stopped.
-	Push *Transfer
 	// Keep, when set, is asked once a Full snapshot is committed whether
 	// the sandbox stays, frozen (Runtime.Pause), instead of being stopped,
 	// and why: a kept sandbox holds the actor's memory with its GPU state
@@ -212,18 +207,6 @@ type SuspendOptions struct {
 	// (GPUPathRuntime) is never kept: frozen, it would hold the GPU.
 	Keep     func() (bool, string)
 	Observer Observer
-}
-
-// Transfer names a stored snapshot: the repository and the name in it, with
-// how to report the transfer's progress.
-type Transfer struct {
-	Repo    *store.Repository
-	Name    string
-	Options archiver.Options
-	// OnStored, when set, runs inside the push step once the store holds
-	// the snapshot, so that a journal records it before the step is over;
-	// its error fails the step.
-	OnStored func(m *snapshot.Manifest) error
 }
 
 // Probe says when a resumed actor is ready: a command that exits 0 inside
@@ -264,11 +247,11 @@ type ResumeOptions struct {
 	// compatibility check chose is used.
 	DeviceMap gpu.DeviceMap
 	Probe     Probe
-	// Pull, when set, fetches the snapshot from a store into the (empty or
-	// absent) folder first: its stored manifest is checked against this
-	// node before any byte is fetched, and every chunk against its hash as
-	// it arrives, so the folder is then checked by size only.
-	Pull     *Transfer
+	// Checked is the snapshot's manifest as the caller read it and had it
+	// checked against this node (CheckRestore), as a pull from a store
+	// does before it fetches anything: the folder is then checked against
+	// it by size, and the compatibility step is not run again.
+	Checked  *snapshot.Manifest
 	Observer Observer
 }
 
@@ -302,6 +285,13 @@ func (e *Engine) cleanupContext(ctx context.Context) (context.Context, context.C
 		d = 2 * time.Minute
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// Step runs fn as step name of operation opName on actor, reported to obs
+// as the engine's own steps are: for the steps callers sequence around the
+// engine (a push to a store, a pull from one).
+func (obs Observer) Step(actor, opName, name string, fn func() (string, error)) error {
+	return op{actor: actor, name: opName, obs: obs}.step(name, fn)
 }
 
 // op runs an operation's steps and reports each to its observer.

@@ -137,7 +137,7 @@ func TestFullSuspendResumeCycles(t *testing.T) {
 		if cycle == 3 {
 			opts.ID = "cycles-moved"
 		}
-		if err := f.eng.Resume(ctx, a, dir, opts); err != nil {
+		if _, err := f.eng.Resume(ctx, a, dir, opts); err != nil {
 			t.Fatalf("cycle %d: %v", cycle, err)
 		}
 		if opts.ID != "" {
@@ -188,7 +188,7 @@ func TestDataScopeRestoresFolders(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(host, "stray"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}}); err != nil {
+	if _, err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}}); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(host, "sub", "notes.txt"))
@@ -264,7 +264,7 @@ func TestCheckpointOutOfSpaceKeepsActorRunning(t *testing.T) {
 	if _, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: good}); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if err := f.eng.Resume(context.Background(), a, good, engine.ResumeOptions{Observer: f.obs}); err != nil {
+	if _, err := f.eng.Resume(context.Background(), a, good, engine.ResumeOptions{Observer: f.obs}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.counter(a.ID, "incr"); got != inst+" 6" {
@@ -374,7 +374,7 @@ func TestCorruptSnapshotRefusedBeforeAnySandbox(t *testing.T) {
 	if err := os.Truncate(target, info.Size()-1); err != nil {
 		t.Fatal(err)
 	}
-	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
+	_, err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
 	if !errors.Is(err, engine.ErrRefused) || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("got %v; want a refusal naming the truncated file", err)
 	}
@@ -383,7 +383,7 @@ func TestCorruptSnapshotRefusedBeforeAnySandbox(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, snapshot.ManifestName)); err != nil {
 		t.Fatal(err)
 	}
-	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
+	_, err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
 	if !errors.Is(err, snapshot.ErrNoManifest) {
 		t.Fatalf("got %v; want ErrNoManifest", err)
 	}
@@ -399,7 +399,7 @@ func TestFailedResumeCleansUpAndKeepsSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := engine.Probe{Command: []string{"/counter", "no-such-command"}, Timeout: 300e6}
-	err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: bad})
+	_, err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: bad})
 	if err == nil || !strings.Contains(err.Error(), "probe") {
 		t.Fatalf("got %v; want a probe failure", err)
 	}
@@ -409,7 +409,7 @@ func TestFailedResumeCleansUpAndKeepsSnapshot(t *testing.T) {
 	}
 	ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	defer ready.Close()
-	if err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: engine.Probe{URL: ready.URL}}); err != nil {
+	if _, err := f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs, Probe: engine.Probe{URL: ready.URL}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.counter(a.ID, "incr"); got != inst+" 6" {

@@ -67,7 +67,7 @@ func TestGPUPaths(t *testing.T) {
 				}
 				suspendSteps := steps(g.takeEvents())
 				start = time.Now()
-				if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: c.verify}); err != nil {
+				if _, err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: c.verify}); err != nil {
 					t.Fatalf("%s cycle %d resume: %v", id, cycle, err)
 				}
 				resume := time.Since(start)
@@ -126,7 +126,7 @@ func TestGPURuntimePathDeviceMap(t *testing.T) {
 	}
 	eng.Runtime = debug
 	start := time.Now()
-	if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, DeviceMap: identity}); err != nil {
+	if _, err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, DeviceMap: identity}); err != nil {
 		t.Fatal(err)
 	}
 	resume := time.Since(start)
@@ -174,7 +174,7 @@ func TestGPUCudaSequential(t *testing.T) {
 		}
 		suspendSteps := steps(g.takeEvents())
 		start = time.Now()
-		if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
+		if _, err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
 			t.Fatalf("sequential %v: %v", sequential, err)
 		}
 		resume := time.Since(start)
@@ -250,7 +250,7 @@ func TestGPUZeroPages(t *testing.T) {
 		}
 		suspendSteps := steps(g.takeEvents())
 		start = time.Now()
-		if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
+		if _, err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
 			t.Fatalf("cycle %d resume: %v", cycle, err)
 		}
 		resume := time.Since(start)

@@ -139,7 +139,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 			}
 			g.takeEvents()
 			start := time.Now()
-			if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifyWhileRestoring}); err != nil {
+			if _, err := eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifyWhileRestoring}); err != nil {
 				t.Fatalf("%s %s resume: %v", id, name, err)
 			}
 			resume := time.Since(start)

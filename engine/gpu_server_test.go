@@ -128,7 +128,7 @@ func TestGPUServerBench(t *testing.T) {
 		}
 		dropForResume()
 		start = time.Now()
-		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifySizes}); err != nil {
+		if _, err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifySizes}); err != nil {
 			t.Fatal(err)
 		}
 		resumed := mustLLM(a.ID, "/token")
@@ -346,7 +346,7 @@ func TestGPUServerResume(t *testing.T) {
 				g.dropCaches()
 			}
 			start := time.Now()
-			if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifyWhileRestoring}); err != nil {
+			if _, err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifyWhileRestoring}); err != nil {
 				t.Fatalf("%s %s resume: %v", mode, cache, err)
 			}
 			got, err := firstToken(a.ID)

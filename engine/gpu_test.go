@@ -234,7 +234,7 @@ func TestGPUActor(t *testing.T) {
 		size := m.Size()
 		suspendEvents := g.takeEvents()
 		start = time.Now()
-		if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
+		if _, err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
 			t.Fatalf("cycle %d resume: %v", cycle, err)
 		}
 		resume := time.Since(start)
@@ -440,7 +440,7 @@ func TestGPUBench(t *testing.T) {
 		}
 		result["imageBytes"] = m.Size()
 		result["suspendSteps"] = steps(g.takeEvents())
-		resumeS, err := g.timed(func() error { return g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}) })
+		resumeS, err := g.timed(func() error { _, err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); return err })
 		if err != nil {
 			t.Fatalf("%s engine resume: %v", a.ID, err)
 		}
@@ -575,7 +575,7 @@ func TestGPUCompatAndPlan(t *testing.T) {
 			t.Errorf("%s: %+v; want a refusal containing %q", c.name, res, c.want)
 		}
 	}
-	if err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
+	if _, err := g.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: g.obs}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := g.ask(a.ID, "verify"); err != nil {

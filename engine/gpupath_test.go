@@ -87,7 +87,7 @@ func TestGPUPathFollowsTheRuntime(t *testing.T) {
 			}
 			swap, _ := gpu.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100")
 			seen = nil
-			if err := eng.Resume(ctx, a, dir, engine.ResumeOptions{ID: "g2", DeviceMap: swap, Observer: stepNames(&seen)}); err != nil {
+			if _, err := eng.Resume(ctx, a, dir, engine.ResumeOptions{ID: "g2", DeviceMap: swap, Observer: stepNames(&seen)}); err != nil {
 				t.Fatal(err)
 			}
 			env := strings.Join(rt.LastRestore.Env, " ")
@@ -156,7 +156,7 @@ func TestCorruptGPUSnapshotNeverRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen []string
-	err = eng.Resume(ctx, a, dir, engine.ResumeOptions{ID: "g2", Verify: engine.VerifyWhileRestoring, Observer: stepNames(&seen)})
+	_, err = eng.Resume(ctx, a, dir, engine.ResumeOptions{ID: "g2", Verify: engine.VerifyWhileRestoring, Observer: stepNames(&seen)})
 	if errdefs.Code(err) != "data_loss" || !slices.Contains(seen, "verify-blocks") || !slices.Contains(seen, "cleanup") {
 		t.Fatalf("resume of a corrupt GPU snapshot: %v, steps %v", err, seen)
 	}

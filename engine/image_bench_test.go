@@ -79,7 +79,7 @@ func benchCycles(b *testing.B, eng *engine.Engine, bundleDir, prefix string, pro
 		suspend += time.Since(start)
 		image += m.Size()
 		start = time.Now()
-		if err := eng.Resume(ctx, a, snap, engine.ResumeOptions{Probe: probe}); err != nil {
+		if _, err := eng.Resume(ctx, a, snap, engine.ResumeOptions{Probe: probe}); err != nil {
 			b.Fatal(err)
 		}
 		resume += time.Since(start)

@@ -77,7 +77,7 @@ func TestKeptSandboxResumesWithoutLoading(t *testing.T) {
 	if err := f.rt.Delete(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: f.obs, Probe: probe}); err != nil {
+	if _, err := f.eng.Resume(ctx, a, dir, engine.ResumeOptions{Observer: f.obs, Probe: probe}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := f.counter(a.ID, "incr"), inst+" 4"; got != want {

@@ -130,7 +130,7 @@ func TestResumeRefusesAnotherPlatform(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, snapshot.ManifestName), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
+	_, err = f.eng.Resume(context.Background(), a, dir, engine.ResumeOptions{Observer: f.obs})
 	if !errors.Is(err, engine.ErrRefused) || !strings.Contains(err.Error(), "runtime platform kvm needed, node runs systrap") {
 		t.Fatalf("got %v; want a refusal naming the platform", err)
 	}

@@ -18,49 +18,50 @@ import (
 	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
-	"github.com/stasis-run/stasis/store/archiver"
 )
 
 // Resume brings the actor back from the snapshot in dir, in a new sandbox
-// (opts.ID, or the actor's own id); with opts.Pull it fetches the snapshot
-// into dir first. Before any sandbox exists the snapshot is checked (see
-// Verification) and compared with this node; a corrupt or incompatible one
-// is refused with the reason. On failure the new sandbox is removed and
-// the snapshot is left as it was.
-func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
+// (opts.ID, or the actor's own id), and returns the snapshot's manifest.
+// Before any sandbox exists the snapshot is checked (see Verification, and
+// ResumeOptions.Checked) and compared with this node; a corrupt or
+// incompatible one is refused with the reason. On failure the new sandbox
+// is removed and the snapshot is left as it was.
+func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOptions) (m *snapshot.Manifest, err error) {
 	o := op{actor: a.name(), name: "resume", obs: opts.Observer}
 	id := opts.ID
 	if id == "" {
 		id = a.ID
 	}
-	var m *snapshot.Manifest
-	if opts.Pull != nil {
-		if m, err = e.pull(ctx, o, a, id, dir, *opts.Pull, &opts); err != nil {
-			return err
-		}
-	} else {
-		err = o.step("verify", func() (string, error) {
-			var err error
-			if m, err = snapshot.Check(ctx, dir); err != nil {
+	err = o.step("verify", func() (string, error) {
+		if opts.Checked != nil {
+			if err := snapshot.CheckFiles(ctx, dir, opts.Checked); err != nil {
 				return "", fmt.Errorf("%w: %w", ErrRefused, err)
 			}
-			how := "sizes checked"
-			switch opts.Verify {
-			case VerifyBlocks:
-				if err := snapshot.VerifyContents(ctx, dir, m); err != nil {
-					return "", fmt.Errorf("%w: %w", ErrRefused, err)
-				}
-				how = "every block hashed"
-			case VerifyWhileRestoring:
-				how = "sizes checked; every block is hashed while it restores"
-			}
-			return fmt.Sprintf("%s snapshot, %d files (%s), %s", m.Scope, len(m.Files), units.Bytes(m.Size()), how), nil
-		})
-		if err != nil {
-			return err
+			m = opts.Checked
+			return fmt.Sprintf("%s snapshot, %d files (%s), sizes checked against the manifest checked before", m.Scope, len(m.Files), units.Bytes(m.Size())), nil
 		}
-		if err := e.checkCompatible(ctx, o, a, id, m, &opts); err != nil {
-			return err
+		var err error
+		if m, err = snapshot.Check(ctx, dir); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+		how := "sizes checked"
+		switch opts.Verify {
+		case VerifyBlocks:
+			if err := snapshot.VerifyContents(ctx, dir, m); err != nil {
+				return "", fmt.Errorf("%w: %w", ErrRefused, err)
+			}
+			how = "every block hashed"
+		case VerifyWhileRestoring:
+			how = "sizes checked; every block is hashed while it restores"
+		}
+		return fmt.Sprintf("%s snapshot, %d files (%s), %s", m.Scope, len(m.Files), units.Bytes(m.Size()), how), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if opts.Checked == nil {
+		if err := e.CheckRestore(ctx, a, m, &opts); err != nil {
+			return nil, err
 		}
 	}
 	// The hashing runs beside the restore, or, for a GPU actor, beside the
@@ -72,7 +73,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	defer stop(nil)
 	var hashed chan error
 	startHash := func() {
-		if hashed != nil || opts.Pull != nil || opts.Verify != VerifyWhileRestoring {
+		if hashed != nil || opts.Checked != nil || opts.Verify != VerifyWhileRestoring {
 			return
 		}
 		hashed = make(chan error, 1)
@@ -116,44 +117,29 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 		})
 		hashed = nil
 		if herr != nil {
-			return herr
+			return nil, herr
 		}
 	}
 	if err != nil {
-		return err
-	}
-	return e.waitReady(ctx, o, id, opts.Probe)
-}
-
-// pull fetches a stored snapshot into dir: its stored manifest is read once
-// and checked against this node before any chunk is fetched, and every
-// chunk is hash-checked as it arrives.
-func (e *Engine) pull(ctx context.Context, o op, a Actor, id, dir string, t Transfer, opts *ResumeOptions) (*snapshot.Manifest, error) {
-	stored, err := t.Repo.Snapshot(ctx, t.Name)
-	if err != nil {
 		return nil, err
 	}
-	m, err := snapshot.Parse(stored.Meta)
-	if err != nil {
-		return nil, errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", t.Name, err), errdefs.ErrCorrupt)
-	}
-	if err := e.checkCompatible(ctx, o, a, id, m, opts); err != nil {
+	if err := e.waitReady(ctx, o, id, opts.Probe); err != nil {
 		return nil, err
 	}
-	err = o.step("pull", func() (string, error) {
-		if err := archiver.RestoreSnapshot(ctx, t.Repo, stored, dir, t.Options); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s (%s) fetched from %s, every chunk hash-checked", t.Name, units.Bytes(stored.Size()), t.Repo.Backend().Location()), nil
-	})
-	return m, err
+	return m, nil
 }
 
-// checkCompatible is the compatibility step: the snapshot against this
-// node, whose device map is used unless the caller gave one, and the
-// container id free for the new sandbox.
-func (e *Engine) checkCompatible(ctx context.Context, o op, a Actor, id string, m *snapshot.Manifest, opts *ResumeOptions) error {
-	return o.step("compatibility", func() (string, error) {
+// CheckRestore is a restore's compatibility step, reported to
+// opts.Observer: the snapshot whose manifest is m against this node (its
+// device map is used unless opts gives one), and the new sandbox's
+// container id (opts.ID, or the actor's) free. A pull runs it before any
+// byte moves, then resumes with ResumeOptions.Checked.
+func (e *Engine) CheckRestore(ctx context.Context, a Actor, m *snapshot.Manifest, opts *ResumeOptions) error {
+	id := opts.ID
+	if id == "" {
+		id = a.ID
+	}
+	return opts.Observer.Step(a.name(), "resume", "compatibility", func() (string, error) {
 		msg, err := e.compatibility(ctx, a, m, opts)
 		if err != nil {
 			return "", err

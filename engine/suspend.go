@@ -12,8 +12,6 @@ import (
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
-	"github.com/stasis-run/stasis/store"
-	"github.com/stasis-run/stasis/store/archiver"
 )
 
 // writebackInterval is how often the checkpoint has the kernel start
@@ -27,68 +25,20 @@ const writebackInterval = 10 * time.Millisecond
 // imageDir is the snapshot subfolder that holds a Full snapshot's image.
 const imageDir = "image"
 
-// Suspend snapshots the actor into opts.Dir and stops its sandbox, then
-// stores the snapshot when opts.Push says where. On failure before the
-// commit the actor keeps running as it was, its GPU state back on the GPU,
-// opts.Dir holds no snapshot, and the error names the step and the cause.
-// A committed snapshot is returned even when a later step failed: with a
-// *NotStoredError only the push did, and the sandbox is gone.
+// Suspend snapshots the actor into opts.Dir and stops its sandbox (or,
+// with opts.Keep, keeps it frozen). On failure before the commit the actor
+// keeps running as it was, its GPU state back on the GPU, opts.Dir holds no
+// snapshot, and the error names the step and the cause. A committed
+// snapshot is returned even when a later step failed.
 func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*snapshot.Manifest, error) {
 	o := op{actor: a.name(), name: "suspend", obs: opts.Observer}
-	var m *snapshot.Manifest
-	var err error
 	switch opts.Scope {
 	case snapshot.ScopeFull, "":
-		m, err = e.suspendFull(ctx, o, a, opts.Dir, opts.Keep)
+		return e.suspendFull(ctx, o, a, opts.Dir, opts.Keep)
 	case snapshot.ScopeData:
-		m, err = e.suspendData(ctx, o, a, opts.Dir)
-	default:
-		return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.name(), ErrRefused, opts.Scope)
+		return e.suspendData(ctx, o, a, opts.Dir)
 	}
-	if err != nil || opts.Push == nil {
-		return m, err
-	}
-	if _, err := e.push(ctx, o, opts.Dir, m, *opts.Push); err != nil {
-		return m, &NotStoredError{Dir: opts.Dir, Err: err}
-	}
-	return m, nil
-}
-
-// NotStoredError is a suspend whose snapshot is whole and whose sandbox is
-// stopped, but whose push to the store failed: the snapshot is on this
-// node only.
-type NotStoredError struct {
-	Dir string
-	Err error
-}
-
-func (e *NotStoredError) Error() string {
-	return fmt.Sprintf("the snapshot %s is whole on this node, but it was not stored: %v", e.Dir, e.Err)
-}
-
-func (e *NotStoredError) Unwrap() error { return e.Err }
-
-// Push stores the committed snapshot in dir, whose manifest is m, under
-// t.Name: the step the suspend of a running actor ends with, and all that
-// storing a paused actor's snapshot needs.
-func (e *Engine) Push(ctx context.Context, actor, dir string, m *snapshot.Manifest, t Transfer, obs Observer) (*store.Snapshot, error) {
-	return e.push(ctx, op{actor: actor, name: "push", obs: obs}, dir, m, t)
-}
-
-func (e *Engine) push(ctx context.Context, o op, dir string, m *snapshot.Manifest, t Transfer) (*store.Snapshot, error) {
-	var stored *store.Snapshot
-	err := o.step("push", func() (string, error) {
-		var err error
-		if stored, err = archiver.SaveManifest(ctx, t.Repo, t.Name, dir, m, t.Options); err != nil {
-			return "", err
-		}
-		msg := fmt.Sprintf("stored as %s in %s", t.Name, t.Repo.Backend().Location())
-		if t.OnStored != nil {
-			return msg, t.OnStored(m)
-		}
-		return msg, nil
-	})
-	return stored, err
+	return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.name(), ErrRefused, opts.Scope)
 }
 
 func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, keep func() (bool, string)) (m *snapshot.Manifest, err error) {

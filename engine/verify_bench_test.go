@@ -56,7 +56,7 @@ func BenchmarkResumeVerification(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			for i := range b.N {
 				id := fmt.Sprintf("bench-%s-%d", mode.name, i)
-				err := eng.Resume(ctx, engine.Actor{ID: id, Bundle: bundleDir}, snap, engine.ResumeOptions{Verify: mode.v, Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}})
+				_, err := eng.Resume(ctx, engine.Actor{ID: id, Bundle: bundleDir}, snap, engine.ResumeOptions{Verify: mode.v, Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}})
 				if err != nil {
 					b.Fatal(err)
 				}

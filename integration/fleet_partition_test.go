@@ -67,7 +67,7 @@ func TestFleetPartitionFencesTheCutOffNode(t *testing.T) {
 	if got := f.counter("p1", "get"); got != want {
 		t.Fatalf("p1's counter after the partition: %s, want %s (it was frozen, not restarted)", got, want)
 	}
-	if s := f.actor("p1").Status; s.Node != "node-b" || !running(s) {
+	if s := f.await("p1", "its status to say it runs again", running); s.Node != "node-b" {
 		t.Fatalf("p1 after a partition nobody acted on: %+v", s)
 	}
 	if st := stateOf(cut, "hand_made"); st != api.Running {

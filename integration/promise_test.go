@@ -87,8 +87,8 @@ func TestHalfDeletedSandboxAtStart(t *testing.T) {
 		t.Fatal("the suspend answered although stasisd should have died before its delete step")
 	}
 	d.crashed()
-	root := filepath.Join(d.data, "runsc")
-	lock, err := os.OpenFile(filepath.Join(root, "a1_sandbox:a1.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	root, id := filepath.Join(d.data, "runsc"), api.SandboxID("a1")
+	lock, err := os.OpenFile(filepath.Join(root, id+"_sandbox:"+id+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,10 +111,10 @@ func TestHalfDeletedSandboxAtStart(t *testing.T) {
 	waitFor(t, "runsc state of a1 waiting on the container's lock", func() bool { return lockWaiter(st.Ino) })
 	// runsc's delete removes the sandbox's control socket as it stops it,
 	// then the state file.
-	if err := os.Remove(filepath.Join(root, "runsc-a1.sock")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(filepath.Join(root, "runsc-"+id+".sock")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(root, "a1_sandbox:a1.state")); err != nil {
+	if err := os.Remove(filepath.Join(root, id+"_sandbox:"+id+".state")); err != nil {
 		t.Fatal(err)
 	}
 	_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)

@@ -18,6 +18,7 @@ import (
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
+	"github.com/stasis-run/stasis/transfer"
 )
 
 // Run starts an actor of a template: from the template's golden snapshot
@@ -102,34 +103,30 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, 
 	if err != nil {
 		return err
 	}
-	return s.restore(ctx, o, a, snap, t.Probe)
+	_, err = s.restore(ctx, o, a, snap, t.Probe)
+	return err
 }
 
 // fromStored restores a snapshot of the store, pushed by this node or
 // another, into the new actor's sandbox and makes it the actor's latest.
 func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, a engine.Actor, stored string) error {
 	snap := journal.Snapshot{ID: newID("snap"), Actor: o.actor.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
-	if err := s.restore(ctx, o, a, snap, t.Probe); err != nil {
-		return err
-	}
-	// The pulled folder is whole (the resume checked it): its manifest
-	// gives the record's scope and size.
-	snap.Dir = s.snapshotDir(snap.ID)
-	m, err := snapshot.Load(snap.Dir)
+	m, err := s.restore(ctx, o, a, snap, t.Probe)
 	if err != nil {
 		return err
 	}
-	snap.Scope, snap.Size = string(m.Scope), m.Size()
+	snap.Dir, snap.Scope, snap.Size = s.snapshotDir(snap.ID), string(m.Scope), m.Size()
 	return s.adopt(ctx, snap)
 }
 
-// restore brings snap back into a's sandbox: from its folder on this node,
-// hashed while it restores; or, when it is not here, pulled from the store
-// (its stored manifest checked against this node before any byte moves,
-// every chunk hash-checked on arrival) and recorded as here once pulled. A
-// local copy whose manifest is damaged is refused with the cause, unless a
-// stored copy can replace it.
-func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, p api.Probe) error {
+// restore brings snap back into a's sandbox and returns its manifest: from
+// its folder on this node, hashed while it restores; or, when it is not
+// here, pulled from the store (transfer.PullAndResume: its stored manifest
+// checked against this node before any byte moves, every chunk hash-checked
+// on arrival) and recorded as here once pulled. A local copy whose manifest
+// is damaged is refused with the cause, unless a stored copy can replace
+// it.
+func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, p api.Probe) (*snapshot.Manifest, error) {
 	opts := engine.ResumeOptions{Probe: probeOf(p), Verify: engine.VerifyWhileRestoring, Observer: o.observer()}
 	dir := snap.Dir
 	if dir != "" {
@@ -139,29 +136,37 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 			return s.eng.Resume(ctx, a, dir, opts)
 		case snap.Stored == "" || s.cfg.Repo == nil:
 			if errors.Is(err, snapshot.ErrNoManifest) {
-				return fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
+				return nil, fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
 			}
-			return fmt.Errorf("snapshot %s is damaged on this node and in no store: %w", snap.ID, err)
+			return nil, fmt.Errorf("snapshot %s is damaged on this node and in no store: %w", snap.ID, err)
 		}
 		o.note(fmt.Sprintf("the copy of %s on this node cannot be used (%v); fetching the stored one", snap.ID, err))
 	}
 	if snap.Stored == "" || s.cfg.Repo == nil {
-		return fmt.Errorf("%w: snapshot %s is neither on this node nor in a store", errdefs.ErrNotFound, snap.ID)
+		return nil, fmt.Errorf("%w: snapshot %s is neither on this node nor in a store", errdefs.ErrNotFound, snap.ID)
 	}
 	dir = s.snapshotDir(snap.ID)
 	if err := removeDir(dir); err != nil {
-		return err
+		return nil, err
 	}
-	opts.Pull = &engine.Transfer{Repo: s.cfg.Repo, Name: snap.Stored, Options: s.transferEvents(o, "pull")}
-	err := s.eng.Resume(ctx, a, dir, opts)
-	if _, lerr := snapshot.Load(dir); lerr == nil {
+	m, err := transfer.PullAndResume(ctx, s.eng, a, dir, s.stored(o, snap.Stored, "pull"), opts)
+	if m != nil {
 		// The pulled copy is whole: later resumes use it.
 		snap.Dir = dir
 		if jerr := s.journal.PutSnapshot(context.WithoutCancel(ctx), snap); jerr != nil && err == nil {
 			err = jerr
 		}
 	}
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// stored is snapshot name in this stasisd's store, its progress reported
+// in o's history as verb.
+func (s *Service) stored(o *operation, name, verb string) transfer.Stored {
+	return transfer.Stored{Repo: s.cfg.Repo, Name: name, Options: s.transferEvents(o, verb)}
 }
 
 // transferEvents reports a transfer's progress in the actor's history,
@@ -193,7 +198,7 @@ func (s *Service) Pause(ctx context.Context, req api.OpRequest) (api.Actor, erro
 			if err != nil {
 				return s.afterFailure(ctx, o, err), err
 			}
-			if _, err := s.take(ctx, o, t, t.Snapshots.OnPause, nil, s.keep()); err != nil {
+			if _, _, err := s.take(ctx, o, t, t.Snapshots.OnPause, s.keep()); err != nil {
 				return s.afterFailure(ctx, o, err), err
 			}
 			if s.kept(ctx, o.actor) {
@@ -243,33 +248,33 @@ func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, er
 			if err != nil {
 				return s.afterFailure(ctx, o, err), err
 			}
-			snap, err := s.take(ctx, o, t, t.Snapshots.OnCommit, s.pushTo(o), nil)
-			var notStored *engine.NotStoredError
-			switch {
-			case errors.As(err, &notStored):
-				return notStoredOutcome(snap.Dir, notStored.Err), err
-			case err != nil:
+			snap, m, err := s.take(ctx, o, t, t.Snapshots.OnCommit, nil)
+			if err != nil {
 				return s.afterFailure(ctx, o, err), err
-			case s.cfg.Repo == nil:
+			}
+			if s.cfg.Repo == nil {
 				return noStoreOutcome(), nil
+			}
+			// The sandbox is stopped: the GPU and memory are free while the
+			// snapshot is stored.
+			snap.Kind = string(api.KindCommit)
+			if err := s.push(ctx, o, snap, m, o.actor.ID+"."+snap.ID); err != nil {
+				return notStoredOutcome(snap.Dir, err), err
 			}
 			return outcome{state: api.Suspended}, nil
 		}})
 	return actorOf(a), err
 }
 
-// pushTo is where a commit of o's actor is stored, recorded in the journal
-// inside the push step so that a crash after the step finds it stored; nil
-// when no store is configured.
-func (s *Service) pushTo(o *operation) *engine.Transfer {
-	if s.cfg.Repo == nil {
-		return nil
-	}
-	name := o.actor.ID + "." + o.args.Snapshot
-	return &engine.Transfer{Repo: s.cfg.Repo, Name: name, Options: s.transferEvents(o, "push"), OnStored: func(m *snapshot.Manifest) error {
-		return s.journal.PutSnapshot(context.Background(), journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: o.actor.Template, Kind: string(api.KindCommit),
-			Scope: string(m.Scope), Dir: o.args.Dir, Stored: name, Size: m.Size()})
-	}}
+// push stores snap, whose folder's manifest is m, under name: the one way
+// stasisd stores a snapshot (a suspend's commit, a paused actor's
+// snapshot, a golden one). Its record names the store inside the push
+// step, so that a crash after the step finds it stored.
+func (s *Service) push(ctx context.Context, o *operation, snap journal.Snapshot, m *snapshot.Manifest, name string) error {
+	snap.Stored = name
+	return transfer.Push(ctx, o.observer(), o.actor.ID, o.kind.name, snap.Dir, m, s.stored(o, name, "push"), func() error {
+		return s.journal.PutSnapshot(context.WithoutCancel(ctx), snap)
+	})
 }
 
 // noStoreOutcome is a suspend's end on a node without a store.
@@ -304,37 +309,30 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 	if err != nil {
 		return back, fmt.Errorf("snapshot %s cannot be stored: %w", snap.ID, err)
 	}
-	t := s.pushTo(o)
-	t.OnStored = func(*snapshot.Manifest) error {
-		snap.Kind, snap.Stored = string(api.KindCommit), t.Name
-		return s.journal.PutSnapshot(context.Background(), snap)
-	}
-	if _, err := s.eng.Push(ctx, o.actor.ID, snap.Dir, m, *t, o.observer()); err != nil {
+	snap.Kind = string(api.KindCommit)
+	if err := s.push(ctx, o, snap, m, o.actor.ID+"."+snap.ID); err != nil {
 		return notStoredOutcome(snap.Dir, err), err
 	}
 	return outcome{state: api.Suspended}, nil
 }
 
 // take snapshots a running actor into the operation's snapshot folder
-// (pushing it when push is set; keeping the sandbox frozen when keep says
-// so), makes it the actor's latest snapshot and removes the older local
-// ones. The engine leaves the actor running on failure; a snapshot that
-// was committed is adopted even when a later step failed.
-func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope api.Scope, push *engine.Transfer, keep func() (bool, string)) (journal.Snapshot, error) {
+// (keeping the sandbox frozen when keep says so), makes it the actor's
+// latest snapshot and removes the older local ones. The engine leaves the
+// actor running on failure; a snapshot that was committed is adopted, and
+// returned, even when a later step failed.
+func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope api.Scope, keep func() (bool, string)) (journal.Snapshot, *snapshot.Manifest, error) {
 	a := s.engineActor(t, o.actor)
-	m, err := s.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Push: push, Keep: keep, Observer: o.observer()})
+	m, err := s.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.observer()})
 	if m == nil {
 		_ = removeDir(o.args.Dir)
-		return journal.Snapshot{}, err
+		return journal.Snapshot{}, nil, err
 	}
 	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: t.Name, Kind: string(o.kind.snapshot), Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
-	if push != nil && err == nil {
-		snap.Stored = push.Name
-	}
 	if jerr := s.adopt(ctx, snap); jerr != nil && err == nil {
 		err = jerr
 	}
-	return snap, err
+	return snap, m, err
 }
 
 // adopt records a new snapshot as the actor's latest and removes the local
@@ -412,7 +410,7 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 				err = s.renameSandbox(ctx, o)
 			}
 			if err == nil {
-				err = s.restore(ctx, o, s.engineActor(t, o.actor), snap, t.Probe)
+				_, err = s.restore(ctx, o, s.engineActor(t, o.actor), snap, t.Probe)
 			}
 			if err != nil {
 				back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", o.args.Snapshot, err)

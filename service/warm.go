@@ -42,18 +42,17 @@ func (s *Service) Warm(ctx context.Context, req api.WarmRequest) (api.Template, 
 }
 
 func (s *Service) takeGolden(ctx context.Context, o *operation, t api.Template) (outcome, error) {
-	var push *engine.Transfer
-	if s.cfg.Repo != nil {
-		push = &engine.Transfer{Repo: s.cfg.Repo, Name: "golden." + t.Name + "." + o.args.Snapshot, Options: s.transferEvents(o, "push")}
-	}
-	m, err := s.eng.Suspend(ctx, s.engineActor(t, o.actor), engine.SuspendOptions{Dir: o.args.Dir, Scope: "Full", Push: push, Observer: o.observer()})
+	m, err := s.eng.Suspend(ctx, s.engineActor(t, o.actor), engine.SuspendOptions{Dir: o.args.Dir, Scope: "Full", Observer: o.observer()})
 	if m == nil {
 		_ = removeDir(o.args.Dir)
 		return s.afterFailure(ctx, o, err), err
 	}
 	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: t.Name, Kind: string(api.KindGolden), Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
-	if err == nil && push != nil {
-		snap.Stored = push.Name
+	if err == nil && s.cfg.Repo != nil {
+		name := "golden." + t.Name + "." + o.args.Snapshot
+		if err = s.push(ctx, o, snap, m, name); err == nil {
+			snap.Stored = name
+		}
 	}
 	if jerr := s.setGolden(ctx, t, snap); jerr != nil && err == nil {
 		err = jerr

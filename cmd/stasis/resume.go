@@ -9,6 +9,7 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/transfer"
 )
 
 func newResume(g *globals) *cobra.Command {
@@ -52,9 +53,11 @@ func newResume(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				opts.Pull = &engine.Transfer{Repo: r, Name: pull, Options: g.transferProgress("pull")}
-			}
-			if err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
+				_, err = transfer.PullAndResume(cmd.Context(), eng, af.actor(args[0]), dir, transfer.Stored{Repo: r, Name: pull, Options: g.transferProgress("pull")}, opts)
+				if err != nil {
+					return err
+				}
+			} else if _, err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
 				return err
 			}
 			id := args[0]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/transfer"
 )
 
 // actorFlags name a sandbox the engine acts on.
@@ -49,7 +50,7 @@ manifest last, and stops the sandbox. On any failure the actor keeps running.`,
 			if err != nil {
 				return err
 			}
-			opts := engine.SuspendOptions{Dir: dir, Scope: snapshot.Scope(scope), Observer: g.observer()}
+			var to transfer.Stored
 			if push != "" {
 				// The store is opened before anything is touched, so that a
 				// wrong --repo is refused with the actor still running.
@@ -57,15 +58,21 @@ manifest last, and stops the sandbox. On any failure the actor keeps running.`,
 				if err != nil {
 					return err
 				}
-				opts.Push = &engine.Transfer{Repo: r, Name: push, Options: g.transferProgress("push")}
+				to = transfer.Stored{Repo: r, Name: push, Options: g.transferProgress("push")}
 			}
-			m, err := eng.Suspend(cmd.Context(), af.actor(args[0]), opts)
+			obs := g.observer()
+			m, err := eng.Suspend(cmd.Context(), af.actor(args[0]), engine.SuspendOptions{Dir: dir, Scope: snapshot.Scope(scope), Observer: obs})
 			if err != nil {
 				return err
 			}
 			text := fmt.Sprintf("suspended %s into %s (%s snapshot, %d files)\n", args[0], dir, m.Scope, len(m.Files))
 			if push != "" {
-				text += fmt.Sprintf("pushed as %s to %s\n", push, opts.Push.Repo.Backend().Location())
+				// The sandbox is stopped: the snapshot is whole here
+				// whatever the push does.
+				if err := transfer.Push(cmd.Context(), obs, args[0], "suspend", dir, m, to, nil); err != nil {
+					return fmt.Errorf("the snapshot %s is whole on this node, but it was not stored (push it with stasis store push): %w", dir, err)
+				}
+				text += fmt.Sprintf("pushed as %s to %s\n", push, to.Repo.Backend().Location())
 			}
 			return g.print(m, text)
 		},

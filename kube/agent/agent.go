@@ -716,6 +716,8 @@ func phaseOf(s api.State) stasisv1.Phase {
 		return stasisv1.PhaseSuspended
 	case api.Crashed:
 		return stasisv1.PhaseFailed
+	case api.Fenced:
+		return stasisv1.PhaseFenced
 	}
 	return stasisv1.PhasePending
 }

@@ -77,7 +77,7 @@ func BenchmarkCycle(b *testing.B) {
 		image += m.Size()
 
 		start = time.Now()
-		if err := eng.Resume(ctx, a, snap, engine.ResumeOptions{Verify: engine.VerifySizes}); err != nil {
+		if _, err := eng.Resume(ctx, a, snap, engine.ResumeOptions{Verify: engine.VerifySizes}); err != nil {
 			b.Fatal(err)
 		}
 		answer()

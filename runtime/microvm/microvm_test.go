@@ -176,7 +176,7 @@ func TestSuspendResumeKeepsTheGuestsMemory(t *testing.T) {
 	if m.Runtime.Name != "qemu-microvm" {
 		t.Errorf("manifest runtime %q", m.Runtime.Name)
 	}
-	if err := f.eng.Resume(ctx, a, snap, engine.ResumeOptions{Observer: f.obs}); err != nil {
+	if _, err := f.eng.Resume(ctx, a, snap, engine.ResumeOptions{Observer: f.obs}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := f.stepsOf("resume"), []string{"verify", "compatibility", "restore", "attach-devices", "gpu-resume"}; !slices.Equal(got, want) {
@@ -298,7 +298,7 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 	// Resume onto a node whose bundle names a device this host lacks: the
 	// attach fails, the new VM is removed, the snapshot is untouched.
 	missing := vmtest.Bundle(t, t.TempDir(), vmtest.Options{Devices: []microvm.Device{{ID: "gpu0", Driver: "vfio-pci", Props: map[string]string{"host": "0000:ff:1f.7"}}}})
-	err = f.eng.Resume(ctx, engine.Actor{ID: a.ID, Bundle: missing, GPU: true}, snap, engine.ResumeOptions{Observer: f.obs})
+	_, err = f.eng.Resume(ctx, engine.Actor{ID: a.ID, Bundle: missing, GPU: true}, snap, engine.ResumeOptions{Observer: f.obs})
 	if err == nil || !strings.Contains(err.Error(), "attach-devices") || !strings.Contains(err.Error(), "0000:ff:1f.7") {
 		t.Fatalf("resume with a missing host device: %v, want the attach to fail naming it", err)
 	}
@@ -313,7 +313,7 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt(t, filepath.Join(bad, "image", "vm.state"))
-	err = f.eng.Resume(ctx, a, bad, engine.ResumeOptions{Observer: f.obs, Verify: engine.VerifySizes})
+	_, err = f.eng.Resume(ctx, a, bad, engine.ResumeOptions{Observer: f.obs, Verify: engine.VerifySizes})
 	if err == nil || !strings.Contains(err.Error(), "restore") || !strings.Contains(err.Error(), "does not load") {
 		t.Fatalf("resume of a corrupt stream: %v, want the restore to fail", err)
 	}
@@ -322,7 +322,7 @@ func TestFailedStepsLeaveTheVMRunningOrTheSnapshotIntact(t *testing.T) {
 	}
 
 	// The snapshot itself still verifies and resumes.
-	if err := f.eng.Resume(ctx, a, snap, engine.ResumeOptions{Observer: f.obs}); err != nil {
+	if _, err := f.eng.Resume(ctx, a, snap, engine.ResumeOptions{Observer: f.obs}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.counter(a.ID, "get"); got != want {
