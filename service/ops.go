@@ -131,10 +131,16 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	dir := snap.Dir
 	if dir != "" {
 		_, err := snapshot.Load(dir)
-		switch {
-		case err == nil:
-			return s.eng.Resume(ctx, a, dir, opts)
-		case snap.Stored == "" || s.cfg.Repo == nil:
+		if err == nil {
+			var m *snapshot.Manifest
+			m, err = s.eng.Resume(ctx, a, dir, opts)
+			// A copy of a stored snapshot is a cache (a pull does not
+			// wait for its bytes to reach the disk, and every later use
+			// hashes them): the store holds it whole.
+			if !errors.Is(err, errdefs.ErrCorrupt) || snap.Stored == "" || s.cfg.Repo == nil {
+				return m, err
+			}
+		} else if snap.Stored == "" || s.cfg.Repo == nil {
 			if errors.Is(err, snapshot.ErrNoManifest) {
 				return nil, fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
 			}
@@ -149,7 +155,9 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	if err := removeDir(dir); err != nil {
 		return nil, err
 	}
-	m, err := transfer.PullAndResume(ctx, s.eng, a, dir, s.stored(o, snap.Stored, "pull"), opts)
+	from := s.stored(o, snap.Stored, "pull")
+	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, snap)
+	m, err := transfer.PullAndResume(ctx, s.eng, a, dir, from, opts)
 	if m != nil {
 		// The pulled copy is whole: later resumes use it.
 		snap.Dir = dir
@@ -161,6 +169,34 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		return nil, err
 	}
 	return m, nil
+}
+
+// maxSeeds bounds the local copies a pull copies from: each costs a read
+// of its stored manifest.
+const maxSeeds = 4
+
+// seeds are the newest local copies of stored snapshots of snap's template
+// on this node (pulled or pushed here): a pull of snap copies the chunks
+// they share (the template's weights, its libraries) rather than fetching
+// them again.
+func (s *Service) seeds(ctx context.Context, snap journal.Snapshot) []archiver.Seed {
+	all, err := s.journal.Snapshots(ctx, "")
+	if err != nil {
+		return nil
+	}
+	var seeds []archiver.Seed
+	for _, c := range all {
+		if len(seeds) == maxSeeds {
+			break
+		}
+		if c.Template != snap.Template || c.Dir == "" || c.Stored == "" || c.ID == snap.ID {
+			continue
+		}
+		if st, err := s.cfg.Repo.Snapshot(ctx, c.Stored); err == nil {
+			seeds = append(seeds, archiver.Seed{Dir: c.Dir, Snapshot: st})
+		}
+	}
+	return seeds
 }
 
 // stored is snapshot name in this stasisd's store, its progress reported

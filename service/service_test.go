@@ -379,8 +379,51 @@ func TestCorruptLocalSnapshotNeverRuns(t *testing.T) {
 	if a.State != api.Paused || !strings.Contains(a.Reason, "intact") {
 		t.Fatalf("after the refused resume: %+v", a)
 	}
-	if _, ok := e.rt.Sandbox("a1"); ok {
+	if _, ok := e.rt.Sandbox(api.SandboxID("a1")); ok {
 		t.Fatal("the sandbox restored from a corrupt snapshot is still there")
+	}
+}
+
+// TestDamagedCopyOfAStoredSnapshotIsFetchedAgain: a local copy of a stored
+// snapshot is a cache (a pull does not wait for its bytes to reach the
+// disk): when a byte of it is wrong, the resume that finds it fetches the
+// stored snapshot instead, and the actor resumes with its state.
+func TestDamagedCopyOfAStoredSnapshotIsFetchedAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("a1")
+	inst, _, _ := strings.Cut(e.counter("a1", "incr"), " ")
+	ctx := context.Background()
+	a, err := e.svc.Suspend(ctx, api.OpRequest{ID: "a1"})
+	if err != nil || a.Snapshot == nil || a.Snapshot.Stored == "" || a.Snapshot.Dir == "" {
+		t.Fatalf("suspend: %+v %v", a, err)
+	}
+	pages := filepath.Join(a.Snapshot.Dir, "image", "pages.img")
+	data, err := os.ReadFile(pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(pages, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := e.svc.Resume(ctx, api.OpRequest{ID: "a1"}); err != nil || a.State != api.Running {
+		t.Fatalf("resume with a damaged local copy of a stored snapshot: %+v %v", a, err)
+	}
+	if got := e.counter("a1", "incr"); got != inst+" 2" {
+		t.Fatalf("counter %q after the resume from the store", got)
+	}
+	ev, err := e.svc.Events(ctx, api.EventsRequest{ID: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saidIt, pulled bool
+	for _, x := range ev.Events {
+		saidIt = saidIt || strings.Contains(x.Message, "cannot be used") && strings.Contains(x.Message, "fetching the stored one")
+		pulled = pulled || x.Step == "pull" && x.Error == ""
+	}
+	if !saidIt || !pulled {
+		t.Fatalf("the history does not say the local copy was set aside and the stored one fetched: %+v", ev.Events)
 	}
 }
 
@@ -717,7 +760,7 @@ func TestRunFromStored(t *testing.T) {
 	}
 
 	missing, err := b.svc.Run(ctx, api.RunRequest{Template: "t", ID: "m2", FromStored: "m2.snap-000000000000"})
-	_, left := b.rt.Sandbox("m2")
+	_, left := b.rt.Sandbox(api.SandboxID("m2"))
 	if code(err) != "not_found" || missing.State != api.Crashed || left {
 		t.Fatalf("run from a missing stored snapshot: %+v %v (sandbox left: %v)", missing, err, left)
 	}

@@ -10,6 +10,8 @@ import (
 	"slices"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // ChunkReader fetches chunks and proves each is the chunk its id names, at
@@ -40,6 +42,31 @@ func (c *ChunkReader) Close() { c.dec.Close() }
 // corrupt, and reading it would only exhaust memory.
 const maxStoredChunk = 2 * maxChunkSize
 
+// readFull reads len(buf) bytes of pack from offset. A pack that ends
+// before them is corrupt (truncated); any other failure is the backend's,
+// which, retrying (WithRetry), resumes a read the network broke and calls
+// one that outlasts its attempts unavailable.
+func (r *Repository) readFull(ctx context.Context, pack string, offset int64, buf []byte) error {
+	rc, err := r.be.Get(ctx, packKey(pack), offset, int64(len(buf)))
+	if errors.Is(err, ErrNotExist) {
+		return fmt.Errorf("pack %s is missing: %w", pack, err)
+	}
+	if err != nil {
+		return fmt.Errorf("pack %s: %w", pack, err)
+	}
+	defer rc.Close()
+	n, err := io.ReadFull(rc, buf)
+	switch {
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return fmt.Errorf("pack %s: %w", pack, err)
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return corrupt("pack %s is truncated: %d of %d bytes at offset %d", pack, n, len(buf), offset)
+	case err != nil:
+		return fmt.Errorf("pack %s: %w", pack, err)
+	}
+	return nil
+}
+
 // Read fetches chunk id, checks it against its id, and passes its bytes,
 // valid during the call only, to use (when not nil).
 func (c *ChunkReader) Read(ctx context.Context, id string, use func([]byte) error) error {
@@ -55,19 +82,9 @@ func (c *ChunkReader) Read(ctx context.Context, id string, use func([]byte) erro
 		return err
 	}
 	defer c.bufs.put(b)
-	rc, err := c.r.be.Get(ctx, packKey(loc.Pack), loc.Offset, loc.Length)
-	if errors.Is(err, ErrNotExist) {
-		return fmt.Errorf("pack %s is missing: %w", loc.Pack, err)
-	}
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
 	b.compressed = slices.Grow(b.compressed[:0], int(loc.Length))[:loc.Length]
-	if n, err := io.ReadFull(rc, b.compressed); errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return fmt.Errorf("pack %s is truncated: %d of %d bytes at offset %d", loc.Pack, n, loc.Length, loc.Offset)
-	} else if err != nil {
-		return fmt.Errorf("pack %s: %w", loc.Pack, err)
+	if err := c.r.readFull(ctx, loc.Pack, loc.Offset, b.compressed); err != nil {
+		return err
 	}
 	data, err := c.dec.DecodeAll(b.compressed, slices.Grow(b.raw[:0], int(loc.Raw)))
 	if err != nil {

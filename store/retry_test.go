@@ -40,7 +40,7 @@ func TestRetryRewindsAndGivesUpOnPermanentErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &flaky{Backend: be, failures: 2, err: errors.New("connection reset")}
-	r := store.WithRetry(f, 4, time.Millisecond)
+	r := store.WithRetry(f, store.RetryPolicy{Attempts: 4, Backoff: time.Millisecond})
 	if err := r.Put(ctx, "k", strings.NewReader("payload"), 7); err != nil {
 		t.Fatalf("a transient failure was not retried: %v", err)
 	}
@@ -49,7 +49,7 @@ func TestRetryRewindsAndGivesUpOnPermanentErrors(t *testing.T) {
 	}
 
 	f = &flaky{Backend: be, failures: 5, err: store.Permanent(errors.New("credentials refused"))}
-	r = store.WithRetry(f, 4, time.Millisecond)
+	r = store.WithRetry(f, store.RetryPolicy{Attempts: 4, Backoff: time.Millisecond})
 	if err := r.Put(ctx, "k", strings.NewReader("x"), 1); err == nil || f.calls != 1 {
 		t.Errorf("a permanent error was retried: %d calls, %v", f.calls, err)
 	}
@@ -109,6 +109,6 @@ func TestRetryConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return store.WithRetry(&unreliable{Backend: be, tries: map[string]int{}}, 3, time.Millisecond)
+		return store.WithRetry(&unreliable{Backend: be, tries: map[string]int{}}, store.RetryPolicy{Attempts: 3, Backoff: time.Millisecond})
 	})
 }

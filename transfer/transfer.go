@@ -67,10 +67,15 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 		return nil, err
 	}
 	err = opts.Observer.Step(name, "resume", "pull", func() (string, error) {
-		if err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options); err != nil {
+		p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options)
+		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s (%s) fetched from %s, every chunk hash-checked", from.Name, units.Bytes(stored.Size()), from.Repo.Backend().Location()), nil
+		msg := fmt.Sprintf("%s (%s): %s fetched from %s (%s stored)", from.Name, units.Bytes(p.Bytes), units.Bytes(p.Fetched), from.Repo.Backend().Location(), units.Bytes(p.Stored))
+		if p.Seeded > 0 {
+			msg += fmt.Sprintf(", %s copied from this node's copies", units.Bytes(p.Seeded))
+		}
+		return msg + ", every chunk hash-checked", nil
 	})
 	if err != nil {
 		return nil, err

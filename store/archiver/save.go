@@ -43,10 +43,19 @@ type Options struct {
 	// every ProgressEvery and once at the end.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
-	// Uploads bounds the packs written at once (Save), Downloads the chunks
-	// read at once (Restore); 4 and 8 when zero.
+	// Uploads bounds the packs written at once (Save), 4 when zero;
+	// Downloads the stretches of packs read at once (Restore), the cores
+	// and at least 8 when zero.
 	Uploads   int
 	Downloads int
+	// Seeds are folders on this node whose chunks a restore copies rather
+	// than fetches (Restore).
+	Seeds []Seed
+	// NoSync leaves a restored folder's files to the kernel to write back,
+	// for a folder that is a cache of the stored snapshot (a pull that is
+	// resumed at once, and hash-checked on every later use): waiting for
+	// its bytes to reach the disk would double the pull's time (Restore).
+	NoSync bool
 }
 
 type progressReporter struct {

@@ -1,0 +1,219 @@
+//go:build pullbench
+
+// The pull benchmark: a snapshot pulled from a local store with the page
+// cache dropped, beside the disk's own cold read of the same pack bytes
+// with one and with eight streams, measured in the same run:
+//
+//	go test -tags pullbench -run TestPullBench -v -timeout 60m ./store/archiver
+//
+// It needs root (to drop the page cache). STASIS_PULL_GIB sets the
+// snapshot's size (default 4), STASIS_PULL_RUNS the runs (default 3),
+// STASIS_BENCH_DIR the folder on the disk to measure (default the system
+// temp folder); with STASIS_BENCH_OUT it writes pullbench.json there. The
+// snapshot is weights-like: bf16 values whose high bytes (sign and
+// exponent) take few values and whose low bytes are random, as a model's.
+package archiver_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stasis-run/stasis/internal/procfs"
+	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
+	"github.com/stasis-run/stasis/store/local"
+)
+
+type pullRow struct {
+	Run           int     `json:"run"`
+	StoredBytes   int64   `json:"storedBytes"`
+	LogicalBytes  int64   `json:"logicalBytes"`
+	Floor1S       float64 `json:"floor1S"`
+	Floor8S       float64 `json:"floor8S"`
+	PullS         float64 `json:"pullS"`
+	PullOverFloor float64 `json:"pullOverFloor"`
+	PeakRSSMiB    float64 `json:"peakRssMiB"`
+}
+
+func TestPullBench(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the pull benchmark drops the page cache and needs root")
+	}
+	gib := envInt(t, "STASIS_PULL_GIB", 4)
+	runs := envInt(t, "STASIS_PULL_RUNS", 3)
+	base, err := os.MkdirTemp(os.Getenv("STASIS_BENCH_DIR"), "pullbench-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	ctx := context.Background()
+	src := filepath.Join(base, "snap")
+	weightsLike(t, src, int64(gib)<<30)
+	be, err := local.New(filepath.Join(base, "repo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := store.Init(ctx, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := archiver.Save(ctx, repo, "s", src, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(src)
+	stored, err := repo.Snapshot(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	packs := packFiles(t, filepath.Join(base, "repo", "data"))
+	var storedBytes int64
+	for _, p := range packs {
+		st, _ := os.Stat(p)
+		storedBytes += st.Size()
+	}
+	var rows []pullRow
+	for run := 1; run <= runs; run++ {
+		r := pullRow{Run: run, StoredBytes: storedBytes, LogicalBytes: stored.Size()}
+		r.Floor1S = coldRead(t, packs, 1)
+		r.Floor8S = coldRead(t, packs, 8)
+		dropCaches(t)
+		out := filepath.Join(base, "out")
+		start := time.Now()
+		if _, err := archiver.RestoreSnapshot(ctx, repo, stored, out, archiver.Options{NoSync: true}); err != nil {
+			t.Fatal(err)
+		}
+		r.PullS = time.Since(start).Seconds()
+		r.PullOverFloor = min(r.Floor1S, r.Floor8S) / r.PullS
+		if peak, err := procfs.StatusBytes("/proc", os.Getpid(), "VmHWM"); err == nil {
+			r.PeakRSSMiB = float64(peak) / (1 << 20)
+		}
+		if _, err := snapshot.Load(out); err != nil {
+			t.Fatal(err)
+		}
+		os.RemoveAll(out)
+		rows = append(rows, r)
+		t.Logf("run %d: floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s: %.2fx the floor", run, r.Floor1S, r.Floor8S, r.PullS, r.PullOverFloor)
+	}
+	fmt.Printf("| run | logical | stored (read) | cold read, 1 stream | cold read, 8 streams | pull | pull / floor | peak RSS |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Printf("| %d | %.2f GB | %.2f GB | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2fx | %.0f MiB |\n", r.Run,
+			float64(r.LogicalBytes)/1e9, float64(r.StoredBytes)/1e9, r.Floor1S, float64(r.StoredBytes)/1e9/r.Floor1S, r.Floor8S, float64(r.StoredBytes)/1e9/r.Floor8S,
+			r.PullS, float64(r.StoredBytes)/1e9/r.PullS, r.PullOverFloor, r.PeakRSSMiB)
+	}
+	if dir := os.Getenv("STASIS_BENCH_OUT"); dir != "" {
+		data, _ := json.MarshalIndent(rows, "", "  ")
+		if err := os.WriteFile(filepath.Join(dir, "pullbench.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func envInt(t *testing.T, key string, def int) int {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive number", key, v)
+	}
+	return n
+}
+
+// weightsLike writes a committed snapshot folder whose image is size bytes
+// of bf16-like values.
+func weightsLike(t *testing.T, dir string, size int64) {
+	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "image", "pages.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The high byte of a bf16 weight drawn from N(0, 0.02): its sign and
+	// the top of its exponent, a handful of values.
+	high := []byte{0x3c, 0x3c, 0x3c, 0x3c, 0x3b, 0x3b, 0x3b, 0x3a, 0x3d, 0xbc, 0xbc, 0xbc, 0xbc, 0xbb, 0xbb, 0xbb, 0xba, 0xbd, 0x39, 0xb9}
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 16<<20)
+	for written := int64(0); written < size; written += int64(len(buf)) {
+		for i := 0; i+8 <= len(buf); i += 8 {
+			v := r.Uint64()
+			for j := 0; j < 8; j += 2 {
+				buf[i+j] = byte(v >> (8 * j))
+				buf[i+j+1] = high[int(v>>(8*j+8))%len(high)]
+			}
+		}
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "bench"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func packFiles(t *testing.T, dir string) []string {
+	var out []string
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			out = append(out, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func dropCaches(t *testing.T) {
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+		t.Fatalf("drop the page cache: %v", err)
+	}
+}
+
+// coldRead reads every file with the page cache dropped, streams files at
+// once, 16 MiB at a time, and returns the seconds it took.
+func coldRead(t *testing.T, files []string, streams int) float64 {
+	dropCaches(t)
+	start := time.Now()
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Go(func() {
+			buf := make([]byte, 16<<20)
+			for p := range next {
+				f, err := os.Open(p)
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				for {
+					n, err := f.Read(buf)
+					if n == 0 || err != nil {
+						break
+					}
+				}
+				f.Close()
+			}
+		})
+	}
+	for _, p := range files {
+		next <- p
+	}
+	close(next)
+	wg.Wait()
+	return time.Since(start).Seconds()
+}

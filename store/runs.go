@@ -1,0 +1,103 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+)
+
+// Run is a stretch of one pack that holds chunks a restore needs, read
+// with one request: a pull of a snapshot reads its packs in a few large
+// reads rather than one small read per chunk.
+type Run struct {
+	Pack string
+	// Offset and Length are the stretch's place in the pack.
+	Offset, Length int64
+	Chunks         []RunChunk
+}
+
+// RunChunk is one chunk of a Run.
+type RunChunk struct {
+	ID string
+	// At is where the chunk starts in its run; Stored is its compressed
+	// length there, Raw its own.
+	At, Stored, Raw int64
+}
+
+// maxRunGap is the most bytes between two needed chunks of a pack that a
+// run reads through: cheaper than a second request.
+const maxRunGap = 256 << 10
+
+// PlanReads groups chunks (each named once) into runs of at most maxRun
+// bytes, in pack and offset order, so that a pull reads each pack front to
+// back. A chunk that no pack's index holds is an error.
+func (r *Repository) PlanReads(ids []string, maxRun int64) ([]Run, error) {
+	type located struct {
+		id  string
+		loc blobLocation
+	}
+	all := make([]located, 0, len(ids))
+	for _, id := range ids {
+		loc, ok := r.lookup(id)
+		if !ok {
+			return nil, corrupt("chunk %s is in no pack's index", id)
+		}
+		if loc.Length <= 0 || loc.Length > maxStoredChunk || loc.Raw < 0 || loc.Raw > maxStoredChunk {
+			return nil, fmt.Errorf("chunk %s: the index of pack %s claims %d stored and %d raw bytes (corrupt)", id, loc.Pack, loc.Length, loc.Raw)
+		}
+		all = append(all, located{id, loc})
+	}
+	slices.SortFunc(all, func(a, b located) int {
+		return cmp.Or(cmp.Compare(a.loc.Pack, b.loc.Pack), cmp.Compare(a.loc.Offset, b.loc.Offset))
+	})
+	var runs []Run
+	for _, c := range all {
+		n := len(runs)
+		if n > 0 {
+			last := &runs[n-1]
+			end := last.Offset + last.Length
+			if last.Pack == c.loc.Pack && c.loc.Offset >= end && c.loc.Offset-end <= maxRunGap && c.loc.Offset+c.loc.Length-last.Offset <= maxRun {
+				last.Chunks = append(last.Chunks, RunChunk{ID: c.id, At: c.loc.Offset - last.Offset, Stored: c.loc.Length, Raw: c.loc.Raw})
+				last.Length = c.loc.Offset + c.loc.Length - last.Offset
+				continue
+			}
+		}
+		runs = append(runs, Run{Pack: c.loc.Pack, Offset: c.loc.Offset, Length: c.loc.Length,
+			Chunks: []RunChunk{{ID: c.id, Stored: c.loc.Length, Raw: c.loc.Raw}}})
+	}
+	return runs, nil
+}
+
+// ReadRun fetches run with one request and passes each of its chunks,
+// decompressed and checked against its id, to use, in order; the bytes are
+// valid during the call only. A read the network breaks is resumed where
+// it stopped by the retrying backend (WithRetry).
+func (c *ChunkReader) ReadRun(ctx context.Context, run Run, use func(RunChunk, []byte) error) error {
+	b, err := c.bufs.get(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.bufs.put(b)
+	b.compressed = slices.Grow(b.compressed[:0], int(run.Length))[:run.Length]
+	if err := c.r.readFull(ctx, run.Pack, run.Offset, b.compressed); err != nil {
+		return err
+	}
+	for _, ch := range run.Chunks {
+		data, err := c.dec.DecodeAll(b.compressed[ch.At:ch.At+ch.Stored], slices.Grow(b.raw[:0], int(ch.Raw)))
+		if err != nil {
+			return fmt.Errorf("chunk %s in pack %s does not decompress (corrupt): %w", ch.ID, run.Pack, err)
+		}
+		b.raw = data[:0]
+		sum := sha256.Sum256(data)
+		if hex.EncodeToString(sum[:]) != ch.ID || int64(len(data)) != ch.Raw {
+			return corrupt("chunk %s in pack %s does not match its hash", ch.ID, run.Pack)
+		}
+		if err := use(ch, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
