@@ -20,6 +20,11 @@ go test -c -tags gpu -trimpath -ldflags="-s -w" -o "$bundle/engine-gpu.test" ./e
 gzip -f "$bundle/engine-gpu.test"
 CGO_ENABLED=0 go test -c -trimpath -ldflags="-s -w" -o "$bundle/fsutil.test" ./internal/fsutil
 gzip -f "$bundle/fsutil.test"
+CGO_ENABLED=0 go test -c -tags pullbench -trimpath -ldflags="-s -w" -o "$bundle/pullbench.test" ./store/archiver
+gzip -f "$bundle/pullbench.test"
+# versitygw, for the S3 figures of the anywhere suite.
+scripts/install-versitygw.sh >/dev/null
+gzip -c "$(command -v versitygw)" >"$bundle/versitygw.gz"
 scripts/install-runsc.sh >/dev/null
 gzip -c "$(command -v runsc)" >"$bundle/runsc.gz"
 ls -la "$bundle"

@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|writeback|benchmarks|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|writeback|anywhere|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
 # ENGINE_TIMEOUT, ENGINE_TEST (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
@@ -17,7 +17,9 @@
 # STASIS_RESUME_STRACE (the kept resume's system calls, strace-summary.md) (resume);
 # STASIS_SERVER_MODES, STASIS_SERVER_RESUMES (kept,warm,cold) and
 # STASIS_RESUME_THP (server-resume);
-# STASIS_WRITEBACK_GIB and STASIS_WRITEBACK_RUNS (writeback).
+# STASIS_WRITEBACK_GIB and STASIS_WRITEBACK_RUNS (writeback);
+# STASIS_ANYWHERE_MODES (plain,compiled), STASIS_ANYWHERE_SECOND,
+# STASIS_ANYWHERE_S3, STASIS_PULL_GIB and STASIS_PULL_RUNS (anywhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -188,6 +190,27 @@ run_writeback() {
 		"$bin/fsutil.test" -test.run '^$' -test.bench Writeback -test.benchtime "${STASIS_WRITEBACK_RUNS:-1}x" 2>&1 | tee "$out/writeback.txt"
 }
 
+# Resume anywhere: the pull benchmark (STASIS_PULL_GIB, default 16, beside
+# the disk's cold read of the same bytes; skipped with 0), then
+# TestGPUAnywhere (the 7B server resumed on a node that never held it;
+# with STASIS_ANYWHERE_S3, versitygw from the bundle), then
+# anywhere-summary.json from what this OUTDIR holds.
+run_anywhere() {
+	unpack pullbench.test
+	[ -f "$bundle/versitygw.gz" ] && unpack versitygw
+	mkdir -p "$PWD/.gpu-work"
+	export TMPDIR="$PWD/.gpu-work"
+	if [ "${STASIS_PULL_GIB:-16}" != 0 ]; then
+		STASIS_PULL_GIB="${STASIS_PULL_GIB:-16}" STASIS_BENCH_DIR="$PWD/.gpu-work" STASIS_BENCH_OUT="$out" \
+			"$bin/pullbench.test" -test.run TestPullBench -test.v -test.timeout 30m 2>&1 | tee "$out/pullbench.txt"
+	fi
+	if [ -n "${STASIS_ANYWHERE_MODES:-plain,compiled}" ]; then
+		# Sandbox memory in huge pages, as stasisd sets them at start.
+		thp_runs TestGPUAnywhere
+	fi
+	python3 scripts/gpu/anywhere_summary.py "$out" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" | tee "$out/anywhere-summary.md"
+}
+
 resume_summary() {
 	python3 scripts/gpu/resume_summary.py "$out" "${STASIS_RESUME_DEFAULT:-auto}" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" "$thp_last" | tee "$out/resume-summary.md"
 }
@@ -258,7 +281,8 @@ zero-pages) run_zero_pages ;;
 resume) run_resume ;;
 server-resume) run_server_resume ;;
 writeback) run_writeback ;;
+anywhere) run_anywhere ;;
 benchmarks) run_synthetic; run_server ;;
 all) run_node; run_service; ENGINE_RUN="TestGPUActor|TestGPUCompatAndPlan" run_engine; run_synthetic; run_server; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, server-resume, writeback, benchmarks or all" >&2; exit 2 ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, server-resume, writeback, anywhere, benchmarks or all" >&2; exit 2 ;;
 esac

@@ -157,7 +157,7 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	}
 	from := s.stored(o, snap.Stored, "pull")
 	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, snap)
-	m, err := transfer.PullAndResume(ctx, s.eng, a, dir, from, opts)
+	m, _, err := transfer.PullAndResume(ctx, s.eng, a, dir, from, opts)
 	if m != nil {
 		// The pulled copy is whole: later resumes use it.
 		snap.Dir = dir

@@ -49,25 +49,28 @@ func Push(ctx context.Context, obs engine.Observer, actor, opName, dir string, m
 // chunk checked against its hash as it arrives, and the engine resumes it,
 // checking the folder by size only. The manifest is returned once the
 // folder is whole, with the error of a later step if one failed: a caller
-// may keep the pulled folder as a copy of the stored snapshot.
-func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir string, from Stored, opts engine.ResumeOptions) (*snapshot.Manifest, error) {
+// may keep the pulled folder as a copy of the stored snapshot. What the pull
+// moved is returned too.
+func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir string, from Stored, opts engine.ResumeOptions) (*snapshot.Manifest, archiver.Pulled, error) {
+	var pulled archiver.Pulled
 	name := a.Name
 	if name == "" {
 		name = a.ID
 	}
 	stored, err := from.Repo.Snapshot(ctx, from.Name)
 	if err != nil {
-		return nil, err
+		return nil, pulled, err
 	}
 	m, err := snapshot.Parse(stored.Meta)
 	if err != nil {
-		return nil, errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", from.Name, err), errdefs.ErrCorrupt)
+		return nil, pulled, errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", from.Name, err), errdefs.ErrCorrupt)
 	}
 	if err := eng.CheckRestore(ctx, a, m, &opts); err != nil {
-		return nil, err
+		return nil, pulled, err
 	}
 	err = opts.Observer.Step(name, "resume", "pull", func() (string, error) {
 		p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options)
+		pulled = p
 		if err != nil {
 			return "", err
 		}
@@ -78,9 +81,9 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 		return msg + ", every chunk hash-checked", nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, pulled, err
 	}
 	opts.Checked = m
 	_, err = eng.Resume(ctx, a, dir, opts)
-	return m, err
+	return m, pulled, err
 }

@@ -53,7 +53,7 @@ func newResume(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				_, err = transfer.PullAndResume(cmd.Context(), eng, af.actor(args[0]), dir, transfer.Stored{Repo: r, Name: pull, Options: g.transferProgress("pull")}, opts)
+				_, _, err = transfer.PullAndResume(cmd.Context(), eng, af.actor(args[0]), dir, transfer.Stored{Repo: r, Name: pull, Options: g.transferProgress("pull")}, opts)
 				if err != nil {
 					return err
 				}

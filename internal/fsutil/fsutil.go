@@ -48,9 +48,9 @@ func CopyFile(src, dst string, mode fs.FileMode) error {
 	return out.Close()
 }
 
-// directBlock is the alignment O_DIRECT asks of buffers, offsets and
+// DirectBlock is the alignment O_DIRECT asks of buffers, offsets and
 // lengths on the filesystems Stasis writes to.
-const directBlock = 4096
+const DirectBlock = 4096
 
 // directChunk is how much WriteAtomicDirect copies into its aligned buffer
 // per write.
@@ -154,7 +154,7 @@ func writeDirect(f *os.File, r io.Reader, size int64) error {
 // O_DIRECT: the whole blocks directly, then a partial last block with
 // O_DIRECT cleared, so only the file's end may be unaligned.
 func writeAligned(f *os.File, b []byte) error {
-	body := len(b) &^ (directBlock - 1)
+	body := len(b) &^ (DirectBlock - 1)
 	if body > 0 {
 		if _, err := f.Write(b[:body]); err != nil {
 			return err
@@ -177,13 +177,13 @@ func writeAligned(f *os.File, b []byte) error {
 // AlignedBuffer returns n bytes that start on a block boundary, which
 // WriteAtomicDirect can write to disk without copying them first.
 func AlignedBuffer(n int) []byte {
-	raw := make([]byte, n+directBlock)
-	off := (directBlock - int(uintptr(unsafe.Pointer(&raw[0]))%directBlock)) % directBlock
+	raw := make([]byte, n+DirectBlock)
+	off := (DirectBlock - int(uintptr(unsafe.Pointer(&raw[0]))%DirectBlock)) % DirectBlock
 	return raw[off : off+n : off+n]
 }
 
 func aligned(b []byte) bool {
-	return len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%directBlock == 0
+	return len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%DirectBlock == 0
 }
 
 // ErrNotEmpty is returned by MkdirEmpty for a folder that holds anything.

@@ -9,7 +9,8 @@
 // It needs root (to drop the page cache). STASIS_PULL_GIB sets the
 // snapshot's size (default 4), STASIS_PULL_RUNS the runs (default 3),
 // STASIS_BENCH_DIR the folder on the disk to measure (default the system
-// temp folder); with STASIS_BENCH_OUT it writes pullbench.json there. The
+// temp folder), STASIS_PULL_DOWNLOADS the stretches read at once (default
+// the pull's own); with STASIS_BENCH_OUT it writes pullbench.json there. The
 // snapshot is weights-like: bf16 values whose high bytes (sign and
 // exponent) take few values and whose low bytes are random, as a model's.
 package archiver_test
@@ -50,6 +51,10 @@ func TestPullBench(t *testing.T) {
 	}
 	gib := envInt(t, "STASIS_PULL_GIB", 4)
 	runs := envInt(t, "STASIS_PULL_RUNS", 3)
+	downloads := 0 // the pull's default
+	if os.Getenv("STASIS_PULL_DOWNLOADS") != "" {
+		downloads = envInt(t, "STASIS_PULL_DOWNLOADS", 0)
+	}
 	base, err := os.MkdirTemp(os.Getenv("STASIS_BENCH_DIR"), "pullbench-")
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +93,7 @@ func TestPullBench(t *testing.T) {
 		dropCaches(t)
 		out := filepath.Join(base, "out")
 		start := time.Now()
-		if _, err := archiver.RestoreSnapshot(ctx, repo, stored, out, archiver.Options{NoSync: true}); err != nil {
+		if _, err := archiver.RestoreSnapshot(ctx, repo, stored, out, archiver.Options{NoSync: true, Downloads: downloads}); err != nil {
 			t.Fatal(err)
 		}
 		r.PullS = time.Since(start).Seconds()

@@ -5,6 +5,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/store"
@@ -69,12 +73,14 @@ func (b *Backend) Get(_ context.Context, key string, offset, length int64) (io.R
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("local store %s: %s: %w", b.root, key, store.ErrNotExist)
+	if length >= directMin {
+		if rc, err := readDirect(p, offset, length); err == nil || !errors.Is(err, errNoDirect) {
+			return rc, notExist(b.root, key, err)
+		}
 	}
+	f, err := os.Open(p)
 	if err != nil {
-		return nil, err
+		return nil, notExist(b.root, key, err)
 	}
 	if offset > 0 {
 		if _, err := f.Seek(offset, io.SeekStart); err != nil {
@@ -89,6 +95,72 @@ func (b *Backend) Get(_ context.Context, key string, offset, length int64) (io.R
 		io.Reader
 		io.Closer
 	}{io.LimitReader(f, length), f}, nil
+}
+
+func notExist(root, key string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("local store %s: %s: %w", root, key, store.ErrNotExist)
+	}
+	return err
+}
+
+// errNoDirect says the filesystem does not take O_DIRECT (tmpfs).
+var errNoDirect = errors.New("O_DIRECT is not supported here")
+
+// directBuffers are the aligned buffers of direct reads, a pack's worth
+// and a block either side each.
+var directBuffers = sync.Pool{New: func() any { b := fsutil.AlignedBuffer(directRead); return &b }}
+
+// directRead is the largest read made around the page cache at once.
+const directRead = 16<<20 + 2*fsutil.DirectBlock
+
+// readDirect reads length bytes of path from offset around the page cache
+// (O_DIRECT), in aligned blocks: a pull reads each pack's bytes once, and
+// copying them through the page cache cost the 2-core machine more CPU
+// than hashing them (docs/benchmarks.md, "Resume anywhere").
+func readDirect(path string, offset, length int64) (io.ReadCloser, error) {
+	start := offset &^ (fsutil.DirectBlock - 1)
+	end := (offset + length + fsutil.DirectBlock - 1) &^ (fsutil.DirectBlock - 1)
+	if end-start > directRead {
+		return nil, errNoDirect
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
+	if errors.Is(err, unix.EINVAL) {
+		return nil, errNoDirect
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	pooled := directBuffers.Get().(*[]byte)
+	buf := *pooled
+	n := 0
+	for n < int(end-start) {
+		m, err := f.ReadAt(buf[n:end-start], start+int64(n))
+		n += m
+		if err != nil {
+			break // the file ends here; fewer bytes is the caller's to judge
+		}
+	}
+	lo := int(offset - start)
+	hi := min(n, lo+int(length))
+	if hi < lo {
+		hi = lo
+	}
+	return &directBody{Reader: bytes.NewReader(buf[lo:hi]), buf: pooled}, nil
+}
+
+type directBody struct {
+	*bytes.Reader
+	buf *[]byte
+}
+
+func (d *directBody) Close() error {
+	if d.buf != nil {
+		directBuffers.Put(d.buf)
+		d.buf = nil
+	}
+	return nil
 }
 
 func (b *Backend) Size(_ context.Context, key string) (int64, error) {

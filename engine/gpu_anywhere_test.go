@@ -1,0 +1,271 @@
+//go:build gpu
+
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/internal/s3test"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
+	"github.com/stasis-run/stasis/store/local"
+	"github.com/stasis-run/stasis/store/location"
+	"github.com/stasis-run/stasis/transfer"
+)
+
+// TestGPUAnywhere is the "resume anywhere" benchmark: the 7B server
+// (llm_server.py, each mode of STASIS_ANYWHERE_MODES, default
+// "plain,compiled") started cold, suspended and pushed to a local store
+// folder, then resumed on "a node that never held it": the page cache
+// dropped, a fresh folder, the snapshot pulled from the store and resumed
+// as stasisd does (transfer.PullAndResume, the copy not synced), to its
+// first token, which must equal the one before. Beside it, in the same
+// run: the page-cache resume on its own node, the disk's cold read of the
+// store's pack bytes with one and eight streams (the floor), and, with
+// STASIS_ANYWHERE_SECOND (plain mode), a second actor of the same template
+// pulled onto the node that holds the first (the fetched share), and, with
+// STASIS_ANYWHERE_S3 and versitygw on PATH, the same push and pull through
+// S3 on loopback.
+func TestGPUAnywhere(t *testing.T) {
+	g := newGPUEnv(t)
+	ctx := context.Background()
+	weights := g.llmWeights(map[string]any{})
+	for _, mode := range strings.Split(getenv("STASIS_ANYWHERE_MODES", "plain,compiled"), ",") {
+		result := map[string]any{"workload": "llm-6.7b", "mode": mode}
+		repoDir := filepath.Join(g.work, "store-"+mode)
+		be, err := local.New(repoDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repo, err := store.Init(ctx, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		firstToken := func(id string) (llmAnswer, error) {
+			var a llmAnswer
+			res, err := g.rt.Exec(ctx, id, runtime.Process{Args: []string{g.python, "/stasis-scripts/llm_client.py", "/token", "900"}})
+			if err != nil {
+				return a, err
+			}
+			if res.ExitCode != 0 {
+				return a, fmt.Errorf("llm_client: exit %d: %s %s", res.ExitCode, res.Stdout, res.Stderr)
+			}
+			return a, json.Unmarshal(res.Stdout, &a)
+		}
+		// start runs a server actor cold and returns it with its first
+		// token and the seconds to it.
+		start := func(id string) (engine.Actor, llmAnswer, float64) {
+			begin := time.Now()
+			a := g.startActorArgs(id, []string{"/usr/bin/env", "LLM_MODE=" + mode, "HF_HUB_OFFLINE=1", g.python, "/stasis-scripts/llm_server.py", "serve", "/weights"}, specMount("/weights", weights))
+			first, err := firstToken(a.ID)
+			if err != nil {
+				t.Fatalf("%s cold start of %s: %v", mode, id, err)
+			}
+			return a, first, time.Since(begin).Seconds()
+		}
+		// suspendAndPush suspends a into a folder and pushes it as name.
+		suspendAndPush := func(a engine.Actor, name string, to *store.Repository) (string, float64) {
+			dir := filepath.Join(g.work, "snap-"+name)
+			m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
+			if err != nil {
+				t.Fatalf("%s suspend: %v", mode, err)
+			}
+			pushS, err := g.timed(func() error {
+				return transfer.Push(ctx, g.obs, a.ID, "suspend", dir, m, transfer.Stored{Repo: to, Name: name}, nil)
+			})
+			if err != nil {
+				t.Fatalf("%s push: %v", mode, err)
+			}
+			result["imageBytes"] = m.Size()
+			return dir, pushS
+		}
+		// pullAndResume resumes a on "another node" from name, into dir,
+		// to its first token, which must be want.
+		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, seeds []archiver.Seed) (float64, archiver.Pulled, float64) {
+			g.takeEvents()
+			begin := time.Now()
+			_, pulled, err := transfer.PullAndResume(ctx, g.eng, a, dir, transfer.Stored{Repo: from, Name: name, Options: archiver.Options{NoSync: true, Seeds: seeds}},
+				engine.ResumeOptions{Observer: g.obs})
+			if err != nil {
+				t.Fatalf("%s pull and resume of %s: %v", mode, name, err)
+			}
+			got, err := firstToken(a.ID)
+			if err != nil {
+				t.Fatalf("%s first token after the pull: %v", mode, err)
+			}
+			s := time.Since(begin).Seconds()
+			if got.Token != want {
+				t.Errorf("%s: the first token after the pull is %d, before the suspend %d", mode, got.Token, want)
+			}
+			return s, pulled, steps(g.takeEvents())["resume/pull"]
+		}
+		stop := func(a engine.Actor) {
+			if err := g.rt.Stop(ctx, a.ID); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.rt.Delete(ctx, a.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		g.dropCaches()
+		a, first, coldS := start("any-" + mode)
+		result["cold_s"] = coldS
+		name := "any-" + mode + ".1"
+		dirA, pushS := suspendAndPush(a, name, repo)
+		result["push_s"] = pushS
+		// Its own node, the image in the page cache.
+		begin := time.Now()
+		if _, err := g.eng.Resume(ctx, a, dirA, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifyWhileRestoring}); err != nil {
+			t.Fatalf("%s local resume: %v", mode, err)
+		}
+		if got, err := firstToken(a.ID); err != nil || got.Token != first.Token {
+			t.Fatalf("%s local resume: token %+v %v, want %d", mode, got, err, first.Token)
+		}
+		result["local_s"] = time.Since(begin).Seconds()
+		stop(a)
+		g.record("anywhere", result)
+
+		// The floor: the store's pack bytes read cold.
+		packs := filesUnder(t, filepath.Join(repoDir, "data"))
+		var storedBytes int64
+		for _, p := range packs {
+			st, _ := os.Stat(p)
+			storedBytes += st.Size()
+		}
+		result["storedBytes"] = storedBytes
+		result["floorRead1S"] = g.coldRead(packs, 1)
+		result["floorRead8S"] = g.coldRead(packs, 8)
+		floorRead := min(result["floorRead1S"].(float64), result["floorRead8S"].(float64))
+		result["floor_s"] = floorRead + result["local_s"].(float64)
+
+		// A node that never held it.
+		g.dropCaches()
+		dirB := filepath.Join(g.work, "nodeb-"+mode+"-1")
+		anywhereS, pulled, pullS := pullAndResume(a, repo, name, dirB, first.Token, nil)
+		result["anywhere_s"], result["pull_s"], result["pulledBytes"] = anywhereS, pullS, pulled.Fetched
+		result["pull_over_floor"] = floorRead / pullS
+		result["ratio"] = coldS / anywhereS
+		result["anywhere_over_floor"] = anywhereS / result["floor_s"].(float64)
+		g.record("anywhere", result)
+		t.Logf("%s: cold %.1f s, anywhere %.2f s (%.1fx; pull %.2f s, %.2fx the disk's cold read), floor %.2f s, own node %.2f s",
+			mode, coldS, anywhereS, coldS/anywhereS, pullS, floorRead/pullS, result["floor_s"], result["local_s"])
+
+		if os.Getenv("STASIS_ANYWHERE_SECOND") != "" {
+			// A second actor of the template, pulled onto the node that
+			// holds the first (its copy in dirB, as stasisd's seeds).
+			b, firstB, _ := start("any2-" + mode)
+			name2 := "any-" + mode + ".2"
+			dirA2, _ := suspendAndPush(b, name2, repo)
+			os.RemoveAll(dirA2)
+			seed, err := repo.Snapshot(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			secondS, pulled2, _ := pullAndResume(b, repo, name2, filepath.Join(g.work, "nodeb-"+mode+"-2"), firstB.Token, []archiver.Seed{{Dir: dirB, Snapshot: seed}})
+			result["second_s"] = secondS
+			result["second_actor_fetched_fraction"] = float64(pulled2.Fetched) / float64(pulled2.Bytes)
+			result["second_actor_over_local"] = secondS / result["local_s"].(float64)
+			stop(b)
+			g.record("anywhere", result)
+		}
+		stop(a)
+
+		if os.Getenv("STASIS_ANYWHERE_S3") != "" {
+			// The same push and pull through S3 (versitygw on loopback).
+			srv := s3test.Start(t)
+			sbe, err := location.Open(ctx, srv.Location("anywhere-"+mode), srv.Env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srepo, err := store.Init(ctx, sbe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := snapshot.Load(dirA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s3Push, err := g.timed(func() error {
+				return transfer.Push(ctx, g.obs, a.ID, "suspend", dirA, m, transfer.Stored{Repo: srepo, Name: name}, nil)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.dropCaches()
+			stored, err := srepo.Snapshot(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s3Pull, err := g.timed(func() error {
+				_, err := archiver.RestoreSnapshot(ctx, srepo, stored, filepath.Join(g.work, "nodec-"+mode), archiver.Options{NoSync: true})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			result["s3_push_s"], result["s3_pull_s"] = s3Push, s3Pull
+			result["s3_over_local"] = max(s3Push/pushS, s3Pull/pullS)
+			g.record("anywhere", result)
+		}
+		os.RemoveAll(repoDir)
+	}
+}
+
+func filesUnder(t *testing.T, dir string) []string {
+	var out []string
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			out = append(out, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// coldRead reads files with the page cache dropped, streams at once, 16 MiB
+// at a time, and returns the seconds it took.
+func (g *gpuEnv) coldRead(files []string, streams int) float64 {
+	g.dropCaches()
+	start := time.Now()
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Go(func() {
+			buf := make([]byte, 16<<20)
+			for p := range next {
+				f, err := os.Open(p)
+				if err != nil {
+					g.t.Error(err)
+					continue
+				}
+				for {
+					if n, err := f.Read(buf); n == 0 || err != nil {
+						break
+					}
+				}
+				f.Close()
+			}
+		})
+	}
+	for _, p := range files {
+		next <- p
+	}
+	close(next)
+	wg.Wait()
+	return time.Since(start).Seconds()
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""anywhere_summary.py OUTDIR COMMIT: docs/results/anywhere-summary.json's
+keys from what scripts/gpu-e2e.sh anywhere left in OUTDIR (the last
+"anywhere" record of each mode in engine-gpu.jsonl, pullbench.json), and a
+table on stdout. Keys whose measurement did not run are null."""
+import json
+import os
+import statistics
+import sys
+import time
+
+out, commit = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+modes = {}
+path = os.path.join(out, "engine-gpu.jsonl")
+if os.path.exists(path):
+    for line in open(path):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("kind") == "anywhere":
+            modes[r["mode"]] = r
+
+summary = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit}
+bench = os.path.join(out, "pullbench.json")
+rows = json.load(open(bench)) if os.path.exists(bench) else []
+summary["pull_over_floor"] = statistics.median(r["pullOverFloor"] for r in rows) if rows else None
+for mode in ("compiled", "plain"):
+    r = modes.get(mode)
+    summary[mode] = None if r is None else {k: r.get(k) for k in ("cold_s", "anywhere_s", "ratio", "local_s", "floor_s", "pull_s", "pull_over_floor", "push_s")}
+plain = modes.get("plain", {})
+for key in ("second_actor_fetched_fraction", "second_actor_over_local", "s3_over_local"):
+    summary[key] = plain.get(key, modes.get("compiled", {}).get(key))
+summary["golden_prestaged_over_local"] = None
+print(json.dumps(summary, indent=2))
+with open(os.path.join(out, "anywhere-summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+print("\n| server | cold start | anywhere | ratio | floor | own node | pull | pull / disk |\n|---|---|---|---|---|---|---|---|")
+for mode in ("compiled", "plain"):
+    r = modes.get(mode)
+    if r and "anywhere_s" in r:
+        print(f"| {mode} | {r['cold_s']:.1f} s | {r['anywhere_s']:.2f} s | {r['ratio']:.1f}x | {r['floor_s']:.2f} s | {r['local_s']:.2f} s | {r['pull_s']:.2f} s | {r['pull_over_floor']:.2f}x |")
