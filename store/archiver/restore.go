@@ -113,70 +113,89 @@ func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snaps
 		rep.add(int64(len(data))*int64(len(dests[id])), 0, 0)
 		return nil
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(workers)
-	fetch := order
-	if len(opts.Seeds) > 0 {
-		var seeded []seededChunk
-		seeded, fetch = seedChunks(repo, opts.Seeds, order)
-		from := &seedFiles{files: map[string]*os.File{}}
-		defer from.close()
-		buffers := make(chan []byte, workers)
-		for _, c := range seeded {
-			g.Go(func() error {
-				var buf []byte
-				select {
-				case buf = <-buffers:
-				default:
-				}
-				buf, ok := from.copy(c, buf)
-				defer func() { buffers <- buf }()
-				if !ok {
-					// The seed changed or went: fetched after all.
-					mu.Lock()
-					fetch = append(fetch, c.id)
-					mu.Unlock()
-					return nil
-				}
-				mu.Lock()
-				pulled.Seeded += c.raw
-				mu.Unlock()
-				return write(c.id, buf)
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return pulled, err
-		}
-		g, gctx = errgroup.WithContext(ctx)
-		g.SetLimit(workers)
-	}
-	runs, err := repo.PlanReads(fetch, pullRun)
-	if err != nil {
-		return pulled, err
-	}
 	chunks, err := repo.NewChunkReader(workers)
 	if err != nil {
 		return pulled, err
 	}
 	defer chunks.Close()
-	for _, run := range runs {
-		g.Go(func() error {
-			err := chunks.ReadRun(gctx, run, func(c store.RunChunk, data []byte) error {
-				mu.Lock()
-				pulled.Fetched += c.Raw
-				pulled.Stored += c.Stored
-				mu.Unlock()
-				rep.add(0, c.Stored, 0)
-				return write(c.ID, data)
+	// fetchAll reads ids from the store, in stretches of packs.
+	fetchAll := func(g *errgroup.Group, gctx context.Context, ids []string) error {
+		runs, err := repo.PlanReads(ids, pullRun)
+		if err != nil {
+			return err
+		}
+		for _, run := range runs {
+			g.Go(func() error {
+				err := chunks.ReadRun(gctx, run, func(c store.RunChunk, data []byte) error {
+					mu.Lock()
+					pulled.Fetched += c.Raw
+					pulled.Stored += c.Stored
+					mu.Unlock()
+					rep.add(0, c.Stored, 0)
+					return write(c.ID, data)
+				})
+				if err != nil {
+					return fmt.Errorf("pack %s: %w", run.Pack, err)
+				}
+				return nil
 			})
-			if err != nil {
-				return fmt.Errorf("pack %s: %w", run.Pack, err)
+		}
+		return nil
+	}
+	// The chunks this node holds are copied while the others are fetched;
+	// a copy that is no longer what it was is fetched after.
+	seeded, fetch := seedChunks(repo, opts.Seeds, order)
+	var missed []string
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	var submitted sync.WaitGroup
+	if len(seeded) > 0 {
+		from := &seedFiles{files: map[string]*os.File{}}
+		defer from.close()
+		buffers := make(chan []byte, workers)
+		// Submitted beside the fetches, so that both share the workers.
+		submitted.Go(func() {
+			for _, c := range seeded {
+				g.Go(func() error {
+					var buf []byte
+					select {
+					case buf = <-buffers:
+					default:
+					}
+					buf, ok := from.copy(c, buf)
+					defer func() { buffers <- buf }()
+					mu.Lock()
+					if !ok {
+						missed = append(missed, c.id)
+					} else {
+						pulled.Seeded += c.raw
+					}
+					mu.Unlock()
+					if !ok {
+						return nil
+					}
+					return write(c.id, buf)
+				})
 			}
-			return nil
 		})
 	}
+	ferr := fetchAll(g, gctx, fetch)
+	submitted.Wait()
 	if err := g.Wait(); err != nil {
 		return pulled, err
+	}
+	if ferr != nil {
+		return pulled, ferr
+	}
+	if len(missed) > 0 {
+		g, gctx = errgroup.WithContext(ctx)
+		g.SetLimit(workers)
+		if err := fetchAll(g, gctx, missed); err != nil {
+			return pulled, err
+		}
+		if err := g.Wait(); err != nil {
+			return pulled, err
+		}
 	}
 	rep.add(0, 0, len(s.Files))
 	rep.finish()
@@ -289,6 +308,9 @@ func (s *seedFiles) copy(c seededChunk, buf []byte) ([]byte, bool) {
 // seedChunks splits the chunks a restore needs into those seeds hold
 // (where) and those to fetch.
 func seedChunks(repo *store.Repository, seeds []Seed, need []string) (seeded []seededChunk, fetch []string) {
+	if len(seeds) == 0 {
+		return nil, need
+	}
 	where := map[string]seededChunk{}
 	for _, sd := range seeds {
 		if sd.Snapshot == nil {
