@@ -57,13 +57,16 @@ func call[Req, Res any](ctx context.Context, c *Client, name string, req Req) (R
 }
 
 // explain turns a failure to reach stasisd into what to do about it, and
-// a Connect error into an *Error with its code.
+// a Connect error into an *Error with its code. Both can say unavailable:
+// only a failure of the connection itself (a dial, a reset) means stasisd
+// is out of reach; an answer of that category is an operation's own.
 func (c *Client) explain(err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return err
 	}
-	if ce.Code() == connect.CodeUnavailable {
+	var netErr net.Error
+	if ce.Code() == connect.CodeUnavailable && errors.As(ce.Unwrap(), &netErr) {
 		return &Error{Code: errdefs.Code(errdefs.ErrUnavailable), Message: fmt.Sprintf("cannot reach stasisd at %s (is it running? start it with `stasisd`, or point --socket at its socket): %s", c.socket, ce.Message())}
 	}
 	return &Error{Code: ce.Code().String(), Message: ce.Message()}
@@ -133,6 +136,11 @@ func (c *Client) InspectSnapshot(ctx context.Context, id string) (Snapshot, erro
 
 func (c *Client) NodeInfo(ctx context.Context) (NodeInfo, error) {
 	return call[Empty, NodeInfo](ctx, c, "NodeInfo", Empty{})
+}
+
+// NodeStatus says where this node's stasisd stands: its store, its lease.
+func (c *Client) NodeStatus(ctx context.Context) (NodeStatus, error) {
+	return call[Empty, NodeStatus](ctx, c, "NodeStatus", Empty{})
 }
 
 // RenewLease takes or renews this node's fleet lease.

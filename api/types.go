@@ -328,6 +328,32 @@ type Lease struct {
 	FenceCommands [][]string `json:"fenceCommands,omitempty"`
 }
 
+// StoreStatus is where stasisd's snapshot store stands.
+type StoreStatus struct {
+	Location string `json:"location,omitempty"`
+	// Configured is false for a stasisd without a store (--no-store).
+	Configured bool `json:"configured"`
+	Available  bool `json:"available"`
+	// Error is why it is out of reach, since when, after how many tries.
+	Error    string    `json:"error,omitempty"`
+	Since    time.Time `json:"since,omitempty"`
+	Failures int       `json:"failures,omitempty"`
+	// What its backend did about failures since stasisd started: calls
+	// tried again, reads resumed where the network broke them, reads
+	// cancelled for making no progress, bytes asked for again.
+	Retries      int64 `json:"retries"`
+	ResumedReads int64 `json:"resumedReads"`
+	Stalls       int64 `json:"stalls"`
+	BytesReread  int64 `json:"bytesReread"`
+}
+
+// NodeStatus is where this node's stasisd stands: its store and its fleet
+// lease.
+type NodeStatus struct {
+	Store StoreStatus `json:"store"`
+	Lease Lease       `json:"lease"`
+}
+
 // MaxLeaseSeconds bounds LeaseRequest.ValidForSeconds: a lease that long
 // fences nothing for too long after its holder dies.
 const MaxLeaseSeconds = 600

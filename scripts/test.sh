@@ -18,6 +18,7 @@ source scripts/lib/cgo-env.sh
 scripts/install-runsc.sh
 scripts/install-runsc.sh --reference
 scripts/install-versitygw.sh
+scripts/install-fake-gcs.sh
 scripts/install-microvm.sh
 scripts/install-kube.sh
 

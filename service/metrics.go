@@ -28,7 +28,7 @@ func newMetrics(s *Service) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
 		}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.operations, m.durations, &actorStates{s: s},
+	m.Registry.MustRegister(m.operations, m.durations, &actorStates{s: s}, &storeMetrics{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -61,5 +61,39 @@ func (c *actorStates) Collect(ch chan<- prometheus.Metric) {
 	}
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(actorsDesc, prometheus.GaugeValue, float64(n), string(st))
+	}
+}
+
+// storeMetrics says at each scrape whether the store is in reach and what
+// its backend did about failures, so that an operator sees a flaky link
+// before it fails an operation.
+type storeMetrics struct{ s *Service }
+
+var (
+	storeUpDesc      = prometheus.NewDesc("stasis_store_up", "1 while the snapshot store is open, 0 while it is out of reach (absent without a store).", []string{"store"}, nil)
+	storeRetriesDesc = prometheus.NewDesc("stasis_store_retries_total", "Store calls tried again after a transient failure.", []string{"store"}, nil)
+	storeResumedDesc = prometheus.NewDesc("stasis_store_resumed_reads_total", "Store reads broken in the middle (a reset, a stall) and resumed where they stopped.", []string{"store"}, nil)
+	storeStallsDesc  = prometheus.NewDesc("stasis_store_stalls_total", "Store reads cancelled for making no progress.", []string{"store"}, nil)
+	storeRereadDesc  = prometheus.NewDesc("stasis_store_reread_bytes_total", "Bytes asked for again by resumed reads.", []string{"store"}, nil)
+)
+
+func (c *storeMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{storeUpDesc, storeRetriesDesc, storeResumedDesc, storeStallsDesc, storeRereadDesc} {
+		ch <- d
+	}
+}
+
+func (c *storeMetrics) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.StoreStatus()
+	if !st.Configured {
+		return
+	}
+	up := 0.0
+	if st.Available {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, up, st.Location)
+	for d, v := range map[*prometheus.Desc]int64{storeRetriesDesc: st.Retries, storeResumedDesc: st.ResumedReads, storeStallsDesc: st.Stalls, storeRereadDesc: st.BytesReread} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), st.Location)
 	}
 }

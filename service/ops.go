@@ -47,11 +47,16 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 		switch {
 		case req.Cold:
 			return api.Actor{}, fmt.Errorf("%w: cold and fromStored both given: an actor starts from a stored snapshot or from its template, not both", errdefs.ErrInvalidArgument)
-		case s.cfg.Repo == nil:
-			return api.Actor{}, fmt.Errorf("%w: this stasisd has no store to start actor %s from %s (start it with --store)", errdefs.ErrFailedPrecondition, req.ID, req.FromStored)
+		case !s.store.configured():
+			return api.Actor{}, fmt.Errorf("%w: this stasisd has no store to start actor %s from %s (start it without --no-store)", errdefs.ErrFailedPrecondition, req.ID, req.FromStored)
 		}
 		if err := store.CheckSnapshotName(req.FromStored); err != nil {
 			return api.Actor{}, err
+		}
+		// Refused before the actor exists while the store is out of
+		// reach: nothing to start it from.
+		if _, err := s.store.get(); err != nil {
+			return api.Actor{}, fmt.Errorf("start actor %s from %s: %w", req.ID, req.FromStored, err)
 		}
 	}
 	a, err := s.run(ctx, request{kind: opRun, actor: req.ID, requestID: req.RequestID,
@@ -137,10 +142,10 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 			// A copy of a stored snapshot is a cache (a pull does not
 			// wait for its bytes to reach the disk, and every later use
 			// hashes them): the store holds it whole.
-			if !errors.Is(err, errdefs.ErrCorrupt) || snap.Stored == "" || s.cfg.Repo == nil {
+			if !errors.Is(err, errdefs.ErrCorrupt) || snap.Stored == "" || !s.store.configured() {
 				return m, err
 			}
-		} else if snap.Stored == "" || s.cfg.Repo == nil {
+		} else if snap.Stored == "" || !s.store.configured() {
 			if errors.Is(err, snapshot.ErrNoManifest) {
 				return nil, fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
 			}
@@ -148,16 +153,24 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		}
 		o.note(fmt.Sprintf("the copy of %s on this node cannot be used (%v); fetching the stored one", snap.ID, err))
 	}
-	if snap.Stored == "" || s.cfg.Repo == nil {
+	if snap.Stored == "" || !s.store.configured() {
 		return nil, fmt.Errorf("%w: snapshot %s is neither on this node nor in a store", errdefs.ErrNotFound, snap.ID)
+	}
+	repo, err := s.store.get()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s is not on this node: %w", snap.ID, err)
 	}
 	dir = s.snapshotDir(snap.ID)
 	if err := removeDir(dir); err != nil {
 		return nil, err
 	}
-	from := s.stored(o, snap.Stored, "pull")
-	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, snap)
+	from := s.stored(repo, o, snap.Stored, "pull")
+	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, repo, snap)
 	m, _, err := transfer.PullAndResume(ctx, s.eng, a, dir, from, opts)
+	if m == nil {
+		// Nothing a later resume could take is left behind.
+		_ = removeDir(dir)
+	}
 	if m != nil {
 		// The pulled copy is whole: later resumes use it.
 		snap.Dir = dir
@@ -179,7 +192,7 @@ const maxSeeds = 4
 // on this node (pulled or pushed here): a pull of snap copies the chunks
 // they share (the template's weights, its libraries) rather than fetching
 // them again.
-func (s *Service) seeds(ctx context.Context, snap journal.Snapshot) []archiver.Seed {
+func (s *Service) seeds(ctx context.Context, repo *store.Repository, snap journal.Snapshot) []archiver.Seed {
 	all, err := s.journal.Snapshots(ctx, "")
 	if err != nil {
 		return nil
@@ -192,17 +205,17 @@ func (s *Service) seeds(ctx context.Context, snap journal.Snapshot) []archiver.S
 		if c.Template != snap.Template || c.Dir == "" || c.Stored == "" || c.ID == snap.ID {
 			continue
 		}
-		if st, err := s.cfg.Repo.Snapshot(ctx, c.Stored); err == nil {
+		if st, err := repo.Snapshot(ctx, c.Stored); err == nil {
 			seeds = append(seeds, archiver.Seed{Dir: c.Dir, Snapshot: st})
 		}
 	}
 	return seeds
 }
 
-// stored is snapshot name in this stasisd's store, its progress reported
-// in o's history as verb.
-func (s *Service) stored(o *operation, name, verb string) transfer.Stored {
-	return transfer.Stored{Repo: s.cfg.Repo, Name: name, Options: s.transferEvents(o, verb)}
+// stored is snapshot name in repo, its progress reported in o's history as
+// verb.
+func (s *Service) stored(repo *store.Repository, o *operation, name, verb string) transfer.Stored {
+	return transfer.Stored{Repo: repo, Name: name, Options: s.transferEvents(o, verb)}
 }
 
 // transferEvents reports a transfer's progress in the actor's history,
@@ -288,7 +301,7 @@ func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, er
 			if err != nil {
 				return s.afterFailure(ctx, o, err), err
 			}
-			if s.cfg.Repo == nil {
+			if !s.store.configured() {
 				return noStoreOutcome(), nil
 			}
 			// The sandbox is stopped: the GPU and memory are free while the
@@ -307,8 +320,12 @@ func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, er
 // snapshot, a golden one). Its record names the store inside the push
 // step, so that a crash after the step finds it stored.
 func (s *Service) push(ctx context.Context, o *operation, snap journal.Snapshot, m *snapshot.Manifest, name string) error {
+	repo, err := s.store.get()
+	if err != nil {
+		return err
+	}
 	snap.Stored = name
-	return transfer.Push(ctx, o.observer(), o.actor.ID, o.kind.name, snap.Dir, m, s.stored(o, name, "push"), func() error {
+	return transfer.Push(ctx, o.observer(), o.actor.ID, o.kind.name, snap.Dir, m, s.stored(repo, o, name, "push"), func() error {
 		return s.journal.PutSnapshot(context.WithoutCancel(ctx), snap)
 	})
 }
@@ -335,7 +352,7 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 	if err != nil {
 		return back, err
 	}
-	if s.cfg.Repo == nil {
+	if !s.store.configured() {
 		return noStoreOutcome(), nil
 	}
 	if snap.Stored != "" {
@@ -461,6 +478,13 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 // its memory and GPUs), its folders and local snapshots. Stored snapshots
 // stay unless Purge is set.
 func (s *Service) Delete(ctx context.Context, req api.DeleteRequest) (api.Deleted, error) {
+	if req.Purge && s.store.configured() {
+		// A purge needs the store: refused while it is out of reach,
+		// before anything is touched.
+		if _, err := s.store.get(); err != nil {
+			return api.Deleted{ID: req.ID}, fmt.Errorf("delete %s with purge: %w (delete it without purge to keep its stored snapshots)", req.ID, err)
+		}
+	}
 	var kept []string
 	_, err := s.run(ctx, request{kind: opDelete, actor: req.ID, requestID: req.RequestID,
 		prepare: func(before journal.Actor) (opArgs, error) {
@@ -502,8 +526,12 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 			// Purge deletes what this actor pushed (named ACTOR.SNAPSHOT),
 			// never a snapshot it only started from: another actor's, or a
 			// template's golden one, which other actors may share.
-			if snap.Stored != "" && o.args.Purge && s.cfg.Repo != nil && strings.HasPrefix(snap.Stored, o.actor.ID+".") {
-				if err := s.cfg.Repo.Delete(ctx, snap.Stored); err != nil && !errors.Is(err, store.ErrNotExist) {
+			if snap.Stored != "" && o.args.Purge && s.store.configured() && strings.HasPrefix(snap.Stored, o.actor.ID+".") {
+				repo, err := s.store.get()
+				if err != nil {
+					return "", err
+				}
+				if err := repo.Delete(ctx, snap.Stored); err != nil && !errors.Is(err, store.ErrNotExist) {
 					return "", err
 				}
 				snap.Stored = ""

@@ -35,9 +35,13 @@ type Config struct {
 	// everything in it is made readable by its owner only.
 	DataDir string
 	Engine  *engine.Engine
-	// Repo is the durable snapshot store; commits and golden snapshots go
-	// there.
-	Repo *store.Repository
+	// Repo is the durable snapshot store, open; commits and golden
+	// snapshots go there. Or OpenStore opens it, at StoreLocation, when it
+	// can (OpenStore, KeepOpeningStore): stasisd serves while it cannot.
+	// Neither: no store (--no-store).
+	Repo          *store.Repository
+	OpenStore     func(context.Context) (*store.Repository, error)
+	StoreLocation string
 	// Helper is the host path of stasis-cuda, mounted into GPU actors.
 	Helper string
 	Log    *slog.Logger
@@ -78,6 +82,7 @@ type Service struct {
 	journal *journal.Journal
 	metrics *Metrics
 	lease   *fleetLease
+	store   *storeConn
 
 	mu sync.Mutex
 	// done is closed when the operation with that id ends in this process;
@@ -111,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if !j.Reserved() && cfg.JournalReserve >= 0 {
 		cfg.Log.Warn("the journal's disk reserve could not be made (the disk is nearly full); an operation that ends on a full disk may not be recorded until there is room", "data", cfg.DataDir)
 	}
-	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}, lease: newFleetLease()}
+	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg)}
 	if err := s.lease.load(ctx, j); err != nil {
 		j.Close()
 		return nil, err

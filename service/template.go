@@ -152,8 +152,12 @@ func (s *Service) dropSnapshot(ctx context.Context, id string) error {
 	if err := removeDir(snap.Dir); err != nil {
 		return err
 	}
-	if snap.Stored != "" && s.cfg.Repo != nil {
-		if err := s.cfg.Repo.Delete(ctx, snap.Stored); err != nil && !errors.Is(err, store.ErrNotExist) {
+	if snap.Stored != "" && s.store.configured() {
+		repo, err := s.store.get()
+		if err == nil {
+			err = repo.Delete(ctx, snap.Stored)
+		}
+		if err != nil && !errors.Is(err, store.ErrNotExist) {
 			s.cfg.Log.Warn("a dropped snapshot stays in the store", "snapshot", snap.Stored, "error", err)
 		}
 	}

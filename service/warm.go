@@ -48,7 +48,7 @@ func (s *Service) takeGolden(ctx context.Context, o *operation, t api.Template) 
 		return s.afterFailure(ctx, o, err), err
 	}
 	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: t.Name, Kind: string(api.KindGolden), Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
-	if err == nil && s.cfg.Repo != nil {
+	if err == nil && s.store.configured() {
 		name := "golden." + t.Name + "." + o.args.Snapshot
 		if err = s.push(ctx, o, snap, m, name); err == nil {
 			snap.Stored = name

@@ -308,6 +308,32 @@ func (r *retrying) Size(ctx context.Context, key string) (int64, error) {
 	return n, err
 }
 
+// List lists every key first, retried as a whole, then calls fn: a listing
+// broken half way is not seen twice.
+func (r *retrying) List(ctx context.Context, prefix string, fn func(string, int64) error) error {
+	type entry struct {
+		key  string
+		size int64
+	}
+	var all []entry
+	err := r.do(ctx, func() error {
+		all = all[:0]
+		return r.Backend.List(ctx, prefix, func(key string, size int64) error {
+			all = append(all, entry{key, size})
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, e := range all {
+		if err := fn(e.key, e.size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *retrying) Delete(ctx context.Context, key string) error {
 	return r.do(ctx, func() error { return r.Backend.Delete(ctx, key) })
 }

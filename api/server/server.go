@@ -6,7 +6,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -51,11 +53,23 @@ func Handler(s *service.Service) http.Handler {
 	})
 	unary(mux, "InspectSnapshot", func(ctx context.Context, r api.SnapshotID) (api.Snapshot, error) { return s.Snapshot(ctx, r.ID) })
 	unary(mux, "NodeInfo", func(ctx context.Context, _ api.Empty) (api.NodeInfo, error) { return s.NodeInfo(ctx) })
+	unary(mux, "NodeStatus", s.NodeStatus)
 	unary(mux, "RenewLease", s.RenewLease)
 	unary(mux, "Lease", func(ctx context.Context, _ api.Empty) (api.Lease, error) { return s.Lease(ctx) })
 	unary(mux, "ReleaseLease", func(ctx context.Context, _ api.Empty) (api.Lease, error) { return s.ReleaseLease(ctx) })
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics().Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// stasisd serves whatever state its store is in; the detail says.
+		st := s.StoreStatus()
+		detail := "store: none (--no-store)\n"
+		switch {
+		case st.Available:
+			detail = "store: available " + st.Location + "\n"
+		case st.Configured:
+			detail = fmt.Sprintf("store: unavailable %s since %s: %s\n", st.Location, st.Since.UTC().Format(time.RFC3339), st.Error)
+		}
+		_, _ = w.Write([]byte("ok\n" + detail))
+	})
 	return http.MaxBytesHandler(mux, maxBodyBytes)
 }
 

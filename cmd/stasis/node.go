@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
@@ -34,10 +36,31 @@ fingerprints are what "stasis snapshot check --node FILE" places snapshots on.`,
 			} else {
 				text += "huge pages: " + h.String() + "\n"
 			}
+			// What this node's stasisd says, when it answers (the JSON is
+			// the fingerprint alone, as other commands read it).
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+			defer cancel()
+			if st, err := g.client().NodeStatus(ctx); err == nil {
+				text += describeStore(st.Store)
+				if st.Lease.Holder != "" {
+					text += "fleet lease: " + describeLease(st.Lease)
+				}
+			}
 			return g.print(f, text)
 		},
 	}, newNodeLabels(g), newNodeTune(g), newNodeLease(g))
 	return cmd
+}
+
+// describeStore is stasisd's store as a line of text.
+func describeStore(st api.StoreStatus) string {
+	switch {
+	case !st.Configured:
+		return "store:      none (stasisd runs with --no-store)\n"
+	case st.Available:
+		return fmt.Sprintf("store:      %s, available (%d retries, %d reads resumed, %d stalls since stasisd started)\n", st.Location, st.Retries, st.ResumedReads, st.Stalls)
+	}
+	return fmt.Sprintf("store:      %s, UNAVAILABLE since %s after %d tries: %s\n", st.Location, st.Since.Local().Format(time.RFC3339), st.Failures, st.Error)
 }
 
 func newNodeTune(g *globals) *cobra.Command {

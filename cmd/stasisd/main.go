@@ -168,13 +168,21 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var repo *store.Repository
+	// The store is opened once stasisd is up, and again in the background
+	// while it is out of reach: stasisd serves whatever state it is in.
+	var openStore func(context.Context) (*store.Repository, error)
+	storeAt := ""
 	if !o.noStore {
-		if repo, err = o.OpenRepo(ctx); err != nil {
-			return fmt.Errorf("%w, or run with --no-store", err)
-		}
-		for _, d := range repo.DamagedIndexes() {
-			log.Warn("the store has a damaged index: snapshots that need its chunks are refused, and gc will not run until it is fixed", "object", d.Object, "reason", d.Reason)
+		storeAt = o.RepoLocation()
+		openStore = func(ctx context.Context) (*store.Repository, error) {
+			repo, err := o.OpenRepo(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range repo.DamagedIndexes() {
+				log.Warn("the store has a damaged index: snapshots that need its chunks are refused, and gc will not run until it is fixed", "object", d.Object, "reason", d.Reason)
+			}
+			return repo, nil
 		}
 	}
 	runsc, _ := eng.Runtime.(interface {
@@ -191,7 +199,8 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	svc, err := service.New(ctx, service.Config{
 		DataDir:    o.DataDir,
 		Engine:     eng,
-		Repo:       repo,
+		OpenStore:     openStore,
+		StoreLocation: storeAt,
 		Helper:     helperPath(o.helper),
 		Log:        log,
 		Failpoint:  os.Getenv("STASIS_FAILPOINT"),
@@ -211,6 +220,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	log.Info("journal reconciled", "duration", time.Since(start).String())
+	if err := svc.OpenStore(ctx, storeOpenTimeout); err != nil {
+		log.Warn("the snapshot store is out of reach: stasisd serves without it, keeps its snapshots on this node and keeps trying the store", "store", o.RepoLocation(), "error", err.Error())
+	}
+	svc.KeepOpeningStore(ctx)
 	// A fleet lease that lapsed while stasisd was down fences before
 	// anything is served.
 	if err := svc.EnforceLease(ctx); err != nil {
@@ -234,7 +247,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	log.Info("stasisd serving", "socket", o.Socket, "data", o.DataDir, "runsc", runscPath, "runtime", eng.Runtime.Info(), "runscRoot", o.RunscRoot(), "store", storeLocation(repo), "hostPaths", policy.Paths, "version", buildinfo.Version())
+	log.Info("stasisd serving", "socket", o.Socket, "data", o.DataDir, "runsc", runscPath, "runtime", eng.Runtime.Info(), "runscRoot", o.RunscRoot(), "store", svc.StoreStatus().Location, "hostPaths", policy.Paths, "version", buildinfo.Version())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -286,13 +299,6 @@ func sandboxHugePages(enable bool, dir string, log *slog.Logger) {
 	}
 }
 
-func storeLocation(r *store.Repository) string {
-	if r == nil {
-		return "none"
-	}
-	return r.Backend().Location()
-}
-
 // listen opens the socket, replacing a stale one but never a live one, nor
 // anything that is not a socket.
 func listen(path string, mode os.FileMode) (net.Listener, error) {
@@ -323,6 +329,9 @@ func listen(path string, mode os.FileMode) (net.Listener, error) {
 }
 
 // helperPath is the configured helper, or stasis-cuda next to stasisd.
+// storeOpenTimeout bounds the first try to open the store at start.
+const storeOpenTimeout = 20 * time.Second
+
 func helperPath(configured string) string {
 	if configured != "" {
 		return configured

@@ -94,7 +94,9 @@ func (o Options) RepoLocation() string {
 func (o Options) OpenRepo(ctx context.Context) (*store.Repository, error) {
 	r, err := location.Repository(ctx, o.RepoLocation(), o.Repo == "")
 	if err != nil {
-		return nil, fmt.Errorf("snapshot store: %w (create it with `stasis store init --repo %s`)", err, o.RepoLocation())
+		// store.Open says when there is no repository there, and how to
+		// make one; anything else is the store's own failure.
+		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
 	return r, nil
 }

@@ -1,10 +1,16 @@
 // Package location opens a repository backend from its location string:
 // a folder path for the local backend, or
 //
-//	s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&insecure=true][&region=R][&create=true]
+//	s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&insecure=true][&region=R][&create=true][&stall=30s]
+//	gs://BUCKET[/PREFIX][?credentials=KEYFILE][&create=true&project=P][&stall=30s]
 //
-// with the credentials taken from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
-// Every backend comes wrapped with retries for transient failures.
+// with S3's credentials taken from AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY, and GCS's found the usual way (Application
+// Default Credentials) unless a service account key file is named;
+// STORAGE_EMULATOR_HOST points the GCS client at an emulator.
+// Every backend comes wrapped with retries for transient failures (Retries;
+// stall sets how long a remote read may go without a byte before it is
+// resumed).
 package location
 
 import (
@@ -16,6 +22,7 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/gcs"
 	"github.com/stasis-run/stasis/store/local"
 	"github.com/stasis-run/stasis/store/s3"
 )
@@ -38,10 +45,31 @@ func Open(ctx context.Context, loc string, getenv func(string) string) (store.Ba
 	if err != nil {
 		return nil, fmt.Errorf("store location %q: %w", loc, err)
 	}
-	if u.Scheme != "s3" {
-		return nil, fmt.Errorf("store location %q: unknown scheme %q (want a folder path or s3://)", loc, u.Scheme)
-	}
 	q := u.Query()
+	retries := Retries
+	if v := q.Get("stall"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("store location %q: stall=%q: want a positive duration such as 30s", loc, v)
+		}
+		retries.Stall = d
+	}
+	switch u.Scheme {
+	case "s3":
+	case "gs":
+		project := q.Get("project")
+		if project == "" {
+			project = getenv("GOOGLE_CLOUD_PROJECT")
+		}
+		be, err := gcs.New(ctx, gcs.Config{Bucket: u.Host, Prefix: strings.TrimPrefix(u.Path, "/"), CredentialsFile: q.Get("credentials"),
+			CreateBucket: q.Get("create") == "true", Project: project})
+		if err != nil {
+			return nil, err
+		}
+		return store.WithRetry(be, retries), nil
+	default:
+		return nil, fmt.Errorf("store location %q: unknown scheme %q (want a folder path, s3:// or gs://)", loc, u.Scheme)
+	}
 	cfg := s3.Config{
 		Endpoint:     q.Get("endpoint"),
 		Insecure:     q.Get("insecure") == "true",
@@ -62,7 +90,7 @@ func Open(ctx context.Context, loc string, getenv func(string) string) (store.Ba
 	if err != nil {
 		return nil, err
 	}
-	return store.WithRetry(be, Retries), nil
+	return store.WithRetry(be, retries), nil
 }
 
 // FromEnv is Open with the process's environment.

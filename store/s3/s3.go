@@ -63,7 +63,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b := &Backend{client: client, cfg: cfg}
 	exists, err := client.BucketExists(ctx, cfg.Bucket)
 	if err != nil {
-		return nil, b.wrap("open bucket", "", err)
+		err = b.wrap("open bucket", "", err)
+		if !store.IsPermanent(err) {
+			// Not an answer: the endpoint is down or unreachable.
+			err = errdefs.Mark(err, errdefs.ErrUnavailable)
+		}
+		return nil, err
 	}
 	if !exists {
 		if !cfg.CreateBucket {
