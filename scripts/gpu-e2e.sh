@@ -107,6 +107,20 @@ run_service() {
 	verify verify-g1 g1
 	verify verify-g2 g2
 	echo "compute apps with g1 and g2: [$(apps)]" | tee -a "$out/service-steps.txt"
+	# The fleet lease: lapsed, it freezes the GPU actors where they stand;
+	# renewed, binding g1 here, it thaws g1 with its device data, g2 stays.
+	lease() { curl -s --unix-socket "$socket" -H 'Content-Type: application/json' -d "$1" "http://stasisd/stasis.v1.Stasis/$2"; }
+	state() { stasis actor inspect "$1" --json "${s[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+	await_state() { for _ in $(seq 100); do [ "$(state "$1")" = "$2" ] && return 0; sleep 0.1; done; return 1; }
+	step lease-lapse lease '{"holder":"gpu-e2e","validForSeconds":0.5,"bound":["g1","g2"]}' RenewLease
+	step fenced await_state g1 FENCED
+	step fenced-g2 await_state g2 FENCED
+	echo "compute apps while fenced: [$(apps)]" | tee -a "$out/service-steps.txt"
+	step lease-renew lease '{"holder":"gpu-e2e","validForSeconds":600,"bound":["g1"]}' RenewLease
+	step thawed await_state g1 RUNNING
+	verify verify-thawed g1
+	step still-fenced await_state g2 FENCED
+	step lease-release lease '{}' ReleaseLease
 	step ps stasis actor ps "${s[@]}"
 	step rm-g1 stasis actor rm g1 "${s[@]}"
 	step rm-g2 stasis actor rm g2 "${s[@]}"
