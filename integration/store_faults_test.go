@@ -105,8 +105,8 @@ func storeUnderFaults(t *testing.T, proxy *faultproxy.Proxy, loc string) {
 	}{
 		{"none", faultproxy.Faults{}},
 		{"503 to every 3rd request", faultproxy.Faults{Every503: 3}},
-		{"every 2nd pack read reset 64 KiB in", faultproxy.Faults{ResetEvery: 2, ResetAfter: 64 << 10, Breakable: faultproxy.PackReads}},
-		{"every 2nd pack read stalled 64 KiB in (stall=2s)", faultproxy.Faults{StallEvery: 2, StallAfter: 64 << 10, Breakable: faultproxy.PackReads}},
+		{"every 2nd pack read reset 64 KiB in, once a pack", faultproxy.Faults{ResetEvery: 2, ResetAfter: 64 << 10, Breakable: faultproxy.PackReads, OncePerObject: true}},
+		{"every 2nd pack read stalled 64 KiB in, once a pack (stall=2s)", faultproxy.Faults{StallEvery: 2, StallAfter: 64 << 10, Breakable: faultproxy.PackReads, OncePerObject: true}},
 	} {
 		proxy.Set(c.faults)
 		id := fmt.Sprintf("f%d", len(report)-1)

@@ -40,6 +40,10 @@ type Faults struct {
 	// Breakable picks the requests whose bodies may be reset or stalled
 	// (nil: every GET).
 	Breakable func(*http.Request) bool
+	// OncePerObject breaks each object's body once at most: the request
+	// that resumes a broken read gets through, as on a link whose faults
+	// come and go.
+	OncePerObject bool
 }
 
 // Proxy forwards to one server.
@@ -54,6 +58,8 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	faults Faults
+	// broken holds the objects whose bodies were broken (OncePerObject).
+	broken map[string]bool
 	// requests and bodies count requests and breakable responses.
 	requests, bodies atomic.Int64
 	// Counts says what it did.
@@ -87,6 +93,7 @@ func (p *Proxy) Set(f Faults) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.faults = f
+	p.broken = map[string]bool{}
 	p.requests.Store(0)
 	p.bodies.Store(0)
 }
@@ -134,6 +141,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.Breakable != nil {
 		breakable = breakable && f.Breakable(r)
 	}
+	if breakable && f.OncePerObject {
+		p.mu.Lock()
+		breakable = !p.broken[r.URL.Path]
+		p.mu.Unlock()
+	}
 	limit := int64(-1) // bytes until the fault
 	kind := ""
 	if breakable {
@@ -143,6 +155,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			limit, kind = f.ResetAfter, "reset"
 		case f.StallEvery > 0 && b%int64(f.StallEvery) == 0:
 			limit, kind = f.StallAfter, "stall"
+		}
+		if kind != "" {
+			p.mu.Lock()
+			p.broken[r.URL.Path] = true
+			p.mu.Unlock()
 		}
 	}
 	p.copyBody(w, res.Body, limit, f.BytesPerSecond)
