@@ -4,18 +4,15 @@ package engine_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/s3test"
-	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
@@ -52,17 +49,7 @@ func TestGPUAnywhere(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		firstToken := func(id string) (llmAnswer, error) {
-			var a llmAnswer
-			res, err := g.rt.Exec(ctx, id, runtime.Process{Args: []string{g.python, "/stasis-scripts/llm_client.py", "/token", "900"}})
-			if err != nil {
-				return a, err
-			}
-			if res.ExitCode != 0 {
-				return a, fmt.Errorf("llm_client: exit %d: %s %s", res.ExitCode, res.Stdout, res.Stderr)
-			}
-			return a, json.Unmarshal(res.Stdout, &a)
-		}
+		firstToken := g.firstToken
 		// start runs a server actor cold and returns it with its first
 		// token and the seconds to it.
 		start := func(id string) (engine.Actor, llmAnswer, float64) {
@@ -164,7 +151,10 @@ func TestGPUAnywhere(t *testing.T) {
 		g.record("anywhere", result)
 
 		// The floor: the store's pack bytes read cold.
-		packs := filesUnder(t, filepath.Join(repoDir, "data"))
+		packs, err := fsutil.RegularFiles(filepath.Join(repoDir, "data"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		var storedBytes int64
 		for _, p := range packs {
 			st, _ := os.Stat(p)
@@ -235,49 +225,11 @@ func TestGPUAnywhere(t *testing.T) {
 	}
 }
 
-func filesUnder(t *testing.T, dir string) []string {
-	var out []string
-	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err == nil && info.Mode().IsRegular() {
-			out = append(out, p)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// coldRead reads files with the page cache dropped, streams at once, 16 MiB
-// at a time, and returns the seconds it took.
+// coldRead is fsutil.ColdRead in seconds.
 func (g *gpuEnv) coldRead(files []string, streams int) float64 {
-	g.dropCaches()
-	start := time.Now()
-	next := make(chan string)
-	var wg sync.WaitGroup
-	for range streams {
-		wg.Go(func() {
-			buf := make([]byte, 16<<20)
-			for p := range next {
-				f, err := os.Open(p)
-				if err != nil {
-					g.t.Error(err)
-					continue
-				}
-				for {
-					if n, err := f.Read(buf); n == 0 || err != nil {
-						break
-					}
-				}
-				f.Close()
-			}
-		})
+	d, err := fsutil.ColdRead(files, streams)
+	if err != nil {
+		g.t.Fatal(err)
 	}
-	for _, p := range files {
-		next <- p
-	}
-	close(next)
-	wg.Wait()
-	return time.Since(start).Seconds()
+	return d.Seconds()
 }

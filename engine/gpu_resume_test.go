@@ -133,9 +133,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 			eng := *g.eng
 			eng.MemoryLoad = v.load
 			if v.cold {
-				if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200); err != nil {
-					t.Fatalf("drop the page cache: %v", err)
-				}
+				g.dropCaches()
 			}
 			g.takeEvents()
 			start := time.Now()

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
@@ -40,6 +41,21 @@ func (g *gpuEnv) llm(id, path string) (llmAnswer, error) {
 	}
 	if res.ExitCode != 0 {
 		return a, fmt.Errorf("llm_client %s: exit %d: %s %s", path, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return a, json.Unmarshal(res.Stdout, &a)
+}
+
+// firstToken asks the server in sandbox id for a token, waiting up to 15
+// minutes for it to come up: compiling and capturing can take minutes
+// before its socket is up.
+func (g *gpuEnv) firstToken(id string) (llmAnswer, error) {
+	var a llmAnswer
+	res, err := g.rt.Exec(context.Background(), id, runtime.Process{Args: []string{g.python, "/stasis-scripts/llm_client.py", "/token", "900"}})
+	if err != nil {
+		return a, err
+	}
+	if res.ExitCode != 0 {
+		return a, fmt.Errorf("llm_client: exit %d: %s %s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	return a, json.Unmarshal(res.Stdout, &a)
 }
@@ -250,7 +266,7 @@ func (g *gpuEnv) llmWeights(result map[string]any) string {
 }
 
 func (g *gpuEnv) dropCaches() {
-	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200); err != nil {
+	if err := fsutil.DropPageCache(); err != nil {
 		g.t.Fatalf("drop the page cache: %v", err)
 	}
 }
@@ -272,18 +288,7 @@ func TestGPUServerResume(t *testing.T) {
 	weights := g.llmWeights(map[string]any{})
 	for _, mode := range strings.Split(getenv("STASIS_SERVER_MODES", "compiled,plain"), ",") {
 		result := map[string]any{"workload": "llm-6.7b", "mode": mode, "thp": hostTHP()}
-		firstToken := func(id string) (llmAnswer, error) {
-			var a llmAnswer
-			// Compiling and capturing can take minutes before the socket is up.
-			res, err := g.rt.Exec(ctx, id, runtime.Process{Args: []string{g.python, "/stasis-scripts/llm_client.py", "/token", "900"}})
-			if err != nil {
-				return a, err
-			}
-			if res.ExitCode != 0 {
-				return a, fmt.Errorf("llm_client: exit %d: %s %s", res.ExitCode, res.Stdout, res.Stderr)
-			}
-			return a, json.Unmarshal(res.Stdout, &a)
-		}
+		firstToken := g.firstToken
 		g.dropCaches()
 		start := time.Now()
 		a := g.startActorArgs("llm-"+mode, []string{"/usr/bin/env", "LLM_MODE=" + mode, "HF_HUB_OFFLINE=1", g.python, "/stasis-scripts/llm_server.py", "serve", "/weights"}, specMount("/weights", weights))

@@ -171,7 +171,6 @@ func storeUnderFaults(t *testing.T, proxy *faultproxy.Proxy, loc string) {
 	t.Logf("FAULTS\n%s", strings.Join(report, "\n"))
 }
 
-
 // get reads path from stasisd's socket.
 func (d *daemon) get(t *testing.T, path string) string {
 	t.Helper()

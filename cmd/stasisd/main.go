@@ -197,16 +197,16 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}
 	svc, err := service.New(ctx, service.Config{
-		DataDir:    o.DataDir,
-		Engine:     eng,
+		DataDir:       o.DataDir,
+		Engine:        eng,
 		OpenStore:     openStore,
 		StoreLocation: storeAt,
-		Helper:     helperPath(o.helper),
-		Log:        log,
-		Failpoint:  os.Getenv("STASIS_FAILPOINT"),
-		Deadlines:  deadlines,
-		HostPaths:  policy,
-		KeepPaused: keep,
+		Helper:        helperPath(o.helper),
+		Log:           log,
+		Failpoint:     os.Getenv("STASIS_FAILPOINT"),
+		Deadlines:     deadlines,
+		HostPaths:     policy,
+		KeepPaused:    keep,
 		Node: func(ctx context.Context) (fingerprint.Fingerprint, error) {
 			return eng.Fingerprint(ctx)
 		},

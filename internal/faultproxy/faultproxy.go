@@ -53,8 +53,8 @@ type Proxy struct {
 	target *url.URL
 	// keepHost passes the client's Host header on.
 	keepHost bool
-	srv    *http.Server
-	ln     net.Listener
+	srv      *http.Server
+	ln       net.Listener
 
 	mu     sync.Mutex
 	faults Faults

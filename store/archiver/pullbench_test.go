@@ -23,10 +23,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
@@ -170,55 +170,24 @@ func weightsLike(t *testing.T, dir string, size int64) {
 }
 
 func packFiles(t *testing.T, dir string) []string {
-	var out []string
-	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err == nil && info.Mode().IsRegular() {
-			out = append(out, p)
-		}
-		return err
-	})
+	files, err := fsutil.RegularFiles(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return files
 }
 
 func dropCaches(t *testing.T) {
-	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+	if err := fsutil.DropPageCache(); err != nil {
 		t.Fatalf("drop the page cache: %v", err)
 	}
 }
 
-// coldRead reads every file with the page cache dropped, streams files at
-// once, 16 MiB at a time, and returns the seconds it took.
+// coldRead is fsutil.ColdRead in seconds.
 func coldRead(t *testing.T, files []string, streams int) float64 {
-	dropCaches(t)
-	start := time.Now()
-	next := make(chan string)
-	var wg sync.WaitGroup
-	for range streams {
-		wg.Go(func() {
-			buf := make([]byte, 16<<20)
-			for p := range next {
-				f, err := os.Open(p)
-				if err != nil {
-					t.Error(err)
-					continue
-				}
-				for {
-					n, err := f.Read(buf)
-					if n == 0 || err != nil {
-						break
-					}
-				}
-				f.Close()
-			}
-		})
+	d, err := fsutil.ColdRead(files, streams)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range files {
-		next <- p
-	}
-	close(next)
-	wg.Wait()
-	return time.Since(start).Seconds()
+	return d.Seconds()
 }

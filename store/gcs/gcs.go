@@ -112,7 +112,7 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64) 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := b.bucket.Object(b.cfg.Prefix+key).NewWriter(ctx)
+	w := b.bucket.Object(b.cfg.Prefix + key).NewWriter(ctx)
 	w.ContentType = "application/octet-stream"
 	// One request: an object is at most a pack, and a failed upload is
 	// tried again whole by the retrying backend.
