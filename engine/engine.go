@@ -178,7 +178,7 @@ func ParseGPUPath(s string) (GPUPath, error) {
 	case string(GPUPathExec), string(GPUPathRuntime):
 		return GPUPath(s), nil
 	}
-	return "", fmt.Errorf("GPU path %q: want exec or runtime", s)
+	return "", errdefs.Mark(fmt.Errorf("GPU path %q: want exec or runtime", s), errdefs.ErrInvalidArgument)
 }
 
 // gpuPath is the path a suspend takes on this runtime.

@@ -35,20 +35,20 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	err = o.step("verify", func() (string, error) {
 		if opts.Checked != nil {
 			if err := snapshot.CheckFiles(ctx, dir, opts.Checked); err != nil {
-				return "", fmt.Errorf("%w: %w", ErrRefused, err)
+				return "", refusal(err)
 			}
 			m = opts.Checked
 			return fmt.Sprintf("%s snapshot, %d files (%s), sizes checked against the manifest checked before", m.Scope, len(m.Files), units.Bytes(m.Size())), nil
 		}
 		var err error
 		if m, err = snapshot.Check(ctx, dir); err != nil {
-			return "", fmt.Errorf("%w: %w", ErrRefused, err)
+			return "", refusal(err)
 		}
 		how := "sizes checked"
 		switch opts.Verify {
 		case VerifyBlocks:
 			if err := snapshot.VerifyContents(ctx, dir, m); err != nil {
-				return "", fmt.Errorf("%w: %w", ErrRefused, err)
+				return "", refusal(err)
 			}
 			how = "every block hashed"
 		case VerifyWhileRestoring:
@@ -127,6 +127,16 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 		return nil, err
 	}
 	return m, nil
+}
+
+// refusal is ErrRefused for cause, in cause's own category when it has one:
+// a snapshot refused as corrupt is data_loss, not a failed precondition.
+func refusal(cause error) error {
+	err := fmt.Errorf("%w: %w", ErrRefused, cause)
+	if c := errdefs.Of(cause); c.Code != errdefs.Internal.Code {
+		return errdefs.Mark(err, c.Err)
+	}
+	return err
 }
 
 // CheckRestore is a restore's compatibility step, reported to

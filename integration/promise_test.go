@@ -543,4 +543,18 @@ func TestCategoriesReachTheCLI(t *testing.T) {
 	if out, code := stasis("actor", "resume", "a1"); code != 7 || !strings.Contains(out, "escapes the snapshot folder") {
 		t.Fatalf("resume with a damaged manifest: exit %d\n%s", code, out)
 	}
+	// The same damaged snapshot, resumed without the daemon: data_loss too.
+	root := t.TempDir()
+	if out, code := stasis("resume", "x1", "--bundle", t.TempDir(), "--snapshot", a.Snapshot.Dir, "--runsc-root", root); code != 7 || !strings.Contains(out, "escapes the snapshot folder") {
+		t.Fatalf("daemon-less resume with a damaged manifest: exit %d\n%s", code, out)
+	}
+	if out, code := stasis("resume", "x1", "--bundle", t.TempDir(), "--snapshot", a.Snapshot.Dir, "--runsc-root", root, "--gpu-path", "bogus"); code != 2 || !strings.Contains(out, "want exec or runtime") {
+		t.Fatalf("a bad --gpu-path: exit %d\n%s", code, out)
+	}
+	// A bundle that is not there, in a folder templates may use: not found,
+	// not forbidden.
+	missing := filepath.Join(t.TempDir(), "no-bundle")
+	if out, code := stasis("template", "create", "nobundle", "--bundle", missing); code != 3 || !strings.Contains(out, "does not exist") {
+		t.Fatalf("a template whose bundle is missing: exit %d\n%s", code, out)
+	}
 }

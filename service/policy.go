@@ -1,7 +1,9 @@
 package service
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -82,6 +84,11 @@ func (p HostPolicy) allows(what, path string, rw bool) error {
 		return fmt.Errorf("%w: %s %q must be an absolute host path", ErrForbidden, what, path)
 	}
 	real, err := filepath.EvalSymlinks(path)
+	if errors.Is(err, fs.ErrNotExist) && p.within(filepath.Clean(path)) {
+		// Only inside a folder templates may use: elsewhere a refusal
+		// says nothing of what the host holds.
+		return errdefs.Mark(fmt.Errorf("%s %s does not exist on this node", what, path), errdefs.ErrNotFound)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %s %s: %v", ErrForbidden, what, path, err)
 	}
@@ -129,6 +136,17 @@ func (p HostPolicy) allows(what, path string, rw bool) error {
 		return fmt.Errorf("%w: %s %s is mounted read-write, and %s is read-only for templates; mount it read-only, or start stasisd with --host-path %s:rw", ErrForbidden, what, shown, best.Path, best.Path)
 	}
 	return nil
+}
+
+// within says whether path lies in a folder templates may use, as
+// written (without resolving symlinks).
+func (p HostPolicy) within(path string) bool {
+	for _, hp := range p.Paths {
+		if base := filepath.Clean(hp.Path); path == base || strings.HasPrefix(path, strings.TrimSuffix(base, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func (p HostPolicy) describe() string {
