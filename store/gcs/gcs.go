@@ -103,30 +103,29 @@ func (b *Backend) wrap(op, key string, err error) error {
 	return fmt.Errorf("%s: %s %s: %w", b.Location(), op, key, err)
 }
 
-// Put uploads size bytes from r. A source of another size is refused and
-// the upload abandoned, so that no object of the wrong size appears and an
-// object already there stays as it was.
+// Put uploads size bytes from r. The source is read whole before the
+// upload starts (an object is at most a pack), so that one that fails or
+// holds another size is refused and no request is made: no object of the
+// wrong size appears, and an object already there stays as it was.
 func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	if err := store.CheckKey(key); err != nil {
 		return fmt.Errorf("%s: %w", b.Location(), err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w := b.bucket.Object(b.cfg.Prefix + key).NewWriter(ctx)
+	data, err := io.ReadAll(io.LimitReader(r, size+1))
+	if err != nil {
+		return fmt.Errorf("%s: put %s: reading the source: %w", b.Location(), key, err)
+	}
+	if int64(len(data)) != size {
+		return errdefs.Mark(fmt.Errorf("%s: put %s: the source held %d bytes, not the %d declared", b.Location(), key, len(data), size), errdefs.ErrInvalidArgument)
+	}
+	w := b.bucket.Object(b.cfg.Prefix+key).NewWriter(ctx)
 	w.ContentType = "application/octet-stream"
-	// One request: an object is at most a pack, and a failed upload is
-	// tried again whole by the retrying backend.
+	// One request: a failed upload is tried again whole by the retrying
+	// backend.
 	w.ChunkSize = 0
-	n, err := io.Copy(w, io.LimitReader(r, size+1))
-	switch {
-	case err != nil:
-		cancel()
+	if _, err := w.Write(data); err != nil {
 		_ = w.Close()
 		return b.wrap("put", key, err)
-	case n != size:
-		cancel() // abandons the upload: nothing is written
-		_ = w.Close()
-		return errdefs.Mark(fmt.Errorf("%s: put %s: the source held %d bytes, not the %d declared", b.Location(), key, n, size), errdefs.ErrInvalidArgument)
 	}
 	if err := w.Close(); err != nil {
 		return b.wrap("put", key, err)
