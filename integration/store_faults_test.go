@@ -27,10 +27,10 @@ import (
 // fake-gcs-server): node a suspends actors with a push, node b starts them
 // from the store (run --from-stored), while the proxy answers 503 to every
 // third request, resets connections in the middle of pack bodies, stalls
-// them, and is down. Every case ends stored and resumed with the counter
-// intact, or with a clear error and the actor stable; nothing half-written
-// is left on either node. The times under faults beside the time without
-// are logged as FAULTS lines.
+// them, slows them down, and is down. Every case ends stored and resumed
+// with the counter intact, or with a clear error and the actor stable;
+// nothing half-written is left on either node. The times under faults
+// beside the time without are logged as FAULTS lines.
 func TestRemoteStoreUnderFaults(t *testing.T) {
 	t.Run("s3", func(t *testing.T) {
 		srv := s3test.Start(t)
@@ -107,6 +107,7 @@ func storeUnderFaults(t *testing.T, proxy *faultproxy.Proxy, loc string) {
 		{"503 to every 3rd request", faultproxy.Faults{Every503: 3}},
 		{"every 2nd pack read reset 64 KiB in, once a pack", faultproxy.Faults{ResetEvery: 2, ResetAfter: 64 << 10, Breakable: faultproxy.PackReads, OncePerObject: true}},
 		{"every 2nd pack read stalled 64 KiB in, once a pack (stall=2s)", faultproxy.Faults{StallEvery: 2, StallAfter: 64 << 10, Breakable: faultproxy.PackReads, OncePerObject: true}},
+		{"a slow link: each body at 64 MB/s", faultproxy.Faults{BytesPerSecond: 64 << 20}},
 	} {
 		proxy.Set(c.faults)
 		id := fmt.Sprintf("f%d", len(report)-1)
