@@ -118,7 +118,7 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64) 
 	if int64(len(data)) != size {
 		return errdefs.Mark(fmt.Errorf("%s: put %s: the source held %d bytes, not the %d declared", b.Location(), key, len(data), size), errdefs.ErrInvalidArgument)
 	}
-	w := b.bucket.Object(b.cfg.Prefix+key).NewWriter(ctx)
+	w := b.bucket.Object(b.cfg.Prefix + key).NewWriter(ctx)
 	w.ContentType = "application/octet-stream"
 	// One request: a failed upload is tried again whole by the retrying
 	// backend.
