@@ -9,7 +9,7 @@ import (
 
 	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/gpu"
-	"github.com/stasis-run/stasis/internal/fakecuda"
+	"github.com/stasis-run/stasis/testkit/fakecuda"
 )
 
 func openFake(t *testing.T) (*cuda.Driver, *fakecuda.Lib) {

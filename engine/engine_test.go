@@ -16,10 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // These tests drive real runsc sandboxes: they need root and runsc

@@ -12,12 +12,12 @@ import (
 
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/internal/fsutil"
-	"github.com/stasis-run/stasis/internal/s3test"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
 	"github.com/stasis-run/stasis/store/location"
+	"github.com/stasis-run/stasis/testkit/s3test"
 	"github.com/stasis-run/stasis/transfer"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/gpu"
-	"github.com/stasis-run/stasis/internal/runtimetest"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/testkit/runtimetest"
 )
 
 // gpuActor boots a fake GPU sandbox with two CUDA processes.

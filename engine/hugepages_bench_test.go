@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/runtime/gvisor"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // BenchmarkHugePages measures what sandbox memory in huge pages changes

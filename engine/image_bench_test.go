@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime/gvisor"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // BenchmarkImageOptions measures the runsc image options the engine can

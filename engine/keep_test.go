@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // TestKeptSandboxResumesWithoutLoading: a suspend told to keep the sandbox

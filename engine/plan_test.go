@@ -17,9 +17,9 @@ import (
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
 	gpunvml "github.com/stasis-run/stasis/gpu/nvml"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // TestPlanSizesGPUStateAndRefusesOverLimit runs a real sandbox with a 1 GiB

@@ -77,8 +77,11 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 			return
 		}
 		hashed = make(chan error, 1)
+		// The manifest as verified, not the result variable, which a
+		// failing return sets to nil while this runs.
+		manifest := m
 		go func() {
-			err := snapshot.VerifyContents(rctx, dir, m)
+			err := snapshot.VerifyContents(rctx, dir, manifest)
 			if err != nil {
 				stop(err)
 			}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/internal/runtimetest"
+	"github.com/stasis-run/stasis/testkit/runtimetest"
 )
 
 // TestBootCleansUpWhatCannotBeRecorded: when the observer can record

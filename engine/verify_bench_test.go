@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // BenchmarkResumeVerification is what proving a local snapshot whole costs

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/stasis-run/stasis/internal/testactor"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // startStasisd starts stasisd on data with its defaults, as the quick start

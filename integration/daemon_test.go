@@ -14,9 +14,9 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // These tests start the real stasisd binary on a fresh data folder and drive

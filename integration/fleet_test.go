@@ -18,11 +18,11 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
-	"github.com/stasis-run/stasis/internal/s3test"
-	"github.com/stasis-run/stasis/internal/testactor"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 	"github.com/stasis-run/stasis/store/location"
+	"github.com/stasis-run/stasis/testkit/s3test"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // The two runsc builds scripts/install-runsc.sh installs: the default

@@ -25,7 +25,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
-	"github.com/stasis-run/stasis/internal/testdisk"
+	"github.com/stasis-run/stasis/testkit/testdisk"
 )
 
 // These tests are the faults and attacks of "Keep the promise" (the fault

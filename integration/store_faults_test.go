@@ -15,11 +15,11 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
-	"github.com/stasis-run/stasis/internal/faultproxy"
-	"github.com/stasis-run/stasis/internal/gcstest"
-	"github.com/stasis-run/stasis/internal/s3test"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/store/location"
+	"github.com/stasis-run/stasis/testkit/faultproxy"
+	"github.com/stasis-run/stasis/testkit/gcstest"
+	"github.com/stasis-run/stasis/testkit/s3test"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // TestRemoteStoreUnderFaults puts a fault proxy between two stasisd and a

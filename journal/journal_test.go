@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/errdefs"
-	"github.com/stasis-run/stasis/internal/testdisk"
+	"github.com/stasis-run/stasis/testkit/testdisk"
 )
 
 func open(t *testing.T, path string) *Journal {

@@ -16,11 +16,11 @@ import (
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
-	"github.com/stasis-run/stasis/internal/runtimetest"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/local"
+	"github.com/stasis-run/stasis/testkit/runtimetest"
 )
 
 // These tests drive the service over a fake runtime (no sandbox, no

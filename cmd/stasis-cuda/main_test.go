@@ -11,7 +11,7 @@ import (
 
 	"github.com/stasis-run/stasis/cuda/group"
 	"github.com/stasis-run/stasis/cuda/helper"
-	"github.com/stasis-run/stasis/internal/fakecuda"
+	"github.com/stasis-run/stasis/testkit/fakecuda"
 )
 
 type harness struct {

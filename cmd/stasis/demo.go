@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stasis-run/stasis/cmd/internal/demo"
 	"github.com/stasis-run/stasis/internal/counter"
-	"github.com/stasis-run/stasis/internal/demo"
 )
 
 func newDemo(g *globals) *cobra.Command {

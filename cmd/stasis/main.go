@@ -16,11 +16,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/cmd/internal/compose"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/buildinfo"
-	"github.com/stasis-run/stasis/internal/compose"
 )
 
 // globals are the flags every subcommand shares.

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/fingerprint"
-	"github.com/stasis-run/stasis/internal/testactor"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 func TestUnknownSnapshotIsAClearError(t *testing.T) {

@@ -21,14 +21,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/stasis-run/stasis/api/server"
+	"github.com/stasis-run/stasis/cmd/internal/compose"
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/buildinfo"
-	"github.com/stasis-run/stasis/internal/compose"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/service/server"
 	"github.com/stasis-run/stasis/store"
 )
 

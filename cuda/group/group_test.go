@@ -13,7 +13,7 @@ import (
 	"github.com/stasis-run/stasis/cuda"
 	"github.com/stasis-run/stasis/cuda/group"
 	"github.com/stasis-run/stasis/gpu"
-	"github.com/stasis-run/stasis/internal/fakecuda"
+	"github.com/stasis-run/stasis/testkit/fakecuda"
 )
 
 const (

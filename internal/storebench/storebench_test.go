@@ -24,8 +24,6 @@ import (
 
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/internal/fsutil"
-	"github.com/stasis-run/stasis/internal/s3test"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
@@ -33,6 +31,8 @@ import (
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
 	"github.com/stasis-run/stasis/store/location"
+	"github.com/stasis-run/stasis/testkit/s3test"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 type row struct {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/conformance"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // The runsc builds scripts/install-runsc.sh installs, and what each can do.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/internal/vmtest"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/microvm"
+	"github.com/stasis-run/stasis/testkit/vmtest"
 )
 
 // BenchmarkCycle times a micro-VM actor's life on this machine's QEMU

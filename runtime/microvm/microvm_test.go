@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/internal/testdisk"
-	"github.com/stasis-run/stasis/internal/vmtest"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/conformance"
 	"github.com/stasis-run/stasis/runtime/microvm"
+	"github.com/stasis-run/stasis/testkit/testdisk"
+	"github.com/stasis-run/stasis/testkit/vmtest"
 )
 
 // standIn is the device the tests detach and attach where a GPU would be:

@@ -11,12 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stasis-run/stasis/internal/s3test"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/backendtest"
 	"github.com/stasis-run/stasis/store/location"
+	"github.com/stasis-run/stasis/testkit/s3test"
 )
 
 func TestBackendAgainstVersitygw(t *testing.T) {

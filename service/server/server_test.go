@@ -15,11 +15,11 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
-	"github.com/stasis-run/stasis/api/server"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
-	"github.com/stasis-run/stasis/internal/runtimetest"
 	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/service/server"
+	"github.com/stasis-run/stasis/testkit/runtimetest"
 )
 
 // serve runs the handler over a fake runtime on a unix socket and returns

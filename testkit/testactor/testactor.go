@@ -38,9 +38,9 @@ func Binaries(t testing.TB) (counter, helper string) {
 			pkg string
 			out *string
 		}{
-			{"github.com/stasis-run/stasis/internal/testactor/counter", &binaries.counter},
-			{"github.com/stasis-run/stasis/internal/testactor/fakehelper", &binaries.helper},
-			{"github.com/stasis-run/stasis/internal/testactor/memholder", &binaries.memholder},
+			{"github.com/stasis-run/stasis/testkit/testactor/counter", &binaries.counter},
+			{"github.com/stasis-run/stasis/testkit/testactor/fakehelper", &binaries.helper},
+			{"github.com/stasis-run/stasis/testkit/testactor/memholder", &binaries.memholder},
 		} {
 			*b.out = filepath.Join(binaries.dir, filepath.Base(b.pkg))
 			cmd := exec.Command("go", "build", "-o", *b.out, b.pkg)

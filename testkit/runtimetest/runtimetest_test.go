@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stasis-run/stasis/internal/runtimetest"
 	"github.com/stasis-run/stasis/runtime/conformance"
+	"github.com/stasis-run/stasis/testkit/runtimetest"
 )
 
 // TestConformance: the fake behaves as the real runtimes do, as far as the

@@ -17,9 +17,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/stasis-run/stasis/bundle"
-	"github.com/stasis-run/stasis/internal/testactor"
 	"github.com/stasis-run/stasis/runtime/microvm"
 	"github.com/stasis-run/stasis/runtime/microvm/initramfs"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // Dir is where scripts/install-microvm.sh puts the guest kernel, modules
