@@ -2,12 +2,9 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -68,35 +65,17 @@ func (r *Repository) readFull(ctx context.Context, pack string, offset int64, bu
 }
 
 // Read fetches chunk id, checks it against its id, and passes its bytes,
-// valid during the call only, to use (when not nil).
+// valid during the call only, to use (when not nil): a run of one chunk,
+// read and proved the way a pull reads its runs.
 func (c *ChunkReader) Read(ctx context.Context, id string, use func([]byte) error) error {
-	loc, ok := c.r.lookup(id)
-	if !ok {
-		return corrupt("chunk %s is in no pack's index", id)
-	}
-	if loc.Length <= 0 || loc.Length > maxStoredChunk || loc.Raw < 0 || loc.Raw > maxStoredChunk {
-		return fmt.Errorf("chunk %s: the index of pack %s claims %d stored and %d raw bytes (corrupt)", id, loc.Pack, loc.Length, loc.Raw)
-	}
-	b, err := c.bufs.get(ctx)
+	runs, err := c.r.PlanReads([]string{id}, maxStoredChunk)
 	if err != nil {
 		return err
 	}
-	defer c.bufs.put(b)
-	b.compressed = slices.Grow(b.compressed[:0], int(loc.Length))[:loc.Length]
-	if err := c.r.readFull(ctx, loc.Pack, loc.Offset, b.compressed); err != nil {
-		return err
-	}
-	data, err := c.dec.DecodeAll(b.compressed, slices.Grow(b.raw[:0], int(loc.Raw)))
-	if err != nil {
-		return fmt.Errorf("chunk %s in pack %s does not decompress (corrupt): %w", id, loc.Pack, err)
-	}
-	b.raw = data[:0]
-	sum := sha256.Sum256(data)
-	if hex.EncodeToString(sum[:]) != id || int64(len(data)) != loc.Raw {
-		return fmt.Errorf("chunk %s in pack %s does not match its hash (corrupt)", id, loc.Pack)
-	}
-	if use == nil {
-		return nil
-	}
-	return use(data)
+	return c.ReadRun(ctx, runs[0], func(_ RunChunk, data []byte) error {
+		if use == nil {
+			return nil
+		}
+		return use(data)
+	})
 }
