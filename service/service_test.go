@@ -146,6 +146,19 @@ func (e *env) actor(id string) api.Actor {
 
 func code(err error) string { return errdefs.Code(err) }
 
+// flipAByte changes one bit of the byte in the middle of file.
+func flipAByte(t *testing.T, file string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestLifecycleKeepsTheCounter(t *testing.T) {
 	e := newEnv(t, nil)
 	e.template("t", nil)
@@ -363,15 +376,7 @@ func TestCorruptLocalSnapshotNeverRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages := filepath.Join(a.Snapshot.Dir, "image", "pages.img")
-	data, err := os.ReadFile(pages)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0x40
-	if err := os.WriteFile(pages, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	flipAByte(t, filepath.Join(a.Snapshot.Dir, "image", "pages.img"))
 	a, err = e.svc.Resume(ctx, api.OpRequest{ID: "a1"})
 	if code(err) != "data_loss" || !strings.Contains(err.Error(), "pages.img") || !strings.Contains(err.Error(), "do not match their SHA-256") {
 		t.Fatalf("resume of a corrupt snapshot: %v", err)
@@ -398,15 +403,7 @@ func TestDamagedCopyOfAStoredSnapshotIsFetchedAgain(t *testing.T) {
 	if err != nil || a.Snapshot == nil || a.Snapshot.Stored == "" || a.Snapshot.Dir == "" {
 		t.Fatalf("suspend: %+v %v", a, err)
 	}
-	pages := filepath.Join(a.Snapshot.Dir, "image", "pages.img")
-	data, err := os.ReadFile(pages)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0x40
-	if err := os.WriteFile(pages, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	flipAByte(t, filepath.Join(a.Snapshot.Dir, "image", "pages.img"))
 	if a, err := e.svc.Resume(ctx, api.OpRequest{ID: "a1"}); err != nil || a.State != api.Running {
 		t.Fatalf("resume with a damaged local copy of a stored snapshot: %+v %v", a, err)
 	}
