@@ -21,8 +21,20 @@ func ColdRead(files []string, streams int) (time.Duration, error) {
 		return 0, err
 	}
 	start := time.Now()
+	if err := readFiles(files, streams); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// readFiles reads every file to its end, streams files at once; the error
+// is the first that a file gave.
+func readFiles(files []string, streams int) error {
 	next := make(chan string)
-	errs := make(chan error, streams)
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
 	var wg sync.WaitGroup
 	for range streams {
 		wg.Go(func() {
@@ -30,7 +42,13 @@ func ColdRead(files []string, streams int) (time.Duration, error) {
 			for p := range next {
 				f, err := os.Open(p)
 				if err != nil {
-					errs <- err
+					// Recorded, not sent: a channel would fill once more
+					// files than streams failed, and the reads would stop.
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
 					continue
 				}
 				for {
@@ -47,12 +65,7 @@ func ColdRead(files []string, streams int) (time.Duration, error) {
 	}
 	close(next)
 	wg.Wait()
-	select {
-	case err := <-errs:
-		return 0, err
-	default:
-	}
-	return time.Since(start), nil
+	return firstErr
 }
 
 // RegularFiles lists the regular files under dir.

@@ -279,3 +279,26 @@ func dirtyPages(t *testing.T, path string) (dirty, total int) {
 	}
 	return dirty, total
 }
+
+// TestReadFilesReportsFailuresWithoutStopping: more files that cannot be
+// opened than streams read them still end in the first error, every file
+// looked at, rather than the reads stopping for good.
+func TestReadFilesReportsFailuresWithoutStopping(t *testing.T) {
+	dir := t.TempDir()
+	files := []string{filepath.Join(dir, "gone-1"), filepath.Join(dir, "gone-2"), filepath.Join(dir, "gone-3")}
+	there := filepath.Join(dir, "there")
+	if err := os.WriteFile(there, []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, there)
+	done := make(chan error, 1)
+	go func() { done <- readFiles(files, 1) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "gone-1") {
+			t.Fatalf("reading files that are gone: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("readFiles stopped: 3 files that cannot be opened, 1 stream")
+	}
+}
