@@ -23,7 +23,12 @@ import (
 )
 
 // Backend is a folder of objects.
-type Backend struct{ root string }
+type Backend struct {
+	root string
+	// direct holds the aligned buffers of direct reads, a pack's worth
+	// and a block either side each.
+	direct *sync.Pool
+}
 
 var _ store.Backend = (*Backend)(nil)
 
@@ -32,7 +37,8 @@ func New(root string) (*Backend, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("local store %s: %w", root, err)
 	}
-	return &Backend{root: root}, nil
+	direct := &sync.Pool{New: func() any { b := fsutil.AlignedBuffer(directRead); return &b }}
+	return &Backend{root: root, direct: direct}, nil
 }
 
 func (b *Backend) Location() string { return b.root }
@@ -74,7 +80,7 @@ func (b *Backend) Get(_ context.Context, key string, offset, length int64) (io.R
 		return nil, err
 	}
 	if length >= directMin {
-		if rc, err := readDirect(p, offset, length); err == nil || !errors.Is(err, errNoDirect) {
+		if rc, err := b.readDirect(p, offset, length); err == nil || !errors.Is(err, errNoDirect) {
 			return rc, notExist(b.root, key, err)
 		}
 	}
@@ -107,10 +113,6 @@ func notExist(root, key string, err error) error {
 // errNoDirect says the filesystem does not take O_DIRECT (tmpfs).
 var errNoDirect = errors.New("O_DIRECT is not supported here")
 
-// directBuffers are the aligned buffers of direct reads, a pack's worth
-// and a block either side each.
-var directBuffers = sync.Pool{New: func() any { b := fsutil.AlignedBuffer(directRead); return &b }}
-
 // directRead is the largest read made around the page cache at once.
 const directRead = 16<<20 + 2*fsutil.DirectBlock
 
@@ -118,7 +120,7 @@ const directRead = 16<<20 + 2*fsutil.DirectBlock
 // (O_DIRECT), in aligned blocks: a pull reads each pack's bytes once, and
 // copying them through the page cache cost the 2-core machine more CPU
 // than hashing them (docs/benchmarks.md, "Resume anywhere").
-func readDirect(path string, offset, length int64) (io.ReadCloser, error) {
+func (b *Backend) readDirect(path string, offset, length int64) (io.ReadCloser, error) {
 	start := offset &^ (fsutil.DirectBlock - 1)
 	end := (offset + length + fsutil.DirectBlock - 1) &^ (fsutil.DirectBlock - 1)
 	if end-start > directRead {
@@ -132,7 +134,7 @@ func readDirect(path string, offset, length int64) (io.ReadCloser, error) {
 		return nil, err
 	}
 	defer f.Close()
-	pooled := directBuffers.Get().(*[]byte)
+	pooled := b.direct.Get().(*[]byte)
 	buf := *pooled
 	n := 0
 	for n < int(end-start) {
@@ -147,17 +149,18 @@ func readDirect(path string, offset, length int64) (io.ReadCloser, error) {
 	if hi < lo {
 		hi = lo
 	}
-	return &directBody{Reader: bytes.NewReader(buf[lo:hi]), buf: pooled}, nil
+	return &directBody{Reader: bytes.NewReader(buf[lo:hi]), buf: pooled, pool: b.direct}, nil
 }
 
 type directBody struct {
 	*bytes.Reader
-	buf *[]byte
+	buf  *[]byte
+	pool *sync.Pool
 }
 
 func (d *directBody) Close() error {
 	if d.buf != nil {
-		directBuffers.Put(d.buf)
+		d.pool.Put(d.buf)
 		d.buf = nil
 	}
 	return nil
