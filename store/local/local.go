@@ -140,8 +140,18 @@ func (b *Backend) readDirect(path string, offset, length int64) (io.ReadCloser, 
 	for n < int(end-start) {
 		m, err := f.ReadAt(buf[n:end-start], start+int64(n))
 		n += m
-		if err != nil {
+		if errors.Is(err, io.EOF) {
 			break // the file ends here; fewer bytes is the caller's to judge
+		}
+		if err != nil {
+			// A failing disk is not a short pack: the caller would call
+			// it truncated. A read the filesystem refuses direct is made
+			// through the page cache instead.
+			b.direct.Put(pooled)
+			if errors.Is(err, unix.EINVAL) {
+				return nil, errNoDirect
+			}
+			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
 	}
 	lo := int(offset - start)
