@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
+	"github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
 
 	"github.com/stasis-run/stasis/errdefs"
 )
@@ -17,7 +21,7 @@ import (
 // Client calls a stasisd over its unix socket. It is safe for concurrent
 // use.
 type Client struct {
-	http   *http.Client
+	rpc    stasisv1connect.StasisClient
 	socket string
 }
 
@@ -31,7 +35,7 @@ func Dial(socket string) *Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}}
-	return &Client{http: &http.Client{Transport: transport}, socket: socket}
+	return &Client{rpc: stasisv1connect.NewStasisClient(&http.Client{Transport: transport}, "http://stasisd"), socket: socket}
 }
 
 // Error is an error stasisd answered with. errors.Is finds its category
@@ -46,14 +50,15 @@ func (e *Error) Error() string { return e.Message }
 // Unwrap is the error's category.
 func (e *Error) Unwrap() error { return errdefs.ByCode(e.Code).Err }
 
-func call[Req, Res any](ctx context.Context, c *Client, name string, req Req) (Res, error) {
-	client := connect.NewClient[Req, Res](c.http, "http://stasisd"+Procedure(name), connect.WithCodec(Codec{}))
-	res, err := client.CallUnary(ctx, connect.NewRequest(&req))
+// unary calls one procedure: the request on the wire, the answer back
+// in this package's types, a failure explained.
+func unary[Req, Res, M any](ctx context.Context, c *Client, method func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req, from func(*Res) M) (M, error) {
+	res, err := method(ctx, connect.NewRequest(req))
 	if err != nil {
-		var zero Res
+		var zero M
 		return zero, c.explain(err)
 	}
-	return *res.Msg, nil
+	return from(res.Msg), nil
 }
 
 // explain turns a failure to reach stasisd into what to do about it, and
@@ -73,98 +78,124 @@ func (c *Client) explain(err error) error {
 }
 
 func (c *Client) CreateTemplate(ctx context.Context, t Template) (Template, error) {
-	return call[Template, Template](ctx, c, "CreateTemplate", t)
+	return unary(ctx, c, c.rpc.CreateTemplate, t.Wire(), TemplateFromWire)
 }
 
 // DeleteTemplate removes a template that no actor uses; its golden
 // snapshot goes with it.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
-	_, err := call[TemplateName, Empty](ctx, c, "DeleteTemplate", TemplateName{Name: name})
+	_, err := unary(ctx, c, c.rpc.DeleteTemplate, &stasisv1.TemplateName{Name: name}, none[stasisv1.Empty])
 	return err
 }
 
 func (c *Client) WarmTemplate(ctx context.Context, r WarmRequest) (Template, error) {
-	return call[WarmRequest, Template](ctx, c, "WarmTemplate", r)
+	return unary(ctx, c, c.rpc.WarmTemplate, r.Wire(), TemplateFromWire)
 }
 
 func (c *Client) ListTemplates(ctx context.Context) ([]Template, error) {
-	res, err := call[Empty, Templates](ctx, c, "ListTemplates", Empty{})
-	return res.Templates, err
+	return unary(ctx, c, c.rpc.ListTemplates, &stasisv1.Empty{}, func(m *stasisv1.Templates) []Template {
+		return fromWireAll(m.GetTemplates(), TemplateFromWire)
+	})
 }
 
 func (c *Client) Run(ctx context.Context, r RunRequest) (Actor, error) {
-	return call[RunRequest, Actor](ctx, c, "Run", r)
+	return unary(ctx, c, c.rpc.Run, r.Wire(), ActorFromWire)
 }
 
 func (c *Client) ListActors(ctx context.Context) ([]Actor, error) {
-	res, err := call[Empty, Actors](ctx, c, "ListActors", Empty{})
-	return res.Actors, err
+	return unary(ctx, c, c.rpc.ListActors, &stasisv1.Empty{}, func(m *stasisv1.Actors) []Actor {
+		return fromWireAll(m.GetActors(), ActorFromWire)
+	})
 }
 
 func (c *Client) InspectActor(ctx context.Context, id string) (Actor, error) {
-	return call[ActorID, Actor](ctx, c, "InspectActor", ActorID{ID: id})
+	return unary(ctx, c, c.rpc.InspectActor, &stasisv1.ActorID{Id: id}, ActorFromWire)
 }
 
 func (c *Client) Pause(ctx context.Context, r OpRequest) (Actor, error) {
-	return call[OpRequest, Actor](ctx, c, "Pause", r)
+	return unary(ctx, c, c.rpc.Pause, r.Wire(), ActorFromWire)
 }
 
 func (c *Client) Suspend(ctx context.Context, r OpRequest) (Actor, error) {
-	return call[OpRequest, Actor](ctx, c, "Suspend", r)
+	return unary(ctx, c, c.rpc.Suspend, r.Wire(), ActorFromWire)
 }
 
 func (c *Client) Resume(ctx context.Context, r OpRequest) (Actor, error) {
-	return call[OpRequest, Actor](ctx, c, "Resume", r)
+	return unary(ctx, c, c.rpc.Resume, r.Wire(), ActorFromWire)
 }
 
 func (c *Client) Delete(ctx context.Context, r DeleteRequest) (Deleted, error) {
-	return call[DeleteRequest, Deleted](ctx, c, "Delete", r)
+	return unary(ctx, c, c.rpc.Delete, r.Wire(), DeletedFromWire)
 }
 
 func (c *Client) Events(ctx context.Context, id string, after int64) (Events, error) {
-	return call[EventsRequest, Events](ctx, c, "Events", EventsRequest{ID: id, After: after})
+	return unary(ctx, c, c.rpc.Events, EventsRequest{ID: id, After: after}.Wire(), EventsFromWire)
 }
 
 func (c *Client) ListSnapshots(ctx context.Context, actor string) ([]Snapshot, error) {
-	res, err := call[SnapshotsRequest, Snapshots](ctx, c, "ListSnapshots", SnapshotsRequest{Actor: actor})
-	return res.Snapshots, err
+	return unary(ctx, c, c.rpc.ListSnapshots, &stasisv1.SnapshotsRequest{Actor: actor}, func(m *stasisv1.Snapshots) []Snapshot {
+		return fromWireAll(m.GetSnapshots(), SnapshotFromWire)
+	})
 }
 
 func (c *Client) InspectSnapshot(ctx context.Context, id string) (Snapshot, error) {
-	return call[SnapshotID, Snapshot](ctx, c, "InspectSnapshot", SnapshotID{ID: id})
+	return unary(ctx, c, c.rpc.InspectSnapshot, &stasisv1.SnapshotID{Id: id}, SnapshotFromWire)
 }
 
 func (c *Client) NodeInfo(ctx context.Context) (NodeInfo, error) {
-	return call[Empty, NodeInfo](ctx, c, "NodeInfo", Empty{})
+	info, err := unary(ctx, c, c.rpc.NodeInfo, &stasisv1.Empty{}, func(s *structpb.Struct) *structpb.Struct { return s })
+	if err != nil {
+		return NodeInfo{}, err
+	}
+	return NodeInfoFromWire(info)
 }
 
 // NodeStatus says where this node's stasisd stands: its store, its lease.
 func (c *Client) NodeStatus(ctx context.Context) (NodeStatus, error) {
-	return call[Empty, NodeStatus](ctx, c, "NodeStatus", Empty{})
+	return unary(ctx, c, c.rpc.NodeStatus, &stasisv1.Empty{}, NodeStatusFromWire)
 }
 
 // RenewLease takes or renews this node's fleet lease.
 func (c *Client) RenewLease(ctx context.Context, r LeaseRequest) (Lease, error) {
-	return call[LeaseRequest, Lease](ctx, c, "RenewLease", r)
+	return unary(ctx, c, c.rpc.RenewLease, r.Wire(), LeaseFromWire)
 }
 
 // Lease says where this node's fleet lease stands.
 func (c *Client) Lease(ctx context.Context) (Lease, error) {
-	return call[Empty, Lease](ctx, c, "Lease", Empty{})
+	return unary(ctx, c, c.rpc.Lease, &stasisv1.Empty{}, LeaseFromWire)
 }
 
 // ReleaseLease gives this node's fleet lease up: nothing is fenced any
 // more, and FENCED actors stay so until resumed.
 func (c *Client) ReleaseLease(ctx context.Context) (Lease, error) {
-	return call[Empty, Lease](ctx, c, "ReleaseLease", Empty{})
+	return unary(ctx, c, c.rpc.ReleaseLease, &stasisv1.Empty{}, LeaseFromWire)
 }
 
 func (c *Client) Exec(ctx context.Context, r ExecRequest) (ExecResult, error) {
-	return call[ExecRequest, ExecResult](ctx, c, "Exec", r)
+	return unary(ctx, c, c.rpc.Exec, r.Wire(), ExecResultFromWire)
 }
 
-// FollowInterval is how often Follow asks for new events.
-const FollowInterval = 250 * time.Millisecond
+// Watch passes each event of actor id's history after seq after to see,
+// oldest first, then each as it is added, until ctx ends (nil), the actor
+// is deleted (nil) or the stream breaks.
+func (c *Client) Watch(ctx context.Context, id string, after int64, see func(Event)) error {
+	stream, err := c.rpc.WatchEvents(ctx, connect.NewRequest(EventsRequest{ID: id, After: after}.Wire()))
+	if err != nil {
+		return c.explain(err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		see(EventFromWire(stream.Msg()))
+	}
+	if err := stream.Err(); err != nil && ctx.Err() == nil {
+		return c.explain(err)
+	}
+	return nil
+}
+
+// WatchRetry is how long Follow waits before it watches again when a watch
+// fails (the actor of a Run does not exist yet).
+const WatchRetry = 250 * time.Millisecond
 
 // Follow runs op, an operation on actor id (its result is op's to keep),
 // and passes each event the actor's history gains meanwhile to see, oldest
@@ -176,27 +207,32 @@ func (c *Client) Follow(ctx context.Context, id string, op func(context.Context)
 	if start, err := c.Events(ctx, id, math.MaxInt64); err == nil {
 		after = start.Last
 	}
-	done := make(chan error, 1)
-	go func() { done <- op(ctx) }()
-	poll := func() {
-		res, err := c.Events(ctx, id, after)
-		if err != nil {
-			return
+	seen := func(e Event) {
+		after = e.Seq
+		see(e)
+	}
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for watchCtx.Err() == nil {
+			_ = c.Watch(watchCtx, id, after, seen)
+			select {
+			case <-watchCtx.Done():
+			case <-time.After(WatchRetry):
+			}
 		}
-		for _, e := range res.Events {
-			after = e.Seq
-			see(e)
+	}()
+	err := op(ctx)
+	stopWatching()
+	<-watched
+	// What the watch had not passed on when it stopped.
+	if rest, werr := c.Events(ctx, id, after); werr == nil {
+		for _, e := range rest.Events {
+			seen(e)
 		}
 	}
-	tick := time.NewTicker(FollowInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			poll()
-			return err
-		case <-tick.C:
-			poll()
-		}
-	}
+	return err
 }
+
+func none[M any](*M) struct{} { return struct{}{} }

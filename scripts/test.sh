@@ -21,10 +21,13 @@ scripts/install-versitygw.sh
 scripts/install-fake-gcs.sh
 scripts/install-microvm.sh
 scripts/install-kube.sh
+scripts/install-buf.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l .)
 [[ -z "$unformatted" ]] || { echo "not gofmt'ed: $unformatted" >&2; exit 1; }
+echo "== buf lint, buf breaking, api/gen current"
+scripts/gen-api.sh --check
 echo "== go vet"
 go vet ./...
 echo "== staticcheck $STATICCHECK_VERSION"

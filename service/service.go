@@ -83,6 +83,7 @@ type Service struct {
 	metrics *Metrics
 	lease   *fleetLease
 	store   *storeConn
+	events  *eventFeed
 
 	mu sync.Mutex
 	// done is closed when the operation with that id ends in this process;
@@ -116,7 +117,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if !j.Reserved() && cfg.JournalReserve >= 0 {
 		cfg.Log.Warn("the journal's disk reserve could not be made (the disk is nearly full); an operation that ends on a full disk may not be recorded until there is room", "data", cfg.DataDir)
 	}
-	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg)}
+	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg), events: newEventFeed()}
 	if err := s.lease.load(ctx, j); err != nil {
 		j.Close()
 		return nil, err
@@ -167,6 +168,8 @@ func (s *Service) event(actor, opID, step, msg string, d time.Duration, err erro
 	}
 	if _, jerr := s.journal.AddEvent(context.Background(), e); jerr != nil {
 		s.cfg.Log.Error("journal event", "actor", actor, "error", jerr)
+	} else {
+		s.events.notify()
 	}
 	s.cfg.Log.Log(context.Background(), level, step, attrs...)
 }

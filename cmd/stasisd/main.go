@@ -235,7 +235,9 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: server.Handler(svc), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: server.Handler(svc), Protocols: server.Protocols(), ReadHeaderTimeout: 10 * time.Second}
+	// Watches of actors' histories have no end of their own.
+	srv.RegisterOnShutdown(svc.StopWatching)
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

@@ -1,7 +1,8 @@
-// Package server puts a service.Service on the wire as the API of package
-// api: a Connect handler per procedure with JSON bodies, bounded request
-// sizes and strict decoding, each error's category (package errdefs) as its
-// code; Prometheus metrics at /metrics and /healthz.
+// Package server puts a service.Service on the wire as the API defined in
+// api/proto/stasis/v1/stasis.proto: Connect, gRPC and gRPC-Web on one
+// handler, binary or JSON bodies, bounded request sizes and strict JSON
+// decoding, each error's category (package errdefs) as its code;
+// Prometheus metrics at /metrics and /healthz.
 package server
 
 import (
@@ -12,8 +13,13 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/stasis-run/stasis/api"
+	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
+	"github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/service"
 )
@@ -23,40 +29,11 @@ import (
 // decompressed.
 const maxBodyBytes = api.MaxRequestBytes + 64<<10
 
-// Handler serves s: every procedure, /metrics and /healthz.
+// Handler serves s: every procedure, /metrics and /healthz. Serve it with
+// HTTP/2 without TLS allowed (Protocols), as gRPC needs.
 func Handler(s *service.Service) http.Handler {
 	mux := http.NewServeMux()
-	unary(mux, "CreateTemplate", s.CreateTemplate)
-	unary(mux, "DeleteTemplate", func(ctx context.Context, r api.TemplateName) (api.Empty, error) {
-		return api.Empty{}, s.DeleteTemplate(ctx, r.Name)
-	})
-	unary(mux, "WarmTemplate", s.Warm)
-	unary(mux, "ListTemplates", func(ctx context.Context, _ api.Empty) (api.Templates, error) {
-		t, err := s.Templates(ctx)
-		return api.Templates{Templates: t}, err
-	})
-	unary(mux, "Run", s.Run)
-	unary(mux, "ListActors", func(ctx context.Context, _ api.Empty) (api.Actors, error) {
-		a, err := s.Actors(ctx)
-		return api.Actors{Actors: a}, err
-	})
-	unary(mux, "InspectActor", func(ctx context.Context, r api.ActorID) (api.Actor, error) { return s.Actor(ctx, r.ID) })
-	unary(mux, "Pause", s.Pause)
-	unary(mux, "Suspend", s.Suspend)
-	unary(mux, "Resume", s.Resume)
-	unary(mux, "Delete", s.Delete)
-	unary(mux, "Exec", s.Exec)
-	unary(mux, "Events", s.Events)
-	unary(mux, "ListSnapshots", func(ctx context.Context, r api.SnapshotsRequest) (api.Snapshots, error) {
-		l, err := s.Snapshots(ctx, r.Actor)
-		return api.Snapshots{Snapshots: l}, err
-	})
-	unary(mux, "InspectSnapshot", func(ctx context.Context, r api.SnapshotID) (api.Snapshot, error) { return s.Snapshot(ctx, r.ID) })
-	unary(mux, "NodeInfo", func(ctx context.Context, _ api.Empty) (api.NodeInfo, error) { return s.NodeInfo(ctx) })
-	unary(mux, "NodeStatus", s.NodeStatus)
-	unary(mux, "RenewLease", s.RenewLease)
-	unary(mux, "Lease", func(ctx context.Context, _ api.Empty) (api.Lease, error) { return s.Lease(ctx) })
-	unary(mux, "ReleaseLease", func(ctx context.Context, _ api.Empty) (api.Lease, error) { return s.ReleaseLease(ctx) })
+	mux.Handle(stasisv1connect.NewStasisHandler(handler{s}, connect.WithCodec(jsonCodec{}), connect.WithReadMaxBytes(api.MaxRequestBytes)))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics().Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// stasisd serves whatever state its store is in; the detail says.
@@ -73,15 +50,164 @@ func Handler(s *service.Service) http.Handler {
 	return http.MaxBytesHandler(mux, maxBodyBytes)
 }
 
-func unary[Req, Res any](mux *http.ServeMux, name string, fn func(context.Context, Req) (Res, error)) {
-	procedure := api.Procedure(name)
-	mux.Handle(procedure, connect.NewUnaryHandler(procedure, func(ctx context.Context, req *connect.Request[Req]) (*connect.Response[Res], error) {
-		res, err := fn(ctx, *req.Msg)
-		if err != nil {
-			return nil, connect.NewError(Code(err), err)
-		}
-		return connect.NewResponse(&res), nil
-	}, connect.WithCodec(api.Codec{}), connect.WithReadMaxBytes(api.MaxRequestBytes)))
+// Protocols are those Handler is served with: HTTP/1.1 for Connect and
+// curl, HTTP/2 without TLS (the socket is local) for gRPC.
+func Protocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
+// handler is the service's procedures in the wire's types.
+type handler struct{ s *service.Service }
+
+// reply is v on the wire, or err with its category as the code.
+func reply[T any, M any](v T, err error, wire func(T) *M) (*connect.Response[M], error) {
+	if err != nil {
+		return nil, connect.NewError(Code(err), err)
+	}
+	return connect.NewResponse(wire(v)), nil
+}
+
+func (h handler) CreateTemplate(ctx context.Context, r *connect.Request[stasisv1.Template]) (*connect.Response[stasisv1.Template], error) {
+	t, err := h.s.CreateTemplate(ctx, api.TemplateFromWire(r.Msg))
+	return reply(t, err, api.Template.Wire)
+}
+
+func (h handler) DeleteTemplate(ctx context.Context, r *connect.Request[stasisv1.TemplateName]) (*connect.Response[stasisv1.Empty], error) {
+	return reply(struct{}{}, h.s.DeleteTemplate(ctx, r.Msg.GetName()), empty)
+}
+
+func (h handler) WarmTemplate(ctx context.Context, r *connect.Request[stasisv1.WarmRequest]) (*connect.Response[stasisv1.Template], error) {
+	t, err := h.s.Warm(ctx, api.WarmRequestFromWire(r.Msg))
+	return reply(t, err, api.Template.Wire)
+}
+
+func (h handler) ListTemplates(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[stasisv1.Templates], error) {
+	t, err := h.s.Templates(ctx)
+	return reply(api.Templates{Templates: t}, err, api.Templates.Wire)
+}
+
+func (h handler) Run(ctx context.Context, r *connect.Request[stasisv1.RunRequest]) (*connect.Response[stasisv1.Actor], error) {
+	a, err := h.s.Run(ctx, api.RunRequestFromWire(r.Msg))
+	return reply(a, err, api.Actor.Wire)
+}
+
+func (h handler) ListActors(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[stasisv1.Actors], error) {
+	a, err := h.s.Actors(ctx)
+	return reply(api.Actors{Actors: a}, err, api.Actors.Wire)
+}
+
+func (h handler) InspectActor(ctx context.Context, r *connect.Request[stasisv1.ActorID]) (*connect.Response[stasisv1.Actor], error) {
+	a, err := h.s.Actor(ctx, r.Msg.GetId())
+	return reply(a, err, api.Actor.Wire)
+}
+
+func (h handler) Pause(ctx context.Context, r *connect.Request[stasisv1.OpRequest]) (*connect.Response[stasisv1.Actor], error) {
+	a, err := h.s.Pause(ctx, api.OpRequestFromWire(r.Msg))
+	return reply(a, err, api.Actor.Wire)
+}
+
+func (h handler) Suspend(ctx context.Context, r *connect.Request[stasisv1.OpRequest]) (*connect.Response[stasisv1.Actor], error) {
+	a, err := h.s.Suspend(ctx, api.OpRequestFromWire(r.Msg))
+	return reply(a, err, api.Actor.Wire)
+}
+
+func (h handler) Resume(ctx context.Context, r *connect.Request[stasisv1.OpRequest]) (*connect.Response[stasisv1.Actor], error) {
+	a, err := h.s.Resume(ctx, api.OpRequestFromWire(r.Msg))
+	return reply(a, err, api.Actor.Wire)
+}
+
+func (h handler) Delete(ctx context.Context, r *connect.Request[stasisv1.DeleteRequest]) (*connect.Response[stasisv1.Deleted], error) {
+	d, err := h.s.Delete(ctx, api.DeleteRequestFromWire(r.Msg))
+	return reply(d, err, api.Deleted.Wire)
+}
+
+func (h handler) Exec(ctx context.Context, r *connect.Request[stasisv1.ExecRequest]) (*connect.Response[stasisv1.ExecResult], error) {
+	res, err := h.s.Exec(ctx, api.ExecRequestFromWire(r.Msg))
+	return reply(res, err, api.ExecResult.Wire)
+}
+
+func (h handler) Events(ctx context.Context, r *connect.Request[stasisv1.EventsRequest]) (*connect.Response[stasisv1.Events], error) {
+	e, err := h.s.Events(ctx, api.EventsRequestFromWire(r.Msg))
+	return reply(e, err, api.Events.Wire)
+}
+
+func (h handler) WatchEvents(ctx context.Context, r *connect.Request[stasisv1.EventsRequest], stream *connect.ServerStream[stasisv1.Event]) error {
+	err := h.s.WatchEvents(ctx, api.EventsRequestFromWire(r.Msg), func(e api.Event) error { return stream.Send(e.Wire()) })
+	if err != nil && ctx.Err() == nil {
+		return connect.NewError(Code(err), err)
+	}
+	return nil
+}
+
+func (h handler) ListSnapshots(ctx context.Context, r *connect.Request[stasisv1.SnapshotsRequest]) (*connect.Response[stasisv1.Snapshots], error) {
+	l, err := h.s.Snapshots(ctx, r.Msg.GetActor())
+	return reply(api.Snapshots{Snapshots: l}, err, api.Snapshots.Wire)
+}
+
+func (h handler) InspectSnapshot(ctx context.Context, r *connect.Request[stasisv1.SnapshotID]) (*connect.Response[stasisv1.Snapshot], error) {
+	sn, err := h.s.Snapshot(ctx, r.Msg.GetId())
+	return reply(sn, err, api.Snapshot.Wire)
+}
+
+func (h handler) NodeInfo(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[structpb.Struct], error) {
+	f, err := h.s.NodeInfo(ctx)
+	var info *structpb.Struct
+	if err == nil {
+		info, err = api.NodeInfoWire(f)
+	}
+	return reply(info, err, func(s *structpb.Struct) *structpb.Struct { return s })
+}
+
+func (h handler) NodeStatus(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[stasisv1.NodeStatus], error) {
+	st, err := h.s.NodeStatus(ctx, api.Empty{})
+	return reply(st, err, api.NodeStatus.Wire)
+}
+
+func (h handler) RenewLease(ctx context.Context, r *connect.Request[stasisv1.LeaseRequest]) (*connect.Response[stasisv1.Lease], error) {
+	l, err := h.s.RenewLease(ctx, api.LeaseRequestFromWire(r.Msg))
+	return reply(l, err, api.Lease.Wire)
+}
+
+func (h handler) Lease(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[stasisv1.Lease], error) {
+	l, err := h.s.Lease(ctx)
+	return reply(l, err, api.Lease.Wire)
+}
+
+func (h handler) ReleaseLease(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[stasisv1.Lease], error) {
+	l, err := h.s.ReleaseLease(ctx)
+	return reply(l, err, api.Lease.Wire)
+}
+
+func empty(struct{}) *stasisv1.Empty { return &stasisv1.Empty{} }
+
+// jsonCodec takes the place of Connect's JSON codec: fields at their zero
+// value are written too (the JSON API before the proto file wrote them, and
+// its clients may read "lapsed": false), and a request that does not parse
+// says which message it should have been.
+type jsonCodec struct{}
+
+func (jsonCodec) Name() string { return "json" }
+
+func (jsonCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a protobuf message", v)
+	}
+	return protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(m)
+}
+
+func (jsonCodec) Unmarshal(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("%T is not a protobuf message", v)
+	}
+	if err := protojson.Unmarshal(data, m); err != nil {
+		return fmt.Errorf("the request is not a valid %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return nil
 }
 
 // Code is the Connect code of err's category.

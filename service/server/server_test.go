@@ -25,9 +25,20 @@ import (
 // serve runs the handler over a fake runtime on a unix socket and returns
 // a client and a raw HTTP client for it.
 func serve(t *testing.T) (*api.Client, *http.Client) {
+	c, raw, _ := serveService(t, "")
+	return c, raw
+}
+
+// serveService is serve, of the service it returns, whose templates may
+// use the folder host.
+func serveService(t *testing.T, host string) (*api.Client, *http.Client, *service.Service) {
 	t.Helper()
 	data := t.TempDir()
-	svc, err := service.New(context.Background(), service.Config{DataDir: data, Engine: &engine.Engine{Runtime: runtimetest.New()}})
+	cfg := service.Config{DataDir: data, Engine: &engine.Engine{Runtime: runtimetest.New()}}
+	if host != "" {
+		cfg.HostPaths = service.HostPolicy{Paths: []service.HostPath{{Path: host}}, DataDir: data, TemplatesDir: filepath.Join(data, "templates")}
+	}
+	svc, err := service.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +48,14 @@ func serve(t *testing.T) (*api.Client, *http.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: server.Handler(svc)}
+	srv := &http.Server{Handler: server.Handler(svc), Protocols: server.Protocols()}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	raw := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}}}
-	return api.Dial(socket), raw
+	return api.Dial(socket), raw, svc
 }
 
 // post sends body to a procedure as curl would and returns the status and
