@@ -401,12 +401,14 @@ func corrupt(t *testing.T, path string) {
 	}
 }
 
-// TestConformance runs the runtime suite on real QEMU micro-VMs.
+// TestConformance runs the runtime suite on real QEMU micro-VMs, each
+// with the stand-in device, which the DeviceHolder case detaches and
+// attaches again.
 func TestConformance(t *testing.T) {
 	f := newFixture(t, microvm.Config{})
 	conformance.Run(t, conformance.Harness{
 		Runtime: f.rt,
-		Bundle:  func(t *testing.T) string { return vmtest.Bundle(t, t.TempDir(), vmtest.Options{}) },
+		Bundle:  func(t *testing.T) string { return vmtest.Bundle(t, t.TempDir(), vmtest.Options{Devices: []microvm.Device{standIn}}) },
 		Counter: func(verb string) []string { return []string{"/counter", "await", verb} },
 	})
 }
