@@ -408,7 +408,9 @@ func TestConformance(t *testing.T) {
 	f := newFixture(t, microvm.Config{})
 	conformance.Run(t, conformance.Harness{
 		Runtime: f.rt,
-		Bundle:  func(t *testing.T) string { return vmtest.Bundle(t, t.TempDir(), vmtest.Options{Devices: []microvm.Device{standIn}}) },
+		Bundle: func(t *testing.T) string {
+			return vmtest.Bundle(t, t.TempDir(), vmtest.Options{Devices: []microvm.Device{standIn}})
+		},
 		Counter: func(verb string) []string { return []string{"/counter", "await", verb} },
 	})
 }
