@@ -19,7 +19,7 @@ import (
 // the copy is consistent, then stops the sandbox.
 func (e *Engine) suspendData(ctx context.Context, o op, a Actor, dir string) (m *snapshot.Manifest, err error) {
 	var sources map[string]string
-	err = o.step("preflight", func() (string, error) {
+	err = o.step(StepPreflight, func() (string, error) {
 		if len(a.DurableDirs) == 0 {
 			return "", fmt.Errorf("%w: a Data snapshot needs durable folders, and the actor declares none", ErrRefused)
 		}
@@ -62,11 +62,11 @@ func (e *Engine) suspendData(ctx context.Context, o op, a Actor, dir string) (m 
 			_ = fsutil.RemoveContents(dir)
 		}
 	}()
-	if err := o.step("pause", func() (string, error) { return "", e.Runtime.Pause(ctx, a.ID) }); err != nil {
+	if err := o.step(StepPause, func() (string, error) { return "", e.Runtime.Pause(ctx, a.ID) }); err != nil {
 		return nil, err
 	}
 	manifest := snapshot.Manifest{Scope: snapshot.ScopeData, Actor: a.name(), Runtime: e.runtimeInfo(nil), DurableDirs: map[string]string{}}
-	copyErr := o.step("copy", func() (string, error) {
+	copyErr := o.step(StepCopy, func() (string, error) {
 		for i, d := range a.DurableDirs {
 			rel := "data/" + strconv.Itoa(i)
 			if err := copyTree(ctx, sources[d], filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
@@ -80,13 +80,13 @@ func (e *Engine) suspendData(ctx context.Context, o op, a Actor, dir string) (m 
 	// that outlives the caller's.
 	cctx, cancel := e.cleanupContext(ctx)
 	defer cancel()
-	if err := o.undo("unpause", func() (string, error) { return "", e.Runtime.Unpause(cctx, a.ID) }); err != nil {
+	if err := o.undo(StepUnpause, func() (string, error) { return "", e.Runtime.Unpause(cctx, a.ID) }); err != nil {
 		return nil, errors.Join(copyErr, err)
 	}
 	if copyErr != nil {
 		return nil, copyErr
 	}
-	err = o.step("commit", func() (string, error) {
+	err = o.step(StepCommit, func() (string, error) {
 		var err error
 		m, err = snapshot.Commit(ctx, dir, manifest)
 		if err != nil {

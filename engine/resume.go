@@ -32,7 +32,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	if id == "" {
 		id = a.ID
 	}
-	err = o.step("verify", func() (string, error) {
+	err = o.step(StepVerify, func() (string, error) {
 		if opts.Checked != nil {
 			if err := snapshot.CheckFiles(ctx, dir, opts.Checked); err != nil {
 				return "", refusal(err)
@@ -99,7 +99,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 			}
 			cctx, cancel := e.cleanupContext(ctx)
 			defer cancel()
-			_ = o.undo("cleanup", func() (string, error) {
+			_ = o.undo(StepCleanup, func() (string, error) {
 				return "the new sandbox was removed; the snapshot is as it was", e.Runtime.Delete(cctx, id)
 			})
 		}
@@ -112,7 +112,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	// The sandbox is not reported ready, nor probed, before its snapshot
 	// is proven whole; a restore cut short by a mismatch reports it.
 	if hashed != nil && (err == nil || context.Cause(rctx) != nil) {
-		herr := o.step("verify-blocks", func() (string, error) {
+		herr := o.step(StepVerifyBlocks, func() (string, error) {
 			if err := <-hashed; err != nil {
 				return "", errdefs.Mark(fmt.Errorf("%w: %w", ErrRefused, err), errdefs.ErrCorrupt)
 			}
@@ -185,7 +185,7 @@ func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error 
 	if p.Command == nil && p.URL == "" {
 		return nil
 	}
-	return o.step("probe", func() (string, error) { return e.probe(ctx, id, p) })
+	return o.step(StepProbe, func() (string, error) { return e.probe(ctx, id, p) })
 }
 
 // resumeFull restores the image and puts the GPU state back; afterRestore
@@ -203,13 +203,13 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 		// the restore; the helper takes it from its environment.
 		ro.Env = []string{helper.DeviceMapEnv + "=" + opts.DeviceMap.String()}
 	}
-	err := o.step("restore", func() (string, error) { return load, e.Runtime.Restore(ctx, id, ro) })
+	err := o.step(StepRestore, func() (string, error) { return load, e.Runtime.Restore(ctx, id, ro) })
 	if err != nil {
 		return err
 	}
 	afterRestore()
 	if h, ok := e.Runtime.(runtime.DeviceHolder); ok {
-		if err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
+		if err := o.step(StepAttachDevices, func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
 			return err
 		}
 	}
@@ -217,9 +217,9 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 		return nil
 	}
 	if byRuntime {
-		return o.step("gpu-resume", func() (string, error) { return e.awaitRuntimeGPU(ctx, id, opts.DeviceMap) })
+		return o.step(StepGPUResume, func() (string, error) { return e.awaitRuntimeGPU(ctx, id, opts.DeviceMap) })
 	}
-	return o.step("gpu-resume", func() (string, error) {
+	return o.step(StepGPUResume, func() (string, error) {
 		rep, err := e.gpuResume(ctx, id, opts.DeviceMap)
 		return summary(rep), err
 	})
@@ -271,10 +271,10 @@ func (e *Engine) awaitRuntimeGPU(ctx context.Context, id string, devices gpu.Dev
 }
 
 func (e *Engine) resumeData(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest) error {
-	if err := o.step("restore-data", func() (string, error) { return "", restoreDurable(ctx, a, dir, m) }); err != nil {
+	if err := o.step(StepRestoreData, func() (string, error) { return "", restoreDurable(ctx, a, dir, m) }); err != nil {
 		return err
 	}
-	return o.step("boot", func() (string, error) { return e.create(ctx, a, id, o) })
+	return o.step(StepBoot, func() (string, error) { return e.create(ctx, a, id, o) })
 }
 
 // Compatible refuses a snapshot this node cannot restore, with every

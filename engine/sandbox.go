@@ -30,12 +30,12 @@ func (e *Engine) Boot(ctx context.Context, a Actor, opts BootOptions) (err error
 		if err != nil {
 			cctx, cancel := e.cleanupContext(ctx)
 			defer cancel()
-			_ = o.undo("cleanup", func() (string, error) {
+			_ = o.undo(StepCleanup, func() (string, error) {
 				return "the sandbox that did not start was removed", e.Runtime.Delete(cctx, id)
 			})
 		}
 	}()
-	if err := o.step("boot", func() (string, error) { return e.create(ctx, a, id, o) }); err != nil {
+	if err := o.step(StepBoot, func() (string, error) { return e.create(ctx, a, id, o) }); err != nil {
 		return err
 	}
 	return e.waitReady(ctx, o, id, opts.Probe)
@@ -74,7 +74,7 @@ func (e *Engine) Status(ctx context.Context, id string) (runtime.Status, error) 
 // Fence freezes sandbox id where it stands (the runtime's pause), saving
 // nothing: nothing in it runs until Unfence. One frozen already is fenced.
 func (e *Engine) Fence(ctx context.Context, actor, id string, obs Observer) error {
-	return op{actor: actor, name: "fence", obs: obs}.step("freeze", func() (string, error) {
+	return op{actor: actor, name: "fence", obs: obs}.step(StepFreeze, func() (string, error) {
 		st, err := e.Runtime.State(ctx, id)
 		if err != nil {
 			return "", err
@@ -92,7 +92,7 @@ func (e *Engine) Fence(ctx context.Context, actor, id string, obs Observer) erro
 // Unfence lets a sandbox that Fence froze run again. One that runs is
 // unfenced.
 func (e *Engine) Unfence(ctx context.Context, actor, id string, obs Observer) error {
-	return op{actor: actor, name: "unfence", obs: obs}.step("unpause", func() (string, error) {
+	return op{actor: actor, name: "unfence", obs: obs}.step(StepUnpause, func() (string, error) {
 		st, err := e.Runtime.State(ctx, id)
 		if err != nil {
 			return "", err
@@ -141,21 +141,21 @@ func (e *Engine) thaw(ctx context.Context, o op, a Actor, id string, devices gpu
 		return err
 	}
 	if st.Status == runtime.StatusPaused {
-		if err := o.step("unpause", func() (string, error) { return "", e.Runtime.Unpause(ctx, id) }); err != nil {
+		if err := o.step(StepUnpause, func() (string, error) { return "", e.Runtime.Unpause(ctx, id) }); err != nil {
 			return err
 		}
 	} else if st.Status != runtime.StatusRunning {
 		return fmt.Errorf("sandbox %s is %s: nothing runs there to thaw", id, st.Status)
 	}
 	if h, ok := e.Runtime.(runtime.DeviceHolder); ok {
-		if err := o.step("attach-devices", func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
+		if err := o.step(StepAttachDevices, func() (string, error) { return "", h.AttachDevices(ctx, id) }); err != nil {
 			return err
 		}
 	}
 	if !a.GPU {
 		return nil
 	}
-	return o.step("gpu-resume", func() (string, error) {
+	return o.step(StepGPUResume, func() (string, error) {
 		rep, err := e.gpuResume(ctx, id, devices)
 		return summary(rep), err
 	})
@@ -190,7 +190,7 @@ func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts Resum
 	if st.Status != runtime.StatusPaused {
 		return fmt.Errorf("%w: sandbox %s is %s", ErrNotKept, id, st.Status)
 	}
-	err = o.step("compatibility", func() (string, error) {
+	err = o.step(StepCompatibility, func() (string, error) {
 		const msg = "its sandbox was kept in memory: nothing to load"
 		m, err := snapshot.Load(dir)
 		if err != nil {
@@ -210,7 +210,7 @@ func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts Resum
 		if err != nil {
 			cctx, cancel := e.cleanupContext(ctx)
 			defer cancel()
-			_ = o.undo("cleanup", func() (string, error) {
+			_ = o.undo(StepCleanup, func() (string, error) {
 				return "the kept sandbox was removed; the snapshot is as it was", e.Runtime.Delete(cctx, id)
 			})
 			err = fmt.Errorf("%w: %w", ErrNotKept, err)

@@ -43,7 +43,7 @@ func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*sn
 
 func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, keep func() (bool, string)) (m *snapshot.Manifest, err error) {
 	var plan *Plan
-	err = o.step("preflight", func() (msg string, err error) {
+	err = o.step(StepPreflight, func() (msg string, err error) {
 		plan, msg, err = e.preflightFull(ctx, a, dir)
 		return msg, err
 	})
@@ -70,7 +70,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 			// checkpoint step, and puts them back when that fails.
 			cp.CUDACheckpointPath, cp.CUDACheckpointSequential = e.helperPath(), e.CUDASequential
 		} else {
-			err := o.step("gpu-suspend", func() (string, error) {
+			err := o.step(StepGPUSuspend, func() (string, error) {
 				rep, err := e.gpuSuspend(ctx, a.ID)
 				manifest.GPU.CUDADriverAPI, manifest.GPU.Processes = rep.DriverVersion, len(rep.Outcomes)
 				return summary(rep), err
@@ -84,12 +84,12 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 	if holder {
 		// The devices hold no state now (it is in the sandbox's memory), and
 		// a VM with a passed-through device cannot be checkpointed.
-		err := o.step("detach-devices", func() (string, error) { return "", h.DetachDevices(ctx, a.ID) })
+		err := o.step(StepDetachDevices, func() (string, error) { return "", h.DetachDevices(ctx, a.ID) })
 		if err != nil {
 			return nil, e.undoSuspend(ctx, o, a, true, err)
 		}
 	}
-	err = o.step("checkpoint", func() (string, error) {
+	err = o.step(StepCheckpoint, func() (string, error) {
 		// The disk starts on the image while the runtime writes it, so that
 		// the commit's fsync after it finds most of it written.
 		defer fsutil.StartWriteback(cp.ImageDir, writebackInterval)()
@@ -100,7 +100,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		return msg, e.Runtime.Checkpoint(ctx, a.ID, cp)
 	})
 	if err == nil {
-		err = o.step("commit", func() (string, error) {
+		err = o.step(StepCommit, func() (string, error) {
 			var err error
 			m, err = snapshot.Commit(ctx, dir, manifest)
 			if err != nil {
@@ -137,7 +137,7 @@ func (e *Engine) freeze(ctx context.Context, o op, id string, holdsGPU bool, kee
 		o.note("the sandbox is not kept in memory: " + why)
 		return false
 	}
-	err := o.step("freeze", func() (string, error) {
+	err := o.step(StepFreeze, func() (string, error) {
 		return "the sandbox is kept frozen in memory, its GPU released: " + why, e.Runtime.Pause(ctx, id)
 	})
 	return err == nil
@@ -147,7 +147,7 @@ func (e *Engine) freeze(ctx context.Context, o op, id string, holdsGPU bool, kee
 // container. They are two steps because the second can take a while: runsc
 // delete waits until the host's init has reaped the dead sandbox.
 func (e *Engine) stop(ctx context.Context, o op, id string) error {
-	err := o.step("stop", func() (string, error) {
+	err := o.step(StepStop, func() (string, error) {
 		err := e.Runtime.Stop(ctx, id)
 		if errors.Is(err, runtime.ErrNotFound) {
 			return "the sandbox was gone already", nil
@@ -157,7 +157,7 @@ func (e *Engine) stop(ctx context.Context, o op, id string) error {
 	if err != nil {
 		return err
 	}
-	return o.step("delete", func() (string, error) { return "", e.Runtime.Delete(ctx, id) })
+	return o.step(StepDelete, func() (string, error) { return "", e.Runtime.Delete(ctx, id) })
 }
 
 // undoSuspend puts back what a failed suspend took from the running
@@ -170,7 +170,7 @@ func (e *Engine) undoSuspend(ctx context.Context, o op, a Actor, detached bool, 
 	cctx, cancel := e.cleanupContext(ctx)
 	defer cancel()
 	if h, ok := e.Runtime.(runtime.DeviceHolder); ok && detached {
-		err := o.undo("attach-devices", func() (string, error) { return "", h.AttachDevices(cctx, a.ID) })
+		err := o.undo(StepAttachDevices, func() (string, error) { return "", h.AttachDevices(cctx, a.ID) })
 		if err != nil {
 			return fmt.Errorf("%w; and its devices could not be attached again, the workload may be stuck without them: %w", cause, err)
 		}
@@ -178,7 +178,7 @@ func (e *Engine) undoSuspend(ctx context.Context, o op, a Actor, detached bool, 
 	if !a.GPU {
 		return fmt.Errorf("%w (devices attached again; the actor keeps running)", cause)
 	}
-	err := o.undo("gpu-resume", func() (string, error) {
+	err := o.undo(StepGPUResume, func() (string, error) {
 		rep, err := e.gpuResume(cctx, a.ID, nil)
 		return summary(rep), err
 	})

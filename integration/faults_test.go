@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/transfer"
 )
 
 // TestCrashAtEveryStep kills stasisd with SIGKILL before and after each
@@ -24,34 +27,34 @@ func TestCrashAtEveryStep(t *testing.T) {
 		failpoint, verb string
 		disk            bool
 	}{
-		{"run/bundle:after", "Run", false},
-		{"run/boot:after", "Run", false},
-		{"run/probe", "Run", false},
-		{"pause/preflight", "Pause", false},
-		{"pause/checkpoint", "Pause", false},
-		{"pause/commit:after", "Pause", false},
-		{"pause/freeze:after", "Pause", false},
-		{"suspend/checkpoint", "Suspend", false},
-		{"suspend/checkpoint:after", "Suspend", false},
-		{"suspend/commit", "Suspend", false},
-		{"suspend/commit:after", "Suspend", false},
-		{"suspend/stop", "Suspend", false},
-		{"suspend/stop:after", "Suspend", false},
-		{"suspend/delete:after", "Suspend", false},
-		{"suspend/push", "Suspend", false},
-		{"suspend/push:after", "Suspend", false},
-		{"resume/verify", "Resume", true},
-		{"resume/compatibility:after", "Resume", true},
-		{"resume/restore", "Resume", true},
-		{"resume/restore:after", "Resume", true},
-		{"resume/probe", "Resume", true},
-		{"resume/probe:after", "Resume", true},
-		{"resume/compatibility:after", "Resume", false},
-		{"resume/unpause", "Resume", false},
-		{"resume/unpause:after", "Resume", false},
-		{"delete/stop", "Delete", false},
-		{"delete/stop:after", "Delete", false},
-		{"delete/remove-files:after", "Delete", false},
+		{service.Failpoint(service.KindRun, service.StepBundle, true), "Run", false},
+		{service.Failpoint(service.KindRun, engine.StepBoot, true), "Run", false},
+		{service.Failpoint(service.KindRun, engine.StepProbe, false), "Run", false},
+		{service.Failpoint(service.KindPause, engine.StepPreflight, false), "Pause", false},
+		{service.Failpoint(service.KindPause, engine.StepCheckpoint, false), "Pause", false},
+		{service.Failpoint(service.KindPause, engine.StepCommit, true), "Pause", false},
+		{service.Failpoint(service.KindPause, engine.StepFreeze, true), "Pause", false},
+		{service.Failpoint(service.KindSuspend, engine.StepCheckpoint, false), "Suspend", false},
+		{service.Failpoint(service.KindSuspend, engine.StepCheckpoint, true), "Suspend", false},
+		{service.Failpoint(service.KindSuspend, engine.StepCommit, false), "Suspend", false},
+		{service.Failpoint(service.KindSuspend, engine.StepCommit, true), "Suspend", false},
+		{service.Failpoint(service.KindSuspend, engine.StepStop, false), "Suspend", false},
+		{service.Failpoint(service.KindSuspend, engine.StepStop, true), "Suspend", false},
+		{service.Failpoint(service.KindSuspend, engine.StepDelete, true), "Suspend", false},
+		{service.Failpoint(service.KindSuspend, transfer.StepPush, false), "Suspend", false},
+		{service.Failpoint(service.KindSuspend, transfer.StepPush, true), "Suspend", false},
+		{service.Failpoint(service.KindResume, engine.StepVerify, false), "Resume", true},
+		{service.Failpoint(service.KindResume, engine.StepCompatibility, true), "Resume", true},
+		{service.Failpoint(service.KindResume, engine.StepRestore, false), "Resume", true},
+		{service.Failpoint(service.KindResume, engine.StepRestore, true), "Resume", true},
+		{service.Failpoint(service.KindResume, engine.StepProbe, false), "Resume", true},
+		{service.Failpoint(service.KindResume, engine.StepProbe, true), "Resume", true},
+		{service.Failpoint(service.KindResume, engine.StepCompatibility, true), "Resume", false},
+		{service.Failpoint(service.KindResume, engine.StepUnpause, false), "Resume", false},
+		{service.Failpoint(service.KindResume, engine.StepUnpause, true), "Resume", false},
+		{service.Failpoint(service.KindDelete, engine.StepStop, false), "Delete", false},
+		{service.Failpoint(service.KindDelete, engine.StepStop, true), "Delete", false},
+		{service.Failpoint(service.KindDelete, service.StepRemoveFiles, true), "Delete", false},
 	}
 	for _, c := range cells {
 		name := strings.ReplaceAll(c.failpoint, "/", "_")

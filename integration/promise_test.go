@@ -24,7 +24,9 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/testkit/testdisk"
 )
 
@@ -82,7 +84,7 @@ func TestHalfDeletedSandboxAtStart(t *testing.T) {
 	d.template("counter", nil)
 	d.run("counter", "a1")
 	d.stop()
-	d.start("suspend/delete")
+	d.start(service.Failpoint(service.KindSuspend, engine.StepDelete, false))
 	if _, err := d.api.Suspend(context.Background(), api.OpRequest{ID: "a1"}); err == nil {
 		t.Fatal("the suspend answered although stasisd should have died before its delete step")
 	}

@@ -50,28 +50,65 @@ const (
 	recoverFence
 )
 
+// The kinds of operation on an actor, as the journal records them and
+// failpoints name them (Failpoint).
+const (
+	KindRun     = "run"
+	KindPause   = "pause"
+	KindSuspend = "suspend"
+	KindResume  = "resume"
+	KindDelete  = "delete"
+	KindGolden  = "golden"
+	KindRelease = "release"
+	KindFence   = "fence"
+	KindUnfence = "unfence"
+)
+
+// The service's own steps, beside the engine's (engine.Step...) and the
+// transfer's (transfer.StepPush, StepPull).
+const (
+	// StepBundle writes the actor's bundle from its template.
+	StepBundle = "bundle"
+	// StepRemoveFiles removes a deleted actor's folder and snapshots.
+	StepRemoveFiles = "remove-files"
+	// StepRenameSandbox moves a sandbox an older stasisd named to the
+	// actor's sandbox id (api.SandboxID).
+	StepRenameSandbox = "rename-sandbox"
+)
+
+// Failpoint names the point before (or, after, just after) step of
+// operations of kind: STASIS_FAILPOINT set to it makes stasisd kill itself
+// there (Config.Failpoint), for the crash tests.
+func Failpoint(kind, step string, after bool) string {
+	at := kind + "/" + step
+	if after {
+		at += ":after"
+	}
+	return at
+}
+
 var (
-	opRun = &opKind{name: "run", creates: true, during: api.Creating, target: api.Running,
+	opRun = &opKind{name: KindRun, creates: true, during: api.Creating, target: api.Running,
 		deadline: 30 * time.Minute, recovery: recoverStart}
-	opPause = &opKind{name: "pause", from: []api.State{api.Running}, during: api.Pausing, target: api.Paused,
+	opPause = &opKind{name: KindPause, from: []api.State{api.Running}, during: api.Pausing, target: api.Paused,
 		snapshot: api.KindPause, deadline: 30 * time.Minute, recovery: recoverSnapshot}
-	opSuspend = &opKind{name: "suspend", from: []api.State{api.Running, api.Paused, api.Suspended}, during: api.Suspending, target: api.Suspended,
+	opSuspend = &opKind{name: KindSuspend, from: []api.State{api.Running, api.Paused, api.Suspended}, during: api.Suspending, target: api.Suspended,
 		snapshot: api.KindCommit, deadline: time.Hour, recovery: recoverSnapshot}
-	opResume = &opKind{name: "resume", from: []api.State{api.Paused, api.Suspended, api.Crashed}, during: api.Resuming, target: api.Running,
+	opResume = &opKind{name: KindResume, from: []api.State{api.Paused, api.Suspended, api.Crashed}, during: api.Resuming, target: api.Running,
 		deadline: time.Hour, recovery: recoverResume}
-	opDelete = &opKind{name: "delete", during: api.Deleting,
+	opDelete = &opKind{name: KindDelete, during: api.Deleting,
 		deadline: 10 * time.Minute, recovery: recoverDelete}
-	opGolden = &opKind{name: "golden", from: []api.State{api.Running}, during: api.Suspending, target: api.Suspended,
+	opGolden = &opKind{name: KindGolden, from: []api.State{api.Running}, during: api.Suspending, target: api.Suspended,
 		snapshot: api.KindGolden, deadline: time.Hour, recovery: recoverSnapshot}
 	// opRelease stops the sandbox a pause kept in memory (KeepPolicy); the
 	// actor stays PAUSED throughout.
-	opRelease = &opKind{name: "release", from: []api.State{api.Paused}, during: api.Paused, target: api.Paused,
+	opRelease = &opKind{name: KindRelease, from: []api.State{api.Paused}, during: api.Paused, target: api.Paused,
 		deadline: 10 * time.Minute, recovery: recoverRelease}
 	// opFence freezes a running actor whose node's fleet lease lapsed;
 	// opUnfence thaws it (fence.go).
-	opFence = &opKind{name: "fence", from: []api.State{api.Running}, during: api.Fenced, target: api.Fenced,
+	opFence = &opKind{name: KindFence, from: []api.State{api.Running}, during: api.Fenced, target: api.Fenced,
 		deadline: time.Minute, recovery: recoverFence}
-	opUnfence = &opKind{name: "unfence", from: []api.State{api.Fenced}, during: api.Resuming, target: api.Running,
+	opUnfence = &opKind{name: KindUnfence, from: []api.State{api.Fenced}, during: api.Resuming, target: api.Running,
 		deadline: time.Minute, recovery: recoverFence}
 )
 

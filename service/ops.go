@@ -64,7 +64,7 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 		prepare: func(journal.Actor) (opArgs, error) { return opArgs{Snapshot: t.Golden}, nil },
 		body: func(ctx context.Context, o *operation) (outcome, error) {
 			var ea engine.Actor
-			err := o.step("bundle", func() (string, error) {
+			err := o.step(StepBundle, func() (string, error) {
 				var err error
 				ea, err = s.writeBundle(t, o.actor)
 				return ea.Bundle, err
@@ -164,7 +164,7 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	if err := removeDir(dir); err != nil {
 		return nil, err
 	}
-	from := s.stored(repo, o, snap.Stored, "pull")
+	from := s.stored(repo, o, snap.Stored, transfer.StepPull)
 	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, repo, snap)
 	m, _, err := transfer.PullAndResume(ctx, s.eng, a, dir, from, opts)
 	if m == nil {
@@ -325,7 +325,7 @@ func (s *Service) push(ctx context.Context, o *operation, snap journal.Snapshot,
 		return err
 	}
 	snap.Stored = name
-	return transfer.Push(ctx, o.observer(), o.actor.ID, o.kind.name, snap.Dir, m, s.stored(repo, o, name, "push"), func() error {
+	return transfer.Push(ctx, o.observer(), o.actor.ID, o.kind.name, snap.Dir, m, s.stored(repo, o, name, transfer.StepPush), func() error {
 		return s.journal.PutSnapshot(context.WithoutCancel(ctx), snap)
 	})
 }
@@ -511,7 +511,7 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 		return nil, err
 	}
 	var kept []string
-	err := o.step("remove-files", func() (string, error) {
+	err := o.step(StepRemoveFiles, func() (string, error) {
 		snaps, err := s.journal.Snapshots(ctx, o.actor.ID)
 		if err != nil {
 			return "", err

@@ -19,7 +19,7 @@ func (s *Service) renameSandbox(ctx context.Context, o *operation) error {
 	if o.actor.Sandbox == id {
 		return nil
 	}
-	return o.step("rename-sandbox", func() (string, error) {
+	return o.step(StepRenameSandbox, func() (string, error) {
 		st, err := s.eng.Status(ctx, o.actor.Sandbox)
 		if err != nil {
 			return "", fmt.Errorf("the sandbox %s that an older stasisd made cannot be checked: %w", o.actor.Sandbox, err)

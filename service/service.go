@@ -191,11 +191,7 @@ func (s *Service) failpoint(kind, step string, after bool) {
 	if s.cfg.Failpoint == "" {
 		return
 	}
-	at := kind + "/" + step
-	if after {
-		at += ":after"
-	}
-	if at == s.cfg.Failpoint {
+	if at := Failpoint(kind, step, after); at == s.cfg.Failpoint {
 		s.cfg.Log.Warn("failpoint reached: killing stasisd", "failpoint", at)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL is not delivered synchronously; never go on

@@ -26,12 +26,18 @@ type Stored struct {
 	Options archiver.Options
 }
 
+// The steps of a transfer, as an Observer sees them.
+const (
+	StepPush = "push"
+	StepPull = "pull"
+)
+
 // Push stores the committed snapshot in dir, whose manifest is m, as the
 // step "push" of operation opName on actor, reported to obs. recorded, when
 // set, runs inside the step once the store holds the snapshot, so that a
 // journal records it before the step is over; its error fails the step.
 func Push(ctx context.Context, obs engine.Observer, actor, opName, dir string, m *snapshot.Manifest, to Stored, recorded func() error) error {
-	return obs.Step(actor, opName, "push", func() (string, error) {
+	return obs.Step(actor, opName, StepPush, func() (string, error) {
 		if _, err := archiver.SaveManifest(ctx, to.Repo, to.Name, dir, m, to.Options); err != nil {
 			return "", err
 		}
@@ -68,7 +74,7 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 	if err := eng.CheckRestore(ctx, a, m, &opts); err != nil {
 		return nil, pulled, err
 	}
-	err = opts.Observer.Step(name, "resume", "pull", func() (string, error) {
+	err = opts.Observer.Step(name, "resume", StepPull, func() (string, error) {
 		p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options)
 		pulled = p
 		if err != nil {
