@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/cmd/internal/compose"
@@ -88,10 +89,52 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return errdefs.Mark(err, errdefs.ErrInvalidArgument) })
+	// The global flags are those every command uses; each command group
+	// has the others it uses (kubectl and docker keep theirs few too).
 	f := root.PersistentFlags()
-	g.Options.Register(f)
+	g.RegisterData(f)
 	f.BoolVar(&g.json, "json", false, "print JSON for machines instead of text (errors too, as {\"error\": {\"code\", \"message\", \"exit\"}} on stdout)")
-	root.AddCommand(newActor(g), newTemplate(g), newNode(g), newPlan(g), newDemo(g), newDemoActor(), newSuspend(g), newResume(g), newSnapshot(g), newRuntimeInfo(g), newCDISpec(g), newGPUBundle(g), newStore(g))
+	// The flags that were global before are still taken by every command,
+	// unlisted, so that command lines written then keep working; a
+	// command that does not use one ignores it, as it did.
+	before := pflag.NewFlagSet("before", pflag.ContinueOnError)
+	g.RegisterSocket(before)
+	g.RegisterStore(before)
+	g.RegisterRuntime(before)
+	before.VisitAll(func(fl *pflag.Flag) { fl.Hidden = true })
+	f.AddFlagSet(before)
+	for _, c := range []struct {
+		cmd                    *cobra.Command
+		socket, store, runtime bool
+	}{
+		{cmd: newActor(g), socket: true},
+		{cmd: newTemplate(g), socket: true},
+		{cmd: newDemo(g), socket: true},
+		// node info and labels read the node's facts; node lease asks stasisd.
+		{cmd: newNode(g), socket: true, runtime: true},
+		// snapshot ls and inspect ask stasisd; check reads the node's facts.
+		{cmd: newSnapshot(g), socket: true, runtime: true},
+		{cmd: newPlan(g), runtime: true},
+		{cmd: newSuspend(g), store: true, runtime: true},
+		{cmd: newResume(g), store: true, runtime: true},
+		{cmd: newRuntimeInfo(g), runtime: true},
+		{cmd: newStore(g)},
+		{cmd: newCDISpec(g)},
+		{cmd: newGPUBundle(g)},
+		{cmd: newDemoActor()},
+	} {
+		pf := c.cmd.PersistentFlags()
+		if c.socket {
+			g.RegisterSocket(pf)
+		}
+		if c.store {
+			g.RegisterStore(pf)
+		}
+		if c.runtime {
+			g.RegisterRuntime(pf)
+		}
+		root.AddCommand(c.cmd)
+	}
 	strict(root)
 	return root, g
 }

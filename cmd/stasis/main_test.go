@@ -75,3 +75,34 @@ func TestPlanTemplateShowsArithmetic(t *testing.T) {
 		t.Fatalf("bad size: %v", err)
 	}
 }
+
+// TestGlobalFlagsAreFew: the help lists as global only the flags every
+// command uses; a command lists those it uses; the flags that were global
+// before still parse anywhere, unlisted.
+func TestGlobalFlagsAreFew(t *testing.T) {
+	help, err := runStasis(t, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--socket", "--repo", "--runsc", "--platform", "--gpu-path"} {
+		if strings.Contains(help, flag) {
+			t.Errorf("stasis --help lists %s as global:\n%s", flag, help)
+		}
+	}
+	if !strings.Contains(help, "--data") || !strings.Contains(help, "--json") {
+		t.Errorf("stasis --help lacks --data or --json:\n%s", help)
+	}
+	for cmd, flag := range map[string]string{"actor": "--socket", "store": "--repo", "suspend": "--runsc"} {
+		out, err := runStasis(t, cmd, "--help")
+		if err != nil || !strings.Contains(out, flag) {
+			t.Errorf("stasis %s --help does not list %s: %v\n%s", cmd, flag, err, out)
+		}
+	}
+	// store verify of nothing, with flags it does not use: not refused as
+	// unknown (exit 2), but run (the store is not there: exit 3).
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"store", "verify", "--socket", "/nowhere", "--runsc", "/nowhere", "--repo", filepath.Join(t.TempDir(), "none")}, &stdout, &stderr)
+	if code != 3 {
+		t.Fatalf("store verify with the flags that were global: exit %d: %s", code, stderr.String())
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/location"
+	"github.com/stasis-run/stasis/transfer"
 )
 
 // transferProgress prints a transfer's progress on stderr (a JSON line each
@@ -32,155 +34,146 @@ func (g *globals) transferProgress(verb string) archiver.Options {
 func newStore(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "store",
-		Short: "The snapshot repository: content-addressed, deduplicated, local or S3",
-		Long: `The repository is a local folder (default: DATA/store) or an S3 bucket given with
---repo s3://BUCKET/PREFIX?endpoint=HOST:PORT[&insecure=true][&region=R], credentials from
-AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.`,
+		Short: "The snapshot repository: content-addressed, deduplicated, local, S3 or GCS",
+		Long: `The repository is a local folder (default: DATA/store), an S3 bucket given with
+--repo s3://BUCKET/PREFIX?endpoint=HOST:PORT[&insecure=true][&region=R] (credentials from
+AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or a GCS bucket, gs://BUCKET/PREFIX.`,
 	}
-	cmd.AddCommand(
-		&cobra.Command{
-			Use: "init", Short: "Create a repository", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				be, err := location.FromEnv(cmd.Context(), g.RepoLocation())
-				if err != nil {
-					return err
-				}
-				if _, err := store.Init(cmd.Context(), be); err != nil {
-					return err
-				}
-				return g.print(map[string]string{"repository": be.Location()}, fmt.Sprintf("created a repository at %s\n", be.Location()))
-			},
-		},
-		&cobra.Command{
-			Use: "push SNAPSHOT-FOLDER NAME", Short: "Store a snapshot folder under NAME", Args: cobra.ExactArgs(2),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.OpenRepo(cmd.Context())
-				if err != nil {
-					return err
-				}
-				s, err := archiver.Save(cmd.Context(), r, args[1], args[0], g.transferProgress("push"))
-				if err != nil {
-					return err
-				}
-				return g.print(s, fmt.Sprintf("stored %s (%s, %d files)\n", s.Name, units.Bytes(s.Size()), len(s.Files)))
-			},
-		},
-		&cobra.Command{
-			Use: "pull NAME FOLDER", Short: "Fetch and verify a stored snapshot into an empty folder", Args: cobra.ExactArgs(2),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.OpenRepo(cmd.Context())
-				if err != nil {
-					return err
-				}
-				if err := archiver.Restore(cmd.Context(), r, args[0], args[1], g.transferProgress("pull")); err != nil {
-					return err
-				}
-				return g.print(map[string]string{"snapshot": args[0], "folder": args[1]}, fmt.Sprintf("pulled %s into %s\n", args[0], args[1]))
-			},
-		},
-		&cobra.Command{
-			Use: "ls", Short: "List stored snapshots", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				r, err := g.OpenRepo(cmd.Context())
-				if err != nil {
-					return err
-				}
-				infos, err := r.List(cmd.Context())
-				if err != nil {
-					return err
-				}
-				var b strings.Builder
-				damaged := 0
-				for _, i := range infos {
-					if i.Damaged != "" {
-						damaged++
-						fmt.Fprintf(&b, "%-40s DAMAGED: %s\n", i.Name, i.Damaged)
-						continue
-					}
-					fmt.Fprintf(&b, "%-40s %s  %10s  %d files\n", i.Name, i.CreatedAt.Format(time.RFC3339), units.Bytes(i.Size), i.Files)
-				}
-				for _, d := range r.DamagedIndexes() {
-					damaged++
-					fmt.Fprintf(&b, "%-40s DAMAGED: %s\n", d.Object, d.Reason)
-				}
-				if damaged > 0 && !g.json {
-					fmt.Fprintf(g.stderr, "stasis: %d damaged object(s) in the store; the other snapshots are listed and usable (stasis store verify checks them all)\n", damaged)
-				}
-				if infos == nil {
-					infos = []store.Info{}
-				}
-				return g.print(infos, b.String())
-			},
-		},
-		&cobra.Command{
-			Use: "inspect NAME", Short: "Print a stored snapshot's manifest", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.OpenRepo(cmd.Context())
-				if err != nil {
-					return err
-				}
-				s, err := r.Snapshot(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				return g.print(s, fmt.Sprintf("%s: %s in %d files, created %s\n", s.Name, units.Bytes(s.Size()), len(s.Files), s.CreatedAt.Format(time.RFC3339)))
-			},
-		},
-		&cobra.Command{
-			Use: "verify [NAME...]", Short: "Read every chunk of the snapshots (all when none named) and check its hash",
-			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.OpenRepo(cmd.Context())
-				if err != nil {
-					return err
-				}
-				if err := r.Verify(cmd.Context(), args...); err != nil {
-					return err
-				}
-				return g.print(map[string]any{"ok": true}, "ok: every chunk matches its hash\n")
-			},
-		},
-		&cobra.Command{
-			Use: "du", Short: "Logical against stored bytes, and the dedup ratio", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				r, err := g.OpenRepo(cmd.Context())
-				if err != nil {
-					return err
-				}
-				u, err := r.DU(cmd.Context())
-				if err != nil {
-					return err
-				}
-				return g.print(u, fmt.Sprintf("%d snapshots: %s logical, %s unique, %s stored in %d packs, dedup %.2fx\n",
-					u.Snapshots, units.Bytes(u.Logical), units.Bytes(u.Unique), units.Bytes(u.Stored), u.Packs, u.Dedup))
-			},
-		},
-		&cobra.Command{
-			Use: "rm NAME", Short: "Delete a stored snapshot (gc frees its chunks)", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				r, err := g.OpenRepo(cmd.Context())
-				if err != nil {
-					return err
-				}
-				if err := r.Delete(cmd.Context(), args[0]); err != nil {
-					return err
-				}
-				return g.print(map[string]string{"deleted": args[0]}, fmt.Sprintf("deleted %s\n", args[0]))
-			},
-		},
-		&cobra.Command{
-			Use: "gc", Short: "Delete the packs no snapshot uses (takes the repository's exclusive lock)", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				r, err := g.OpenRepo(cmd.Context())
-				if err != nil {
-					return err
-				}
-				res, err := r.GC(cmd.Context())
-				if err != nil {
-					return err
-				}
-				return g.print(res, fmt.Sprintf("deleted %d packs (%s), kept %d, removed %d stale locks\n", res.PacksDeleted, units.Bytes(res.BytesFreed), res.PacksKept, res.StaleLocks))
-			},
-		},
-	)
+	g.RegisterStore(cmd.PersistentFlags())
+	cmd.AddCommand(newStoreInit(g), newStorePush(g), newStorePull(g), newStoreLs(g), newStoreInspect(g), newStoreVerify(g), newStoreDU(g), newStoreRm(g), newStoreGC(g))
 	return cmd
+}
+
+// repoCommand is a store subcommand that works on the opened repository.
+func repoCommand(g *globals, cmd *cobra.Command, run func(ctx context.Context, r *store.Repository, args []string) error) *cobra.Command {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		r, err := g.OpenRepo(cmd.Context())
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context(), r, args)
+	}
+	return cmd
+}
+
+func newStoreInit(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "init", Short: "Create a repository", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			be, err := location.FromEnv(cmd.Context(), g.RepoLocation())
+			if err != nil {
+				return err
+			}
+			if _, err := store.Init(cmd.Context(), be); err != nil {
+				return err
+			}
+			return g.print(map[string]string{"repository": be.Location()}, fmt.Sprintf("created a repository at %s\n", be.Location()))
+		},
+	}
+}
+
+func newStorePush(g *globals) *cobra.Command {
+	return repoCommand(g, &cobra.Command{Use: "push SNAPSHOT-FOLDER NAME", Short: "Store a snapshot folder under NAME", Args: cobra.ExactArgs(2)},
+		func(ctx context.Context, r *store.Repository, args []string) error {
+			s, err := archiver.Save(ctx, r, args[1], args[0], g.transferProgress(transfer.StepPush))
+			if err != nil {
+				return err
+			}
+			return g.print(s, fmt.Sprintf("stored %s (%s, %d files)\n", s.Name, units.Bytes(s.Size()), len(s.Files)))
+		})
+}
+
+func newStorePull(g *globals) *cobra.Command {
+	return repoCommand(g, &cobra.Command{Use: "pull NAME FOLDER", Short: "Fetch and verify a stored snapshot into an empty folder", Args: cobra.ExactArgs(2)},
+		func(ctx context.Context, r *store.Repository, args []string) error {
+			if err := archiver.Restore(ctx, r, args[0], args[1], g.transferProgress(transfer.StepPull)); err != nil {
+				return err
+			}
+			return g.print(map[string]string{"snapshot": args[0], "folder": args[1]}, fmt.Sprintf("pulled %s into %s\n", args[0], args[1]))
+		})
+}
+
+func newStoreLs(g *globals) *cobra.Command {
+	return repoCommand(g, &cobra.Command{Use: "ls", Short: "List stored snapshots", Args: cobra.NoArgs},
+		func(ctx context.Context, r *store.Repository, _ []string) error {
+			infos, err := r.List(ctx)
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			damaged := 0
+			for _, i := range infos {
+				if i.Damaged != "" {
+					damaged++
+					fmt.Fprintf(&b, "%-40s DAMAGED: %s\n", i.Name, i.Damaged)
+					continue
+				}
+				fmt.Fprintf(&b, "%-40s %s  %10s  %d files\n", i.Name, i.CreatedAt.Format(time.RFC3339), units.Bytes(i.Size), i.Files)
+			}
+			for _, d := range r.DamagedIndexes() {
+				damaged++
+				fmt.Fprintf(&b, "%-40s DAMAGED: %s\n", d.Object, d.Reason)
+			}
+			if damaged > 0 && !g.json {
+				fmt.Fprintf(g.stderr, "stasis: %d damaged object(s) in the store; the other snapshots are listed and usable (stasis store verify checks them all)\n", damaged)
+			}
+			if infos == nil {
+				infos = []store.Info{}
+			}
+			return g.print(infos, b.String())
+		})
+}
+
+func newStoreInspect(g *globals) *cobra.Command {
+	return repoCommand(g, &cobra.Command{Use: "inspect NAME", Short: "Print a stored snapshot's manifest", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, r *store.Repository, args []string) error {
+			s, err := r.Snapshot(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return g.print(s, fmt.Sprintf("%s: %s in %d files, created %s\n", s.Name, units.Bytes(s.Size()), len(s.Files), s.CreatedAt.Format(time.RFC3339)))
+		})
+}
+
+func newStoreVerify(g *globals) *cobra.Command {
+	return repoCommand(g, &cobra.Command{Use: "verify [NAME...]", Short: "Read every chunk of the snapshots (all when none named) and check its hash"},
+		func(ctx context.Context, r *store.Repository, args []string) error {
+			if err := r.Verify(ctx, args...); err != nil {
+				return err
+			}
+			return g.print(map[string]any{"ok": true}, "ok: every chunk matches its hash\n")
+		})
+}
+
+func newStoreDU(g *globals) *cobra.Command {
+	return repoCommand(g, &cobra.Command{Use: "du", Short: "Logical against stored bytes, and the dedup ratio", Args: cobra.NoArgs},
+		func(ctx context.Context, r *store.Repository, _ []string) error {
+			u, err := r.DU(ctx)
+			if err != nil {
+				return err
+			}
+			return g.print(u, fmt.Sprintf("%d snapshots: %s logical, %s unique, %s stored in %d packs, dedup %.2fx\n",
+				u.Snapshots, units.Bytes(u.Logical), units.Bytes(u.Unique), units.Bytes(u.Stored), u.Packs, u.Dedup))
+		})
+}
+
+func newStoreRm(g *globals) *cobra.Command {
+	return repoCommand(g, &cobra.Command{Use: "rm NAME", Short: "Delete a stored snapshot (gc frees its chunks)", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, r *store.Repository, args []string) error {
+			if err := r.Delete(ctx, args[0]); err != nil {
+				return err
+			}
+			return g.print(map[string]string{"deleted": args[0]}, fmt.Sprintf("deleted %s\n", args[0]))
+		})
+}
+
+func newStoreGC(g *globals) *cobra.Command {
+	return repoCommand(g, &cobra.Command{Use: "gc", Short: "Delete the packs no snapshot uses (takes the repository's exclusive lock)", Args: cobra.NoArgs},
+		func(ctx context.Context, r *store.Repository, _ []string) error {
+			res, err := r.GC(ctx)
+			if err != nil {
+				return err
+			}
+			return g.print(res, fmt.Sprintf("deleted %d packs (%s), kept %d, removed %d stale locks\n", res.PacksDeleted, units.Bytes(res.BytesFreed), res.PacksKept, res.StaleLocks))
+		})
 }

@@ -50,11 +50,33 @@ type Options struct {
 	MemoryLoad string
 }
 
-// Register adds the shared flags to fs.
+// Register adds every shared flag to fs: stasisd takes them all; the CLI
+// gives each command those it uses.
 func (o *Options) Register(fs *pflag.FlagSet) {
+	o.RegisterData(fs)
+	o.RegisterSocket(fs)
+	o.RegisterStore(fs)
+	o.RegisterRuntime(fs)
+}
+
+// RegisterData adds --data, which every command's defaults start from.
+func (o *Options) RegisterData(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data", DefaultDataDir, "data folder: journal, actors, local snapshots and the embedded store")
-	fs.StringVar(&o.Repo, "repo", "", "snapshot store: a folder or s3://BUCKET/PREFIX?endpoint=HOST:PORT (default: DATA/store)")
+}
+
+// RegisterSocket adds --socket, for the commands that talk to stasisd.
+func (o *Options) RegisterSocket(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Socket, "socket", DefaultSocket, "stasisd's API socket")
+}
+
+// RegisterStore adds --repo, for the commands that use the snapshot store.
+func (o *Options) RegisterStore(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Repo, "repo", "", "snapshot store: a folder, s3://BUCKET/PREFIX?endpoint=HOST:PORT or gs://BUCKET/PREFIX (default: DATA/store)")
+}
+
+// RegisterRuntime adds the runsc, image and GPU options, for the commands
+// that drive sandboxes or read the node's facts themselves.
+func (o *Options) RegisterRuntime(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KernelPolicy, "kernel-policy", string(compat.KernelAny), "how much of the host kernel release a Full snapshot's restore requires: any, minor (same major.minor) or exact")
 	fs.StringVar(&o.Runsc.Runsc, "runsc", "", "runsc binary (default: runsc on PATH)")
 	fs.StringVar(&o.Runsc.Root, "runsc-root", "", "runsc state folder (default: DATA/runsc)")
