@@ -2,19 +2,15 @@ package server_test
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/net/http2"
-
 	"github.com/stasis-run/stasis/api"
 	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
 	"github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
@@ -31,9 +27,10 @@ func TestOneSocketEveryProtocol(t *testing.T) {
 	if _, err := c.CreateTemplate(ctx, api.Template{Name: "t", Rootfs: host, Args: []string{"/counter"}, MemoryBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	h2c := &http.Client{Transport: &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
-		return raw.Transport.(*http.Transport).DialContext(ctx, "", "")
-	}}}
+	// gRPC needs HTTP/2: without TLS, the socket being local.
+	var h2 http.Protocols
+	h2.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &h2, DialContext: raw.Transport.(*http.Transport).DialContext}}
 	clients := map[string]stasisv1connect.StasisClient{
 		"connect+proto": stasisv1connect.NewStasisClient(raw, "http://stasisd"),
 		"connect+json":  stasisv1connect.NewStasisClient(raw, "http://stasisd", connect.WithProtoJSON()),
