@@ -130,16 +130,16 @@ func (e *Engine) Exec(ctx context.Context, id string, args []string) (runtime.Ex
 // is). A journal that finds an operation cut short calls it so that no
 // workload stays frozen.
 func (e *Engine) Thaw(ctx context.Context, a Actor, id string, obs Observer) error {
-	return e.thaw(ctx, op{actor: a.name(), name: "thaw", obs: obs}, a, id, nil)
-}
-
-// thaw is Thaw within operation o, the GPU state put back by devices when
-// it is not empty.
-func (e *Engine) thaw(ctx context.Context, o op, a Actor, id string, devices gpu.DeviceMap) error {
 	st, err := e.Runtime.State(ctx, id)
 	if err != nil {
 		return err
 	}
+	return e.thaw(ctx, op{actor: a.name(), name: "thaw", obs: obs}, a, id, st, nil)
+}
+
+// thaw is Thaw within operation o of the sandbox whose state the caller
+// observed (st), the GPU state put back by devices when it is not empty.
+func (e *Engine) thaw(ctx context.Context, o op, a Actor, id string, st runtime.State, devices gpu.DeviceMap) error {
 	if st.Status == runtime.StatusPaused {
 		if err := o.step(StepUnpause, func() (string, error) { return "", e.Runtime.Unpause(ctx, id) }); err != nil {
 			return err
@@ -216,7 +216,7 @@ func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts Resum
 			err = fmt.Errorf("%w: %w", ErrNotKept, err)
 		}
 	}()
-	if err := e.thaw(ctx, o, a, id, opts.DeviceMap); err != nil {
+	if err := e.thaw(ctx, o, a, id, st, opts.DeviceMap); err != nil {
 		return err
 	}
 	return e.waitReady(ctx, o, id, opts.Probe)
