@@ -1,6 +1,9 @@
 package api
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"time"
 
@@ -379,4 +382,21 @@ func WarmingActorID(r WarmRequest) string {
 		id += "-" + r.RequestID
 	}
 	return id[:min(len(id), 63)]
+}
+
+// NewActorID makes an id for a new actor of template: the template's name
+// (its first 50 characters) and 12 hex digits, within the 63 characters an
+// actor id may have. The digits are random, or, given a request id, its
+// hash, so that a retried Run names the same actor and is recognised.
+// stasisd makes one this way when a Run names none, and the CLI when it
+// names the actor itself, to follow its progress.
+func NewActorID(template, requestID string) string {
+	var b [6]byte
+	if requestID != "" {
+		sum := sha256.Sum256([]byte(requestID))
+		copy(b[:], sum[:])
+	} else {
+		_, _ = rand.Read(b[:])
+	}
+	return template[:min(len(template), 50)] + "-" + hex.EncodeToString(b[:])
 }

@@ -2,8 +2,6 @@ package service
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -30,12 +28,7 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 		return api.Actor{}, err
 	}
 	if req.ID == "" {
-		req.ID = newID(t.Name)
-		if req.RequestID != "" {
-			// A retry must name the same actor to be recognised.
-			sum := sha256.Sum256([]byte(req.RequestID))
-			req.ID = t.Name + "-" + hex.EncodeToString(sum[:6])
-		}
+		req.ID = api.NewActorID(t.Name, req.RequestID)
 	}
 	if err := checkName("actor", req.ID); err != nil {
 		return api.Actor{}, err

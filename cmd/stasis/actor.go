@@ -28,7 +28,7 @@ func newActor(g *globals) *cobra.Command {
 			req := api.RunRequest{Template: args[0], ID: id, RequestID: requestID, Cold: cold, FromStored: fromStored}
 			if req.ID == "" {
 				// Name it here, so that its progress can be followed.
-				req.ID = fmt.Sprintf("%s-%d", args[0], time.Now().UnixNano()%1e9)
+				req.ID = api.NewActorID(args[0], requestID)
 			}
 			var a api.Actor
 			err := g.follow(cmd.Context(), req.ID, func(ctx context.Context) (err error) {
