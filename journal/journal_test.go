@@ -329,3 +329,31 @@ func fullDisk(t *testing.T, reserve int64) (*Journal, string) {
 	testdisk.Fill(t, fill)
 	return j, fill
 }
+
+// TestAdoptSnapshotIsOneWrite: the snapshot's record and the actor's
+// latest snapshot are written together or not at all.
+func TestAdoptSnapshotIsOneWrite(t *testing.T) {
+	ctx := context.Background()
+	j := open(t, filepath.Join(t.TempDir(), "journal.db"))
+	if _, err := j.Begin(ctx, Start{Op: Operation{ID: "op1", Actor: "a1", Kind: "run"}, To: "CREATING", Create: &Actor{ID: "a1", Template: "t", Sandbox: "+a1+"}}); err != nil {
+		t.Fatal(err)
+	}
+	s := Snapshot{ID: "s1", Actor: "a1", Template: "t", Kind: "commit", Scope: "Full", Dir: "/x", Size: 42}
+	if err := j.AdoptSnapshot(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := j.Actor(ctx, "a1"); err != nil || a.Snapshot != "s1" {
+		t.Fatalf("the actor after the adoption: %+v %v", a, err)
+	}
+	if got, err := j.Snapshot(ctx, "s1"); err != nil || got.Size != 42 || got.Dir != "/x" {
+		t.Fatalf("the snapshot after the adoption: %+v %v", got, err)
+	}
+	// An actor that is not there: refused, and no record is left.
+	orphan := Snapshot{ID: "s2", Actor: "nobody", Template: "t", Kind: "commit", Scope: "Full"}
+	if err := j.AdoptSnapshot(ctx, orphan); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("adoption by nobody: %v", err)
+	}
+	if _, err := j.Snapshot(ctx, "s2"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a refused adoption left its snapshot's record: %v", err)
+	}
+}

@@ -255,11 +255,6 @@ func (j *Journal) SetActor(ctx context.Context, id, state, reason string) error 
 	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, state, reason, now(), id)
 }
 
-// SetActorSnapshot records the actor's latest good snapshot.
-func (j *Journal) SetActorSnapshot(ctx context.Context, id, snapshot string) error {
-	return j.update(ctx, settles, "actor", id, `UPDATE actors SET snapshot = ?, updated_at = ? WHERE id = ?`, snapshot, now(), id)
-}
-
 // SetActorSandbox records the runtime container id of the actor's next
 // sandboxes.
 func (j *Journal) SetActorSandbox(ctx context.Context, id, sandbox string) error {
@@ -507,10 +502,29 @@ func scanSnapshot(row scanner) (Snapshot, error) {
 // PutSnapshot records a snapshot, or updates the record with that id
 // (everything but its actor, template and creation time).
 func (j *Journal) PutSnapshot(ctx context.Context, s Snapshot) error {
-	_, err := j.exec(ctx, settles, `INSERT INTO snapshots(`+snapCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, scope = excluded.scope, dir = excluded.dir, stored = excluded.stored, size = excluded.size`,
-		s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Size, now())
+	_, err := j.exec(ctx, settles, putSnapshot, s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Size, now())
 	return err
+}
+
+const putSnapshot = `INSERT INTO snapshots(` + snapCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, scope = excluded.scope, dir = excluded.dir, stored = excluded.stored, size = excluded.size`
+
+// AdoptSnapshot records s (as PutSnapshot) and makes it its actor's
+// latest, in one transaction: one record, one write.
+func (j *Journal) AdoptSnapshot(ctx context.Context, s Snapshot) error {
+	return j.tx(ctx, settles, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, putSnapshot, s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Size, now()); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE actors SET snapshot = ?, updated_at = ? WHERE id = ?`, s.ID, now(), s.Actor)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("actor %q: %w", s.Actor, ErrNotFound)
+		}
+		return nil
+	})
 }
 
 // Snapshot reads one snapshot.

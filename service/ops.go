@@ -101,7 +101,7 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, 
 	if err != nil {
 		return err
 	}
-	_, err = s.restore(ctx, o, a, snap, t.Probe)
+	_, err = s.restore(ctx, o, a, snap, t.Probe, true)
 	return err
 }
 
@@ -109,7 +109,8 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, 
 // another, into the new actor's sandbox and makes it the actor's latest.
 func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, a engine.Actor, stored string) error {
 	snap := journal.Snapshot{ID: newID("snap"), Actor: o.actor.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
-	m, err := s.restore(ctx, o, a, snap, t.Probe)
+	// Not recorded by the restore: adopt records it once, whole.
+	m, err := s.restore(ctx, o, a, snap, t.Probe, false)
 	if err != nil {
 		return err
 	}
@@ -121,25 +122,25 @@ func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, 
 // its folder on this node, hashed while it restores; or, when it is not
 // here, pulled from the store (transfer.PullAndResume: its stored manifest
 // checked against this node before any byte moves, every chunk hash-checked
-// on arrival) and recorded as here once pulled. A local copy whose manifest
+// on arrival) and, when recordCopy, recorded as here once pulled (a caller
+// that records snap itself says false). A local copy whose manifest
 // is damaged is refused with the cause, unless a stored copy can replace
 // it.
-func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, p api.Probe) (*snapshot.Manifest, error) {
+func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, p api.Probe, recordCopy bool) (*snapshot.Manifest, error) {
 	opts := engine.ResumeOptions{Probe: probeOf(p), Verify: engine.VerifyWhileRestoring, Observer: o.observer()}
 	dir := snap.Dir
 	if dir != "" {
-		_, err := snapshot.Load(dir)
-		if err == nil {
-			var m *snapshot.Manifest
-			m, err = s.eng.Resume(ctx, a, dir, opts)
-			// A copy of a stored snapshot is a cache (a pull does not
-			// wait for its bytes to reach the disk, and every later use
-			// hashes them): the store holds it whole.
-			if !errors.Is(err, errdefs.ErrCorrupt) || snap.Stored == "" || !s.store.configured() {
-				return m, err
-			}
-		} else if snap.Stored == "" || !s.store.configured() {
-			if errors.Is(err, snapshot.ErrNoManifest) {
+		// The engine reads the manifest (once); a copy it finds missing or
+		// corrupt is fetched again where the store holds the snapshot: a
+		// copy of a stored snapshot is a cache (a pull does not wait for
+		// its bytes to reach the disk, and every later use hashes them).
+		m, err := s.eng.Resume(ctx, a, dir, opts)
+		incomplete := errors.Is(err, snapshot.ErrNoManifest)
+		if err == nil || !incomplete && !errors.Is(err, errdefs.ErrCorrupt) {
+			return m, err
+		}
+		if snap.Stored == "" || !s.store.configured() {
+			if incomplete {
 				return nil, fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
 			}
 			return nil, fmt.Errorf("snapshot %s is damaged on this node and in no store: %w", snap.ID, err)
@@ -164,7 +165,7 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		// Nothing a later resume could take is left behind.
 		_ = removeDir(dir)
 	}
-	if m != nil {
+	if m != nil && recordCopy {
 		// The pulled copy is whole: later resumes use it.
 		snap.Dir = dir
 		if jerr := s.journal.PutSnapshot(context.WithoutCancel(ctx), snap); jerr != nil && err == nil {
@@ -385,10 +386,7 @@ func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope 
 // folders of its older ones (stored ones stay in the store).
 func (s *Service) adopt(ctx context.Context, snap journal.Snapshot) error {
 	ctx = context.WithoutCancel(ctx)
-	if err := s.journal.PutSnapshot(ctx, snap); err != nil {
-		return err
-	}
-	if err := s.journal.SetActorSnapshot(ctx, snap.Actor, snap.ID); err != nil {
+	if err := s.journal.AdoptSnapshot(ctx, snap); err != nil {
 		return err
 	}
 	older, err := s.journal.Snapshots(ctx, snap.Actor)
@@ -456,7 +454,7 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 				err = s.renameSandbox(ctx, o)
 			}
 			if err == nil {
-				_, err = s.restore(ctx, o, s.engineActor(t, o.actor), snap, t.Probe)
+				_, err = s.restore(ctx, o, s.engineActor(t, o.actor), snap, t.Probe, true)
 			}
 			if err != nil {
 				back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", o.args.Snapshot, err)
