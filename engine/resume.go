@@ -60,7 +60,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 		return nil, err
 	}
 	if opts.Checked == nil {
-		if err := e.CheckRestore(ctx, a, m, &opts); err != nil {
+		if opts.DeviceMap, err = e.CheckRestore(ctx, a, m, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -143,33 +143,37 @@ func refusal(cause error) error {
 }
 
 // CheckRestore is a restore's compatibility step, reported to
-// opts.Observer: the snapshot whose manifest is m against this node (its
-// device map is used unless opts gives one), and the new sandbox's
-// container id (opts.ID, or the actor's) free. A pull runs it before any
-// byte moves, then resumes with ResumeOptions.Checked.
-func (e *Engine) CheckRestore(ctx context.Context, a Actor, m *snapshot.Manifest, opts *ResumeOptions) error {
+// opts.Observer: the snapshot whose manifest is m against this node, and
+// the new sandbox's container id (opts.ID, or the actor's) free. It
+// returns the device map the GPU state is to move by: opts.DeviceMap when
+// given, else the one the check chose. A pull runs it before any byte
+// moves, then resumes with ResumeOptions.Checked and that device map.
+func (e *Engine) CheckRestore(ctx context.Context, a Actor, m *snapshot.Manifest, opts ResumeOptions) (gpu.DeviceMap, error) {
 	id := opts.ID
 	if id == "" {
 		id = a.ID
 	}
-	return opts.Observer.Step(a.name(), "resume", "compatibility", func() (string, error) {
-		msg, err := e.compatibility(ctx, a, m, opts)
-		if err != nil {
+	var devices gpu.DeviceMap
+	err := opts.Observer.Step(a.name(), "resume", StepCompatibility, func() (msg string, err error) {
+		if msg, devices, err = e.compatibility(ctx, a, m, opts.DeviceMap); err != nil {
 			return "", err
 		}
 		return msg, e.idFree(ctx, id)
 	})
+	return devices, err
 }
 
-// compatibility checks m against this node, sets the device map it chose
-// unless the caller gave one, and says so.
-func (e *Engine) compatibility(ctx context.Context, a Actor, m *snapshot.Manifest, opts *ResumeOptions) (string, error) {
+// compatibility checks m against this node and says so; it returns the
+// device map to use: given, when the caller gave one, else the one it
+// chose.
+func (e *Engine) compatibility(ctx context.Context, a Actor, m *snapshot.Manifest, given gpu.DeviceMap) (string, gpu.DeviceMap, error) {
 	res, err := e.Compatible(ctx, a, m)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if len(opts.DeviceMap) == 0 {
-		opts.DeviceMap = res.DeviceMap
+	devices := given
+	if len(devices) == 0 {
+		devices = res.DeviceMap
 	}
 	msg := "this node can restore it"
 	if len(res.DeviceMap) > 0 {
@@ -178,7 +182,7 @@ func (e *Engine) compatibility(ctx context.Context, a Actor, m *snapshot.Manifes
 	for _, w := range res.Warnings {
 		msg += "; " + w
 	}
-	return msg, nil
+	return msg, devices, nil
 }
 
 func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error {

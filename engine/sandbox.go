@@ -197,10 +197,11 @@ func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts Resum
 			// The sandbox holds the state; only the check is lost.
 			return fmt.Sprintf("%s; not checked against this node, the snapshot's manifest cannot be read (%v)", msg, err), nil
 		}
-		checked, err := e.compatibility(ctx, a, m, &opts)
+		checked, devices, err := e.compatibility(ctx, a, m, opts.DeviceMap)
 		if err != nil {
 			return "", err
 		}
+		opts.DeviceMap = devices
 		return checked + "; " + msg, nil
 	})
 	if err != nil {

@@ -71,7 +71,7 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 	if err != nil {
 		return nil, pulled, errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", from.Name, err), errdefs.ErrCorrupt)
 	}
-	if err := eng.CheckRestore(ctx, a, m, &opts); err != nil {
+	if opts.DeviceMap, err = eng.CheckRestore(ctx, a, m, opts); err != nil {
 		return nil, pulled, err
 	}
 	err = opts.Observer.Step(name, "resume", StepPull, func() (string, error) {
