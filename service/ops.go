@@ -546,7 +546,12 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	return kept, s.journal.DeleteActor(ctx, o.actor.ID, o.id)
+	if err := s.journal.DeleteActor(ctx, o.actor.ID, o.id); err != nil {
+		return kept, err
+	}
+	// The watchers of its history end: it has no more.
+	s.events.notify()
+	return kept, nil
 }
 
 // afterFailure says where a failed operation leaves an actor whose sandbox
