@@ -142,6 +142,19 @@ func (c *Client) InspectSnapshot(ctx context.Context, id string) (Snapshot, erro
 	return unary(ctx, c, c.rpc.InspectSnapshot, &stasisv1.SnapshotID{Id: id}, SnapshotFromWire)
 }
 
+// StageSnapshot makes a whole copy of the stored snapshot name on the
+// node, so that an actor started from it there reads no store.
+func (c *Client) StageSnapshot(ctx context.Context, name string) (StagedSnapshot, error) {
+	return unary(ctx, c, c.rpc.StageSnapshot, &stasisv1.StageRequest{Name: name}, StagedSnapshotFromWire)
+}
+
+// ListStaged lists the node's staged copies of stored snapshots.
+func (c *Client) ListStaged(ctx context.Context) ([]StagedSnapshot, error) {
+	return unary(ctx, c, c.rpc.ListStaged, &stasisv1.Empty{}, func(m *stasisv1.StagedSnapshots) []StagedSnapshot {
+		return fromWireAll(m.GetStaged(), StagedSnapshotFromWire)
+	})
+}
+
 func (c *Client) NodeInfo(ctx context.Context) (NodeInfo, error) {
 	info, err := unary(ctx, c, c.rpc.NodeInfo, &stasisv1.Empty{}, func(s *structpb.Struct) *structpb.Struct { return s })
 	if err != nil {

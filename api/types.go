@@ -400,3 +400,30 @@ func NewActorID(template, requestID string) string {
 	}
 	return template[:min(len(template), 50)] + "-" + hex.EncodeToString(b[:])
 }
+
+// StageRequest asks stasisd to stage a stored snapshot: to make a whole
+// copy of it on this node before an actor needs it.
+type StageRequest struct {
+	// Name is the snapshot's name in the store.
+	Name string `json:"name"`
+}
+
+// StagedSnapshot is a whole copy of a stored snapshot on this node, which
+// an actor started from that snapshot here resumes from without reading
+// the store.
+type StagedSnapshot struct {
+	Name      string    `json:"name"`
+	Dir       string    `json:"dir"`
+	SizeBytes int64     `json:"sizeBytes"`
+	UsedAt    time.Time `json:"usedAt"`
+	// InUse counts the resumes reading it now.
+	InUse int `json:"inUse,omitempty"`
+	// Already is true when the copy was here before the request (staged
+	// earlier, or the node's own golden snapshot).
+	Already bool `json:"already,omitempty"`
+}
+
+// StagedSnapshots lists this node's staged copies.
+type StagedSnapshots struct {
+	Staged []StagedSnapshot `json:"staged"`
+}

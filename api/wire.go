@@ -282,3 +282,15 @@ func (a Actors) Wire() *stasisv1.Actors {
 func (s Snapshots) Wire() *stasisv1.Snapshots {
 	return &stasisv1.Snapshots{Snapshots: wireAll(s.Snapshots, Snapshot.Wire)}
 }
+
+func (s StagedSnapshot) Wire() *stasisv1.StagedSnapshot {
+	return &stasisv1.StagedSnapshot{Name: s.Name, Dir: s.Dir, SizeBytes: s.SizeBytes, UsedAt: timestamp(s.UsedAt), InUse: int32(s.InUse), Already: s.Already}
+}
+
+func StagedSnapshotFromWire(m *stasisv1.StagedSnapshot) StagedSnapshot {
+	return StagedSnapshot{Name: m.GetName(), Dir: m.GetDir(), SizeBytes: m.GetSizeBytes(), UsedAt: timeOf(m.GetUsedAt()), InUse: int(m.GetInUse()), Already: m.GetAlready()}
+}
+
+func (s StagedSnapshots) Wire() *stasisv1.StagedSnapshots {
+	return &stasisv1.StagedSnapshots{Staged: wireAll(s.Staged, StagedSnapshot.Wire)}
+}

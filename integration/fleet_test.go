@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/transfer"
 	"github.com/stasis-run/stasis/errdefs"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
@@ -275,6 +276,18 @@ func TestFleet(t *testing.T) {
 	if err := f.cp.kube.Update(ctx, &at); err != nil {
 		t.Fatal(err)
 	}
+	// Pre-staged: node-b's agent has its stasisd copy the golden snapshot
+	// before any actor starts from it there; node-c, which cannot restore
+	// it, fetches nothing; node-a holds it already (it made it).
+	waitForLong(t, "the golden snapshot staged on node-b", 2*time.Minute, func() bool {
+		list, err := f.nodes["node-b"].d.api.ListStaged(ctx)
+		return err == nil && len(list) == 1 && list[0].Name == golden
+	})
+	for _, n := range []string{"node-a", "node-c"} {
+		if list, err := f.nodes[n].d.api.ListStaged(ctx); err != nil || len(list) != 0 {
+			t.Fatalf("staged on %s: %+v %v; want none", n, list, err)
+		}
+	}
 	for _, g := range []string{"g1", "g2", "g3"} {
 		if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: g}, Spec: stasisv1.ActorSpec{Template: "counter"}}); err != nil {
 			t.Fatal(err)
@@ -282,6 +295,17 @@ func TestFleet(t *testing.T) {
 		s := f.await(g, "running from the golden snapshot", running)
 		if s.Node == "node-c" || !strings.Contains(s.Reason, golden) || s.Snapshot != golden {
 			t.Fatalf("%s of the warmed template: %+v, want it on node-a or node-b from %s", g, s, golden)
+		}
+		// Wherever it landed, it read no store: node-a's own golden
+		// folder, node-b's staged copy.
+		events, err := f.nodes[s.Node].d.api.Events(ctx, g, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events.Events {
+			if e.Step == transfer.StepPull {
+				t.Fatalf("%s on %s pulled the golden snapshot: %+v", g, s.Node, e)
+			}
 		}
 		want[g] = f.counter(g, "incr")
 	}

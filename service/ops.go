@@ -101,7 +101,7 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, 
 	if err != nil {
 		return err
 	}
-	_, err = s.restore(ctx, o, a, snap, t.Probe, true)
+	_, _, err = s.restore(ctx, o, a, snap, t.Probe, true)
 	return err
 }
 
@@ -109,24 +109,28 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, 
 // another, into the new actor's sandbox and makes it the actor's latest.
 func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, a engine.Actor, stored string) error {
 	snap := journal.Snapshot{ID: newID("snap"), Actor: o.actor.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
-	// Not recorded by the restore: adopt records it once, whole.
-	m, err := s.restore(ctx, o, a, snap, t.Probe, false)
+	// Not recorded by the restore: adopt records it once, whole, with the
+	// folder the restore pulled it into ("" when it resumed from a copy
+	// this node holds for any actor: a later resume finds that again).
+	m, dir, err := s.restore(ctx, o, a, snap, t.Probe, false)
 	if err != nil {
 		return err
 	}
-	snap.Dir, snap.Scope, snap.Size = s.snapshotDir(snap.ID), string(m.Scope), m.Size()
+	snap.Dir, snap.Scope, snap.Size = dir, string(m.Scope), m.Size()
 	return s.adopt(ctx, snap)
 }
 
-// restore brings snap back into a's sandbox and returns its manifest: from
-// its folder on this node, hashed while it restores; or, when it is not
-// here, pulled from the store (transfer.PullAndResume: its stored manifest
+// restore brings snap back into a's sandbox and returns its manifest and
+// the folder of the actor's own copy ("" when none): from its folder on
+// this node, hashed while it restores; or from a copy this node holds for
+// any actor (localCopy: staged, or its own golden snapshot), resumed where
+// it is; or, when neither is here, pulled from the store (transfer.PullAndResume: its stored manifest
 // checked against this node before any byte moves, every chunk hash-checked
 // on arrival) and, when recordCopy, recorded as here once pulled (a caller
 // that records snap itself says false). A local copy whose manifest
 // is damaged is refused with the cause, unless a stored copy can replace
 // it.
-func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, p api.Probe, recordCopy bool) (*snapshot.Manifest, error) {
+func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, p api.Probe, recordCopy bool) (*snapshot.Manifest, string, error) {
 	opts := engine.ResumeOptions{Probe: probeOf(p), Verify: engine.VerifyWhileRestoring, Observer: o.observer()}
 	dir := snap.Dir
 	if dir != "" {
@@ -137,26 +141,33 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		m, err := s.eng.Resume(ctx, a, dir, opts)
 		incomplete := errors.Is(err, snapshot.ErrNoManifest)
 		if err == nil || !incomplete && !errors.Is(err, errdefs.ErrCorrupt) {
-			return m, err
+			return m, dir, err
 		}
 		if snap.Stored == "" || !s.store.configured() {
 			if incomplete {
-				return nil, fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
+				return nil, "", fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
 			}
-			return nil, fmt.Errorf("snapshot %s is damaged on this node and in no store: %w", snap.ID, err)
+			return nil, "", fmt.Errorf("snapshot %s is damaged on this node and in no store: %w", snap.ID, err)
 		}
 		o.note(fmt.Sprintf("the copy of %s on this node cannot be used (%v); fetching the stored one", snap.ID, err))
 	}
+	if snap.Stored != "" {
+		// A copy this node holds for any actor (staged, or its own golden
+		// snapshot) is resumed from where it is.
+		if m, used, err := s.resumeLocalCopy(ctx, o, a, snap.Stored, opts); used {
+			return m, "", err
+		}
+	}
 	if snap.Stored == "" || !s.store.configured() {
-		return nil, fmt.Errorf("%w: snapshot %s is neither on this node nor in a store", errdefs.ErrNotFound, snap.ID)
+		return nil, "", fmt.Errorf("%w: snapshot %s is neither on this node nor in a store", errdefs.ErrNotFound, snap.ID)
 	}
 	repo, err := s.store.get()
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %s is not on this node: %w", snap.ID, err)
+		return nil, "", fmt.Errorf("snapshot %s is not on this node: %w", snap.ID, err)
 	}
 	dir = s.snapshotDir(snap.ID)
 	if err := removeDir(dir); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	from := s.stored(repo, o, snap.Stored, transfer.StepPull)
 	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, repo, snap)
@@ -173,9 +184,9 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return m, nil
+	return m, dir, nil
 }
 
 // maxSeeds bounds the local copies a pull copies from: each costs a read
@@ -200,6 +211,17 @@ func (s *Service) seeds(ctx context.Context, repo *store.Repository, snap journa
 			continue
 		}
 		if st, err := repo.Snapshot(ctx, c.Stored); err == nil {
+			seeds = append(seeds, archiver.Seed{Dir: c.Dir, Snapshot: st})
+		}
+	}
+	// The staged copies (golden snapshots, mostly: the weights and
+	// libraries every actor of their template shares).
+	staged, _ := s.stager.list()
+	for _, c := range staged {
+		if len(seeds) == maxSeeds {
+			break
+		}
+		if st, err := repo.Snapshot(ctx, c.Name); err == nil && c.Name != snap.Stored {
 			seeds = append(seeds, archiver.Seed{Dir: c.Dir, Snapshot: st})
 		}
 	}
@@ -454,7 +476,7 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 				err = s.renameSandbox(ctx, o)
 			}
 			if err == nil {
-				_, err = s.restore(ctx, o, s.engineActor(t, o.actor), snap, t.Probe, true)
+				_, _, err = s.restore(ctx, o, s.engineActor(t, o.actor), snap, t.Probe, true)
 			}
 			if err != nil {
 				back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", o.args.Snapshot, err)

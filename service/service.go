@@ -66,6 +66,9 @@ type Config struct {
 	// while the node has room (KeepPolicy); when nil every pause stops its
 	// sandbox.
 	KeepPaused *KeepPolicy
+	// StageBudget bounds the disk the staged copies of stored snapshots
+	// take (Stage); 0 turns staging off.
+	StageBudget int64
 }
 
 func (c Config) cleanupTimeout() time.Duration {
@@ -84,6 +87,7 @@ type Service struct {
 	lease   *fleetLease
 	store   *storeConn
 	events  *eventFeed
+	stager  *stager
 
 	mu sync.Mutex
 	// done is closed when the operation with that id ends in this process;
@@ -117,7 +121,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if !j.Reserved() && cfg.JournalReserve >= 0 {
 		cfg.Log.Warn("the journal's disk reserve could not be made (the disk is nearly full); an operation that ends on a full disk may not be recorded until there is room", "data", cfg.DataDir)
 	}
-	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg), events: newEventFeed()}
+	st, err := newStager(cfg.DataDir, cfg.StageBudget)
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg), events: newEventFeed(), stager: st}
 	if err := s.lease.load(ctx, j); err != nil {
 		j.Close()
 		return nil, err

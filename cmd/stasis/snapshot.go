@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -72,8 +73,46 @@ func newSnapshot(g *globals) *cobra.Command {
 			return g.print(map[string]any{"snapshot": args[0], "ok": true, "files": len(m.Files)}, fmt.Sprintf("%s: ok, %d files verified\n", args[0], len(m.Files)))
 		},
 	})
-	cmd.AddCommand(newSnapshotCheck(g))
+	cmd.AddCommand(newSnapshotCheck(g), newSnapshotStage(g), newSnapshotStaged(g))
 	return cmd
+}
+
+func newSnapshotStage(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stage NAME",
+		Short: "Have stasisd copy a stored snapshot onto this node before an actor needs it (checked against the node first)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.client().StageSnapshot(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			how := "staged"
+			if st.Already {
+				how = "already on this node"
+			}
+			return g.print(st, fmt.Sprintf("%s: %s at %s (%s)\n", st.Name, how, st.Dir, units.Bytes(st.SizeBytes)))
+		},
+	}
+}
+
+func newSnapshotStaged(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "staged",
+		Short: "List the stored snapshots staged on this node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := g.client().ListStaged(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			for _, st := range list {
+				fmt.Fprintf(&b, "%-40s %10s  used %s  %d resume(s) reading it\n", st.Name, units.Bytes(st.SizeBytes), st.UsedAt.Format(time.RFC3339), st.InUse)
+			}
+			return g.print(list, b.String())
+		},
+	}
 }
 
 func newSnapshotCheck(g *globals) *cobra.Command {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -37,6 +38,7 @@ type options struct {
 	compose.Options
 	socketMode, helper, logFormat, logFile string
 	hugePages, keepPaused, keepReserve     string
+	stageBudget                            string
 	hostPaths, deadlines                   []string
 	noStore, allowHostRoot                 bool
 }
@@ -97,6 +99,7 @@ line win).`,
 	f.StringVar(&o.hugePages, "sandbox-huge-pages", "enable", "enable: at start, set the host's transparent huge page settings runsc needs to back sandbox memory with huge pages (shmem_enabled advise, defrag defer; restores load memory about 3x faster), where they do not allow it; keep: leave them and only warn (docs/service.md)")
 	f.StringVar(&o.keepPaused, "keep-paused", "auto", "auto: a paused actor's sandbox stays in memory, frozen, its GPU released, while the node has --keep-paused-reserve available, so that its resume loads nothing (its snapshot is on disk all the same); never: every pause stops its sandbox")
 	f.StringVar(&o.keepReserve, "keep-paused-reserve", "", "memory that must stay available with the paused sandboxes kept (such as 16GiB); below it the longest paused are stopped and resume from their snapshots (default: a quarter of the node's memory)")
+	f.StringVar(&o.stageBudget, "stage-budget", "", "disk the staged copies of stored snapshots may take (such as 200GiB; 0 turns staging off): whole copies made before an actor needs them (a fleet agent stages its templates' golden snapshots), the least recently used making room (default: a quarter of the data folder's disk)")
 	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden, release); repeatable")
 	// Older stasisd took single-dash flags (-data); they still work.
 	cmd.SetArgs(doubleDash(os.Args[1:], f))
@@ -147,6 +150,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return fmt.Errorf("--deadline: %w", err)
 	}
 	keep, err := o.keepPolicy()
+	if err != nil {
+		return err
+	}
+	stageBudget, err := o.stageBudgetBytes()
 	if err != nil {
 		return err
 	}
@@ -207,6 +214,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		Deadlines:     deadlines,
 		HostPaths:     policy,
 		KeepPaused:    keep,
+		StageBudget:   stageBudget,
 		Node: func(ctx context.Context) (fingerprint.Fingerprint, error) {
 			return eng.Fingerprint(ctx)
 		},
@@ -276,6 +284,30 @@ func (o options) keepPolicy() (*service.KeepPolicy, error) {
 		p.Reserve = n
 	}
 	return p, nil
+}
+
+// stageBudgetBytes reads --stage-budget: a quarter of the data folder's
+// disk when not given.
+func (o options) stageBudgetBytes() (int64, error) {
+	if o.stageBudget == "" {
+		// The data folder may not exist yet: its nearest folder that does
+		// is on the same disk.
+		var fs unix.Statfs_t
+		dir := o.DataDir
+		for unix.Statfs(dir, &fs) != nil {
+			if parent := filepath.Dir(dir); parent != dir {
+				dir = parent
+				continue
+			}
+			return 0, fmt.Errorf("--stage-budget: cannot tell the size of the disk of %s: give one", o.DataDir)
+		}
+		return int64(fs.Blocks) * fs.Bsize / 4, nil
+	}
+	n, err := units.ParseBytes(o.stageBudget)
+	if err != nil || n > 1<<62 {
+		return 0, fmt.Errorf("--stage-budget %q: want a size such as 200GiB, or 0 to turn staging off", o.stageBudget)
+	}
+	return int64(n), nil
 }
 
 // sandboxHugePages applies --sandbox-huge-pages before any sandbox starts:

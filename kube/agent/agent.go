@@ -80,6 +80,8 @@ type Agent struct {
 	stasisdDown, reported error
 	// retries holds, per actor, the failed starts that are tried again.
 	retries map[string]retry
+	// staged holds, per golden snapshot, whether stasisd staged it.
+	staged map[string]staging
 }
 
 // retry is when a failed start is tried again, and how many have failed;
@@ -102,6 +104,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.Workers = 8
 	}
 	a.retries = map[string]retry{}
+	a.staged = map[string]staging{}
 	var err error
 	if a.fingerprint, err = a.Stasisd.NodeInfo(ctx); err != nil {
 		return fmt.Errorf("this node's fingerprint from stasisd: %w", err)
@@ -126,6 +129,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	})
 	tick.Every(ctx, a.LeaseDuration/10, func() { a.fenceWithoutStasisd(ctx) })
+	// Golden snapshots are staged beside the passes, never holding one up.
+	tick.Every(ctx, a.Interval, func() { a.stageGoldens(ctx) })
 	stop := tick.Every(ctx, a.Interval, func() {
 		if err := a.pass(ctx, true); err != nil && ctx.Err() == nil {
 			a.Log.Warn("pass over the actors", "err", err)

@@ -152,6 +152,16 @@ func (h handler) InspectSnapshot(ctx context.Context, r *connect.Request[stasisv
 	return reply(sn, err, api.Snapshot.Wire)
 }
 
+func (h handler) StageSnapshot(ctx context.Context, r *connect.Request[stasisv1.StageRequest]) (*connect.Response[stasisv1.StagedSnapshot], error) {
+	st, err := h.s.Stage(ctx, r.Msg.GetName())
+	return reply(st, err, api.StagedSnapshot.Wire)
+}
+
+func (h handler) ListStaged(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[stasisv1.StagedSnapshots], error) {
+	l, err := h.s.StagedSnapshots(ctx)
+	return reply(api.StagedSnapshots{Staged: l}, err, api.StagedSnapshots.Wire)
+}
+
 func (h handler) NodeInfo(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[structpb.Struct], error) {
 	f, err := h.s.NodeInfo(ctx)
 	var info *structpb.Struct

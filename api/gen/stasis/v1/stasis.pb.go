@@ -1978,6 +1978,183 @@ func (x *NodeStatus) GetLease() *Lease {
 	return nil
 }
 
+type StageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the snapshot's name in the store.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageRequest) Reset() {
+	*x = StageRequest{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageRequest) ProtoMessage() {}
+
+func (x *StageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
+func (*StageRequest) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *StageRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// StagedSnapshot is a whole copy of a stored snapshot on this node.
+type StagedSnapshot struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Dir       string                 `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	SizeBytes int64                  `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// used_at is when a resume last read it (or it was staged).
+	UsedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=used_at,json=usedAt,proto3" json:"used_at,omitempty"`
+	// in_use counts the resumes reading it now.
+	InUse int32 `protobuf:"varint,5,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	// already is true when the copy was here before the request.
+	Already       bool `protobuf:"varint,6,opt,name=already,proto3" json:"already,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StagedSnapshot) Reset() {
+	*x = StagedSnapshot{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagedSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagedSnapshot) ProtoMessage() {}
+
+func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagedSnapshot.ProtoReflect.Descriptor instead.
+func (*StagedSnapshot) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *StagedSnapshot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StagedSnapshot) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *StagedSnapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *StagedSnapshot) GetUsedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UsedAt
+	}
+	return nil
+}
+
+func (x *StagedSnapshot) GetInUse() int32 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
+func (x *StagedSnapshot) GetAlready() bool {
+	if x != nil {
+		return x.Already
+	}
+	return false
+}
+
+type StagedSnapshots struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Staged        []*StagedSnapshot      `protobuf:"bytes,1,rep,name=staged,proto3" json:"staged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StagedSnapshots) Reset() {
+	*x = StagedSnapshots{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagedSnapshots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagedSnapshots) ProtoMessage() {}
+
+func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagedSnapshots.ProtoReflect.Descriptor instead.
+func (*StagedSnapshots) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *StagedSnapshots) GetStaged() []*StagedSnapshot {
+	if x != nil {
+		return x.Staged
+	}
+	return nil
+}
+
 var File_stasis_v1_stasis_proto protoreflect.FileDescriptor
 
 const file_stasis_v1_stasis_proto_rawDesc = "" +
@@ -2134,7 +2311,20 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"NodeStatus\x12,\n" +
 	"\x05store\x18\x01 \x01(\v2\x16.stasis.v1.StoreStatusR\x05store\x12&\n" +
-	"\x05lease\x18\x02 \x01(\v2\x10.stasis.v1.LeaseR\x05lease2\x94\t\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.stasis.v1.LeaseR\x05lease\"\"\n" +
+	"\fStageRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xbb\x01\n" +
+	"\x0eStagedSnapshot\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x123\n" +
+	"\aused_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06usedAt\x12\x15\n" +
+	"\x06in_use\x18\x05 \x01(\x05R\x05inUse\x12\x18\n" +
+	"\aalready\x18\x06 \x01(\bR\aalready\"D\n" +
+	"\x0fStagedSnapshots\x121\n" +
+	"\x06staged\x18\x01 \x03(\v2\x19.stasis.v1.StagedSnapshotR\x06staged2\x95\n" +
+	"\n" +
 	"\x06Stasis\x12:\n" +
 	"\x0eCreateTemplate\x12\x13.stasis.v1.Template\x1a\x13.stasis.v1.Template\x12;\n" +
 	"\x0eDeleteTemplate\x12\x17.stasis.v1.TemplateName\x1a\x10.stasis.v1.Empty\x12;\n" +
@@ -2152,7 +2342,10 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x06Events\x12\x18.stasis.v1.EventsRequest\x1a\x11.stasis.v1.Events\x12;\n" +
 	"\vWatchEvents\x12\x18.stasis.v1.EventsRequest\x1a\x10.stasis.v1.Event0\x01\x12B\n" +
 	"\rListSnapshots\x12\x1b.stasis.v1.SnapshotsRequest\x1a\x14.stasis.v1.Snapshots\x12=\n" +
-	"\x0fInspectSnapshot\x12\x15.stasis.v1.SnapshotID\x1a\x13.stasis.v1.Snapshot\x125\n" +
+	"\x0fInspectSnapshot\x12\x15.stasis.v1.SnapshotID\x1a\x13.stasis.v1.Snapshot\x12C\n" +
+	"\rStageSnapshot\x12\x17.stasis.v1.StageRequest\x1a\x19.stasis.v1.StagedSnapshot\x12:\n" +
+	"\n" +
+	"ListStaged\x12\x10.stasis.v1.Empty\x1a\x1a.stasis.v1.StagedSnapshots\x125\n" +
 	"\bNodeInfo\x12\x10.stasis.v1.Empty\x1a\x17.google.protobuf.Struct\x125\n" +
 	"\n" +
 	"NodeStatus\x12\x10.stasis.v1.Empty\x1a\x15.stasis.v1.NodeStatus\x127\n" +
@@ -2173,7 +2366,7 @@ func file_stasis_v1_stasis_proto_rawDescGZIP() []byte {
 	return file_stasis_v1_stasis_proto_rawDescData
 }
 
-var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Empty)(nil),                 // 0: stasis.v1.Empty
 	(*Template)(nil),              // 1: stasis.v1.Template
@@ -2204,77 +2397,86 @@ var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Command)(nil),               // 26: stasis.v1.Command
 	(*StoreStatus)(nil),           // 27: stasis.v1.StoreStatus
 	(*NodeStatus)(nil),            // 28: stasis.v1.NodeStatus
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
+	(*StageRequest)(nil),          // 29: stasis.v1.StageRequest
+	(*StagedSnapshot)(nil),        // 30: stasis.v1.StagedSnapshot
+	(*StagedSnapshots)(nil),       // 31: stasis.v1.StagedSnapshots
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 33: google.protobuf.Struct
 }
 var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	2,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
 	3,  // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
-	29, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	32, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 3: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
 	5,  // 4: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
-	29, // 5: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
-	29, // 6: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
-	29, // 7: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	29, // 8: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	29, // 9: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	29, // 10: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
+	32, // 5: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
+	32, // 6: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 7: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	32, // 8: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	32, // 9: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	32, // 10: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
 	1,  // 11: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
 	4,  // 12: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
 	7,  // 13: stasis.v1.Events.events:type_name -> stasis.v1.Event
 	6,  // 14: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
-	29, // 15: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
+	32, // 15: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
 	26, // 16: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
-	29, // 17: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
+	32, // 17: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
 	27, // 18: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
 	25, // 19: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
-	1,  // 20: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
-	13, // 21: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
-	12, // 22: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
-	0,  // 23: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
-	8,  // 24: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
-	0,  // 25: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
-	15, // 26: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
-	9,  // 27: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
-	9,  // 28: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
-	9,  // 29: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
-	10, // 30: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
-	17, // 31: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
-	19, // 32: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
-	19, // 33: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
-	21, // 34: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
-	23, // 35: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
-	0,  // 36: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
-	0,  // 37: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
-	24, // 38: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
-	0,  // 39: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
-	0,  // 40: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
-	1,  // 41: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
-	0,  // 42: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
-	1,  // 43: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
-	14, // 44: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
-	4,  // 45: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
-	16, // 46: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
-	4,  // 47: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
-	4,  // 48: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
-	4,  // 49: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
-	4,  // 50: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
-	11, // 51: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
-	18, // 52: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
-	20, // 53: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
-	7,  // 54: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
-	22, // 55: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
-	6,  // 56: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
-	30, // 57: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
-	28, // 58: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
-	25, // 59: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
-	25, // 60: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
-	25, // 61: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
-	41, // [41:62] is the sub-list for method output_type
-	20, // [20:41] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	32, // 20: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
+	30, // 21: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
+	1,  // 22: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
+	13, // 23: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
+	12, // 24: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
+	0,  // 25: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
+	8,  // 26: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
+	0,  // 27: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
+	15, // 28: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
+	9,  // 29: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
+	9,  // 30: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
+	9,  // 31: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
+	10, // 32: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
+	17, // 33: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
+	19, // 34: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
+	19, // 35: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
+	21, // 36: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
+	23, // 37: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
+	29, // 38: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
+	0,  // 39: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
+	0,  // 40: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
+	0,  // 41: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
+	24, // 42: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
+	0,  // 43: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
+	0,  // 44: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
+	1,  // 45: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
+	0,  // 46: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
+	1,  // 47: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
+	14, // 48: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
+	4,  // 49: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
+	16, // 50: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
+	4,  // 51: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
+	4,  // 52: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
+	4,  // 53: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
+	4,  // 54: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
+	11, // 55: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
+	18, // 56: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
+	20, // 57: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
+	7,  // 58: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
+	22, // 59: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
+	6,  // 60: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
+	30, // 61: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
+	31, // 62: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
+	33, // 63: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
+	28, // 64: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
+	25, // 65: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
+	25, // 66: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
+	25, // 67: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
+	45, // [45:68] is the sub-list for method output_type
+	22, // [22:45] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_stasis_v1_stasis_proto_init() }
@@ -2288,7 +2490,7 @@ func file_stasis_v1_stasis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stasis_v1_stasis_proto_rawDesc), len(file_stasis_v1_stasis_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -87,6 +87,10 @@ const (
 	StasisListSnapshotsProcedure = "/stasis.v1.Stasis/ListSnapshots"
 	// StasisInspectSnapshotProcedure is the fully-qualified name of the Stasis's InspectSnapshot RPC.
 	StasisInspectSnapshotProcedure = "/stasis.v1.Stasis/InspectSnapshot"
+	// StasisStageSnapshotProcedure is the fully-qualified name of the Stasis's StageSnapshot RPC.
+	StasisStageSnapshotProcedure = "/stasis.v1.Stasis/StageSnapshot"
+	// StasisListStagedProcedure is the fully-qualified name of the Stasis's ListStaged RPC.
+	StasisListStagedProcedure = "/stasis.v1.Stasis/ListStaged"
 	// StasisNodeInfoProcedure is the fully-qualified name of the Stasis's NodeInfo RPC.
 	StasisNodeInfoProcedure = "/stasis.v1.Stasis/NodeInfo"
 	// StasisNodeStatusProcedure is the fully-qualified name of the Stasis's NodeStatus RPC.
@@ -133,6 +137,13 @@ type StasisClient interface {
 	WatchEvents(context.Context, *connect.Request[v1.EventsRequest]) (*connect.ServerStreamForClient[v1.Event], error)
 	ListSnapshots(context.Context, *connect.Request[v1.SnapshotsRequest]) (*connect.Response[v1.Snapshots], error)
 	InspectSnapshot(context.Context, *connect.Request[v1.SnapshotID]) (*connect.Response[v1.Snapshot], error)
+	// StageSnapshot makes a whole copy of a stored snapshot on this node
+	// before an actor needs it (a fleet agent stages its templates' golden
+	// snapshots), within the node's budget for such copies: an actor started
+	// from that snapshot here then reads no store. A snapshot this node could
+	// not restore is refused before anything is fetched.
+	StageSnapshot(context.Context, *connect.Request[v1.StageRequest]) (*connect.Response[v1.StagedSnapshot], error)
+	ListStaged(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.StagedSnapshots], error)
 	// NodeInfo is the node's fingerprint: the JSON object of the format
 	// docs/compatibility.md defines (the one snapshots record), carried as
 	// it is rather than copied into a second schema that could drift.
@@ -254,6 +265,18 @@ func NewStasisClient(httpClient connect.HTTPClient, baseURL string, opts ...conn
 			connect.WithSchema(stasisMethods.ByName("InspectSnapshot")),
 			connect.WithClientOptions(opts...),
 		),
+		stageSnapshot: connect.NewClient[v1.StageRequest, v1.StagedSnapshot](
+			httpClient,
+			baseURL+StasisStageSnapshotProcedure,
+			connect.WithSchema(stasisMethods.ByName("StageSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		listStaged: connect.NewClient[v1.Empty, v1.StagedSnapshots](
+			httpClient,
+			baseURL+StasisListStagedProcedure,
+			connect.WithSchema(stasisMethods.ByName("ListStaged")),
+			connect.WithClientOptions(opts...),
+		),
 		nodeInfo: connect.NewClient[v1.Empty, structpb.Struct](
 			httpClient,
 			baseURL+StasisNodeInfoProcedure,
@@ -305,6 +328,8 @@ type stasisClient struct {
 	watchEvents     *connect.Client[v1.EventsRequest, v1.Event]
 	listSnapshots   *connect.Client[v1.SnapshotsRequest, v1.Snapshots]
 	inspectSnapshot *connect.Client[v1.SnapshotID, v1.Snapshot]
+	stageSnapshot   *connect.Client[v1.StageRequest, v1.StagedSnapshot]
+	listStaged      *connect.Client[v1.Empty, v1.StagedSnapshots]
 	nodeInfo        *connect.Client[v1.Empty, structpb.Struct]
 	nodeStatus      *connect.Client[v1.Empty, v1.NodeStatus]
 	renewLease      *connect.Client[v1.LeaseRequest, v1.Lease]
@@ -392,6 +417,16 @@ func (c *stasisClient) InspectSnapshot(ctx context.Context, req *connect.Request
 	return c.inspectSnapshot.CallUnary(ctx, req)
 }
 
+// StageSnapshot calls stasis.v1.Stasis.StageSnapshot.
+func (c *stasisClient) StageSnapshot(ctx context.Context, req *connect.Request[v1.StageRequest]) (*connect.Response[v1.StagedSnapshot], error) {
+	return c.stageSnapshot.CallUnary(ctx, req)
+}
+
+// ListStaged calls stasis.v1.Stasis.ListStaged.
+func (c *stasisClient) ListStaged(ctx context.Context, req *connect.Request[v1.Empty]) (*connect.Response[v1.StagedSnapshots], error) {
+	return c.listStaged.CallUnary(ctx, req)
+}
+
 // NodeInfo calls stasis.v1.Stasis.NodeInfo.
 func (c *stasisClient) NodeInfo(ctx context.Context, req *connect.Request[v1.Empty]) (*connect.Response[structpb.Struct], error) {
 	return c.nodeInfo.CallUnary(ctx, req)
@@ -451,6 +486,13 @@ type StasisHandler interface {
 	WatchEvents(context.Context, *connect.Request[v1.EventsRequest], *connect.ServerStream[v1.Event]) error
 	ListSnapshots(context.Context, *connect.Request[v1.SnapshotsRequest]) (*connect.Response[v1.Snapshots], error)
 	InspectSnapshot(context.Context, *connect.Request[v1.SnapshotID]) (*connect.Response[v1.Snapshot], error)
+	// StageSnapshot makes a whole copy of a stored snapshot on this node
+	// before an actor needs it (a fleet agent stages its templates' golden
+	// snapshots), within the node's budget for such copies: an actor started
+	// from that snapshot here then reads no store. A snapshot this node could
+	// not restore is refused before anything is fetched.
+	StageSnapshot(context.Context, *connect.Request[v1.StageRequest]) (*connect.Response[v1.StagedSnapshot], error)
+	ListStaged(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.StagedSnapshots], error)
 	// NodeInfo is the node's fingerprint: the JSON object of the format
 	// docs/compatibility.md defines (the one snapshots record), carried as
 	// it is rather than copied into a second schema that could drift.
@@ -568,6 +610,18 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 		connect.WithSchema(stasisMethods.ByName("InspectSnapshot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stasisStageSnapshotHandler := connect.NewUnaryHandler(
+		StasisStageSnapshotProcedure,
+		svc.StageSnapshot,
+		connect.WithSchema(stasisMethods.ByName("StageSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	stasisListStagedHandler := connect.NewUnaryHandler(
+		StasisListStagedProcedure,
+		svc.ListStaged,
+		connect.WithSchema(stasisMethods.ByName("ListStaged")),
+		connect.WithHandlerOptions(opts...),
+	)
 	stasisNodeInfoHandler := connect.NewUnaryHandler(
 		StasisNodeInfoProcedure,
 		svc.NodeInfo,
@@ -632,6 +686,10 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 			stasisListSnapshotsHandler.ServeHTTP(w, r)
 		case StasisInspectSnapshotProcedure:
 			stasisInspectSnapshotHandler.ServeHTTP(w, r)
+		case StasisStageSnapshotProcedure:
+			stasisStageSnapshotHandler.ServeHTTP(w, r)
+		case StasisListStagedProcedure:
+			stasisListStagedHandler.ServeHTTP(w, r)
 		case StasisNodeInfoProcedure:
 			stasisNodeInfoHandler.ServeHTTP(w, r)
 		case StasisNodeStatusProcedure:
@@ -713,6 +771,14 @@ func (UnimplementedStasisHandler) ListSnapshots(context.Context, *connect.Reques
 
 func (UnimplementedStasisHandler) InspectSnapshot(context.Context, *connect.Request[v1.SnapshotID]) (*connect.Response[v1.Snapshot], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.InspectSnapshot is not implemented"))
+}
+
+func (UnimplementedStasisHandler) StageSnapshot(context.Context, *connect.Request[v1.StageRequest]) (*connect.Response[v1.StagedSnapshot], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.StageSnapshot is not implemented"))
+}
+
+func (UnimplementedStasisHandler) ListStaged(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.StagedSnapshots], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.ListStaged is not implemented"))
 }
 
 func (UnimplementedStasisHandler) NodeInfo(context.Context, *connect.Request[v1.Empty]) (*connect.Response[structpb.Struct], error) {
