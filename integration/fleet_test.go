@@ -17,13 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/api"
-	"github.com/stasis-run/stasis/transfer"
 	"github.com/stasis-run/stasis/errdefs"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 	"github.com/stasis-run/stasis/store/location"
 	"github.com/stasis-run/stasis/testkit/s3test"
 	"github.com/stasis-run/stasis/testkit/testactor"
+	"github.com/stasis-run/stasis/transfer"
 )
 
 // The two runsc builds scripts/install-runsc.sh installs: the default
