@@ -125,6 +125,58 @@ run_service() {
 	step rm-g1 stasis actor rm g1 "${s[@]}"
 	step rm-g2 stasis actor rm g2 "${s[@]}"
 	curl -s --unix-socket "$socket" http://stasisd/metrics | grep '^stasis_' >"$out/service-metrics.txt" || true
+	golden_prestaged
+}
+
+# Golden snapshots pre-staged (#27 goal 5), after run_service's warm: a
+# second stasisd ("node B": its own data folder, node A's store folder as
+# its store) starts an actor from A's stored golden snapshot without it
+# (pulled), then stages it (stasis snapshot stage) and starts another from
+# the staged copy; A starts one from its own golden folder. The page cache
+# is dropped before each start; every start's device data is verified.
+# Times in golden-prestaged.json.
+golden_prestaged() {
+	local datab="$PWD/.gpu-work/service-b" socketb="$PWD/.gpu-work/service-b/stasisd.sock"
+	rm -rf "$datab" && mkdir -p "$datab"
+	stasisd --data "$datab" --socket "$socketb" --repo "$data/store" --host-path "$data/templates" --network none --log-format text \
+		${STASIS_NVPROXY_ABI:+--nvproxy-driver-version "$STASIS_NVPROXY_ABI"} >"$out/stasisd-b.log" 2>&1 &
+	local daemonb=$!
+	for _ in $(seq 200); do stasis actor ps --socket "$socketb" >/dev/null 2>&1 && break; sleep 0.1; done
+	local b=(--socket "$socketb" --data "$datab")
+	local golden
+	golden=$(stasis snapshot ls --json "${s[@]}" | python3 -c 'import json,sys; print([x["stored"] for x in json.load(sys.stdin) if x["kind"]=="golden"][0])')
+	stasis template ls --json "${s[@]}" | python3 -c 'import json,sys
+t=[x for x in json.load(sys.stdin) if x["name"]=="stasis-demo-gpu"][0]
+for k in ("golden","createdAt"): t.pop(k,None)
+print(json.dumps(t))' >"$out/template-b.json"
+	step b-template curl -s --unix-socket "$socketb" -H 'Content-Type: application/json' -d @"$out/template-b.json" http://stasisd/stasis.v1.Stasis/CreateTemplate
+	timed() { # NAME COMMAND...: seconds of one step, page cache dropped first
+		sync && echo 3 >/proc/sys/vm/drop_caches
+		local start=$EPOCHREALTIME
+		step "$@"
+		awk "BEGIN{print $EPOCHREALTIME - $start}"
+	}
+	local t_local t_pulled t_stage t_staged
+	t_local=$(timed a-from-own-golden stasis actor run stasis-demo-gpu --id ga --json "${s[@]}" | tail -1)
+	verify verify-ga ga
+	step rm-ga stasis actor rm ga "${s[@]}"
+	t_pulled=$(timed b-from-store stasis actor run stasis-demo-gpu --id gx --from-stored "$golden" --json "${b[@]}" | tail -1)
+	bverify() { step "$1" stasis actor exec "$2" "${b[@]}" -- "$(command -v python3)" /stasis-scripts/holder_client.py verify; }
+	bverify verify-gx gx
+	step rm-gx stasis actor rm gx "${b[@]}"
+	t_stage=$(timed b-stage stasis snapshot stage "$golden" --json "${b[@]}" | tail -1)
+	step b-staged stasis snapshot staged "${b[@]}"
+	t_staged=$(timed b-from-staged stasis actor run stasis-demo-gpu --id gb --json --from-stored "$golden" "${b[@]}" | tail -1)
+	bverify verify-gb gb
+	step b-events stasis actor events gb --json "${b[@]}"
+	local pulled_steps
+	pulled_steps=$(python3 -c 'import json,sys; print(sum(1 for e in json.load(open(sys.argv[1])) if e.get("step")=="pull"))' "$out/service-b-events.out")
+	step rm-gb stasis actor rm gb "${b[@]}"
+	kill $daemonb 2>/dev/null; wait $daemonb 2>/dev/null || true
+	python3 -c 'import json,sys
+local,pulled,stage,staged,pulls=map(float,sys.argv[2:7])
+r={"golden":sys.argv[1],"own_golden_s":local,"from_store_s":pulled,"stage_s":stage,"from_staged_s":staged,"pull_steps_from_staged":int(pulls),"golden_prestaged_over_local":staged/local,"unstaged_over_local":pulled/local}
+print(json.dumps(r,indent=1))' "$golden" "$t_local" "$t_pulled" "$t_stage" "$t_staged" "$pulled_steps" | tee "$out/golden-prestaged.json"
 }
 
 # The cold start against resume benchmark of a 6.7B-parameter server
