@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """anywhere_summary.py OUTDIR COMMIT: docs/results/anywhere-summary.json's
 keys from what scripts/gpu-e2e.sh anywhere left in OUTDIR (the last
-"anywhere" record of each mode in engine-gpu.jsonl, pullbench.json), and a
+"anywhere" record of each mode in engine-gpu.jsonl, pullbench.json,
+golden-prestaged.json from the service suite), and a
 table on stdout. Keys whose measurement did not run are null."""
 import json
 import os
@@ -31,7 +32,10 @@ for mode in ("compiled", "plain"):
 plain = modes.get("plain", {})
 for key in ("second_actor_fetched_fraction", "second_actor_over_local", "s3_over_local"):
     summary[key] = plain.get(key, modes.get("compiled", {}).get(key))
-summary["golden_prestaged_over_local"] = None
+# scripts/gpu-e2e.sh service's golden_prestaged (a start from a staged copy
+# of a golden snapshot against one from the node's own golden folder).
+golden = os.path.join(out, "golden-prestaged.json")
+summary["golden_prestaged_over_local"] = json.load(open(golden))["golden_prestaged_over_local"] if os.path.exists(golden) else None
 print(json.dumps(summary, indent=2))
 with open(os.path.join(out, "anywhere-summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
