@@ -107,7 +107,14 @@ func (b *Backend) Put(ctx context.Context, key string, r io.Reader, size int64) 
 		return fmt.Errorf("%s: %w", b.Location(), err)
 	}
 	src := &countingReader{r: r}
-	_, err := b.client.PutObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, src, size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	_, err := b.client.PutObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, src, size, minio.PutObjectOptions{
+		ContentType: "application/octet-stream",
+		// A repository's objects are small (a pack is closed once it
+		// passes the repository's pack size, 16 MiB by default): one PUT
+		// each, not a multipart upload of a 16 MiB part and a small one
+		// (three more requests per pack).
+		DisableMultipart: true,
+	})
 	// A source of the wrong size is the caller's mistake, not the
 	// network's: no retry can help.
 	if err != nil && src.ended && src.n < size {
