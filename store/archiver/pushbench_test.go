@@ -25,10 +25,15 @@ import (
 //
 // STASIS_PUSH_GIB sets the snapshot's size (default 2), STASIS_PUSH_RUNS
 // the runs (default 3), STASIS_BENCH_DIR the folder (default the system
-// temp folder). versitygw must be on PATH (scripts/install-versitygw.sh).
+// temp folder), STASIS_PUSH_UPLOADS the packs written at once (default the
+// push's own). versitygw must be on PATH (scripts/install-versitygw.sh).
 func TestPushBench(t *testing.T) {
 	gib := envInt(t, "STASIS_PUSH_GIB", 2)
 	runs := envInt(t, "STASIS_PUSH_RUNS", 3)
+	uploads := 0 // the push's default
+	if os.Getenv("STASIS_PUSH_UPLOADS") != "" {
+		uploads = envInt(t, "STASIS_PUSH_UPLOADS", 0)
+	}
 	base, err := os.MkdirTemp(os.Getenv("STASIS_BENCH_DIR"), "pushbench-")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +45,7 @@ func TestPushBench(t *testing.T) {
 	srv := s3test.Start(t)
 	push := func(repo *store.Repository) float64 {
 		start := time.Now()
-		if _, err := archiver.Save(ctx, repo, "s", src, archiver.Options{}); err != nil {
+		if _, err := archiver.Save(ctx, repo, "s", src, archiver.Options{Uploads: uploads}); err != nil {
 			t.Fatal(err)
 		}
 		return time.Since(start).Seconds()

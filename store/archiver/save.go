@@ -43,7 +43,8 @@ type Options struct {
 	// every ProgressEvery and once at the end.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
-	// Uploads bounds the packs written at once (Save), 4 when zero;
+	// Uploads bounds the packs written at once (Save),
+	// store.DefaultUploads when zero;
 	// Downloads the stretches of packs read at once (Restore), the cores
 	// and at least 8 when zero.
 	Uploads   int
