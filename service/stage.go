@@ -52,8 +52,7 @@ func newStager(dataDir string, budget int64) (*stager, error) {
 	return st, nil
 }
 
-// list reads the staged copies: each folder's manifest, and its last use
-// (the folder's modification time, touched by each use).
+// list reads the staged copies (copyInfo), with the resumes reading each.
 func (st *stager) list() ([]api.StagedSnapshot, error) {
 	entries, err := os.ReadDir(st.dir)
 	if err != nil {
@@ -61,21 +60,31 @@ func (st *stager) list() ([]api.StagedSnapshot, error) {
 	}
 	out := []api.StagedSnapshot{}
 	for _, e := range entries {
-		dir := filepath.Join(st.dir, e.Name())
-		m, err := snapshot.Load(dir)
-		if err != nil {
-			continue
-		}
-		fi, err := os.Stat(dir)
+		c, err := copyInfo(e.Name(), filepath.Join(st.dir, e.Name()))
 		if err != nil {
 			continue
 		}
 		st.mu.Lock()
-		used := st.inUse[e.Name()]
+		c.InUse = st.inUse[e.Name()]
 		st.mu.Unlock()
-		out = append(out, api.StagedSnapshot{Name: e.Name(), Dir: dir, SizeBytes: m.Size(), UsedAt: fi.ModTime(), InUse: used})
+		out = append(out, c)
 	}
 	return out, nil
+}
+
+// copyInfo describes the whole copy of the stored snapshot name in dir:
+// its manifest's size, its last use (the folder's modification time,
+// touched by each use).
+func copyInfo(name, dir string) (api.StagedSnapshot, error) {
+	m, err := snapshot.Load(dir)
+	if err != nil {
+		return api.StagedSnapshot{}, fmt.Errorf("copy of %s: %w", name, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return api.StagedSnapshot{}, fmt.Errorf("copy of %s: %w", name, err)
+	}
+	return api.StagedSnapshot{Name: name, Dir: dir, SizeBytes: m.Size(), UsedAt: fi.ModTime()}, nil
 }
 
 // use takes the staged copy of name for a resume: its folder, and the
@@ -161,7 +170,9 @@ func (s *Service) Stage(ctx context.Context, name string) (api.StagedSnapshot, e
 	for {
 		if dir, release, ok := s.localCopy(ctx, name); ok {
 			release()
-			return s.stagedInfo(name, dir, true)
+			c, err := copyInfo(name, dir)
+			c.Already = true
+			return c, err
 		}
 		st.mu.Lock()
 		wait, busy := st.pulling[name]
@@ -177,7 +188,7 @@ func (s *Service) Stage(ctx context.Context, name string) (api.StagedSnapshot, e
 			if err != nil {
 				return api.StagedSnapshot{}, err
 			}
-			return s.stagedInfo(name, filepath.Join(st.dir, name), false)
+			return copyInfo(name, filepath.Join(st.dir, name))
 		}
 		st.mu.Unlock()
 		select {
@@ -226,18 +237,6 @@ func (s *Service) pullStaged(ctx context.Context, name string) error {
 	}
 	s.cfg.Log.Info("staged a stored snapshot", "snapshot", name, "bytes", p.Bytes, "fetched", p.Fetched, "took", time.Since(start).String())
 	return nil
-}
-
-func (s *Service) stagedInfo(name, dir string, already bool) (api.StagedSnapshot, error) {
-	m, err := snapshot.Load(dir)
-	if err != nil {
-		return api.StagedSnapshot{}, fmt.Errorf("staged copy of %s: %w", name, err)
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return api.StagedSnapshot{}, fmt.Errorf("staged copy of %s: %w", name, err)
-	}
-	return api.StagedSnapshot{Name: name, Dir: dir, SizeBytes: m.Size(), UsedAt: fi.ModTime(), Already: already}, nil
 }
 
 // StagedSnapshots lists the staged copies on this node.
