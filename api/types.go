@@ -57,16 +57,26 @@ const (
 // Template is a recipe for actors.
 type Template struct {
 	Name string `json:"name"`
+	// Runtime runs the actors: RuntimeGVisor (also when empty) or
+	// RuntimeMicroVM.
+	Runtime string `json:"runtime,omitempty"`
 	// Bundle is an OCI bundle folder (config.json and its rootfs) the
 	// actors run; or Rootfs and Args describe the process directly.
 	Bundle string   `json:"bundle,omitempty"`
 	Rootfs string   `json:"rootfs,omitempty"`
 	Args   []string `json:"args,omitempty"`
 	Env    []string `json:"env,omitempty"`
+	// VM describes the guest of a micro-VM template without a bundle
+	// (Args is then the workload its agent starts); a bundle gives it in
+	// its spec's vm section instead.
+	VM *VM `json:"vm,omitempty"`
 	// GPUs gives actors the node's NVIDIA devices and the stasis-cuda
 	// helper; a GPU suspend moves their device memory into host memory.
+	// A micro-VM gets its GPU as a device in VM.Devices, and its guest
+	// agent moves the device memory.
 	GPUs int `json:"gpus,omitempty"`
-	// MemoryBytes is the sandbox's memory limit; 0 leaves it unlimited.
+	// MemoryBytes is the sandbox's memory limit (a micro-VM's guest
+	// memory); 0 leaves it unlimited (256 MiB for a micro-VM).
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 	// Durable are folders inside the sandbox that live on the host, per
 	// actor, and that Data snapshots keep.
@@ -77,6 +87,37 @@ type Template struct {
 	// stasisd).
 	Golden    string    `json:"golden,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+}
+
+// The runtimes a template can name.
+const (
+	// RuntimeGVisor runs actors in gVisor sandboxes (runsc).
+	RuntimeGVisor = "gvisor"
+	// RuntimeMicroVM runs actors as QEMU micro-VMs whose guest agent
+	// starts the workload (docs/microvm.md).
+	RuntimeMicroVM = "microvm"
+)
+
+// Runtimes lists the runtimes a template can name.
+var Runtimes = []string{RuntimeGVisor, RuntimeMicroVM}
+
+// VM is a micro-VM's guest: the kernel and initramfs it boots (host paths
+// under the host path policy; the initramfs's /init must be
+// stasis-agent), its kernel parameters, CPUs and PCI devices.
+type VM struct {
+	Kernel    string   `json:"kernel"`
+	Initramfs string   `json:"initramfs"`
+	Cmdline   []string `json:"cmdline,omitempty"`
+	CPUs      int      `json:"cpus,omitempty"`
+	Devices   []Device `json:"devices,omitempty"`
+}
+
+// Device is a PCI device a micro-VM gets: a GPU passed through
+// (driver vfio-pci, props {"host": "0000:3b:00.0"}), or a stand-in.
+type Device struct {
+	ID     string            `json:"id"`
+	Driver string            `json:"driver"`
+	Props  map[string]string `json:"props,omitempty"`
 }
 
 // Probe says when an actor is ready: a command that exits 0 inside the
@@ -99,7 +140,9 @@ type SnapshotConfig struct {
 type Actor struct {
 	ID       string `json:"id"`
 	Template string `json:"template"`
-	State    State  `json:"state"`
+	// Runtime is the runtime its template named when it was made.
+	Runtime string `json:"runtime"`
+	State   State  `json:"state"`
 	// Reason says why the actor is in its state: what crashed it, why it
 	// cold-booted, what a failed operation left behind.
 	Reason  string `json:"reason,omitempty"`

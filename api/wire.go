@@ -40,7 +40,30 @@ func (t Template) Wire() *stasisv1.Template {
 		Probe:     &stasisv1.Probe{Command: t.Probe.Command, Url: t.Probe.URL, TimeoutSeconds: t.Probe.TimeoutSeconds},
 		Snapshots: &stasisv1.SnapshotConfig{OnPause: string(t.Snapshots.OnPause), OnCommit: string(t.Snapshots.OnCommit)},
 		Golden:    t.Golden, CreatedAt: timestamp(t.CreatedAt),
+		Runtime:   t.Runtime, Vm: t.VM.wire(),
 	}
+}
+
+func (v *VM) wire() *stasisv1.VM {
+	if v == nil {
+		return nil
+	}
+	m := &stasisv1.VM{Kernel: v.Kernel, Initramfs: v.Initramfs, Cmdline: v.Cmdline, Cpus: int32(v.CPUs)}
+	for _, d := range v.Devices {
+		m.Devices = append(m.Devices, &stasisv1.Device{Id: d.ID, Driver: d.Driver, Props: d.Props})
+	}
+	return m
+}
+
+func vmFromWire(m *stasisv1.VM) *VM {
+	if m == nil {
+		return nil
+	}
+	v := &VM{Kernel: m.GetKernel(), Initramfs: m.GetInitramfs(), Cmdline: m.GetCmdline(), CPUs: int(m.GetCpus())}
+	for _, d := range m.GetDevices() {
+		v.Devices = append(v.Devices, Device{ID: d.GetId(), Driver: d.GetDriver(), Props: d.GetProps()})
+	}
+	return v
 }
 
 func TemplateFromWire(m *stasisv1.Template) Template {
@@ -50,12 +73,13 @@ func TemplateFromWire(m *stasisv1.Template) Template {
 		Probe:     Probe{Command: m.GetProbe().GetCommand(), URL: m.GetProbe().GetUrl(), TimeoutSeconds: m.GetProbe().GetTimeoutSeconds()},
 		Snapshots: SnapshotConfig{OnPause: Scope(m.GetSnapshots().GetOnPause()), OnCommit: Scope(m.GetSnapshots().GetOnCommit())},
 		Golden:    m.GetGolden(), CreatedAt: timeOf(m.GetCreatedAt()),
+		Runtime:   m.GetRuntime(), VM: vmFromWire(m.GetVm()),
 	}
 }
 
 func (a Actor) Wire() *stasisv1.Actor {
 	m := &stasisv1.Actor{
-		Id: a.ID, Template: a.Template, State: string(a.State), Reason: a.Reason, Sandbox: a.Sandbox,
+		Id: a.ID, Template: a.Template, Runtime: a.Runtime, State: string(a.State), Reason: a.Reason, Sandbox: a.Sandbox,
 		CreatedAt: timestamp(a.CreatedAt), UpdatedAt: timestamp(a.UpdatedAt),
 	}
 	if a.Snapshot != nil {
@@ -72,7 +96,7 @@ func (a Actor) Wire() *stasisv1.Actor {
 
 func ActorFromWire(m *stasisv1.Actor) Actor {
 	a := Actor{
-		ID: m.GetId(), Template: m.GetTemplate(), State: State(m.GetState()), Reason: m.GetReason(), Sandbox: m.GetSandbox(),
+		ID: m.GetId(), Template: m.GetTemplate(), Runtime: m.GetRuntime(), State: State(m.GetState()), Reason: m.GetReason(), Sandbox: m.GetSandbox(),
 		CreatedAt: timeOf(m.GetCreatedAt()), UpdatedAt: timeOf(m.GetUpdatedAt()),
 	}
 	if m.GetSnapshot() != nil {

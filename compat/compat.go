@@ -77,6 +77,9 @@ type Result struct {
 
 // Check compares a snapshot with a node.
 func Check(m *snapshot.Manifest, n fingerprint.Fingerprint, p Policy) Result {
+	// A node that runs the snapshot's runtime beside its first is checked
+	// as that runtime sees it.
+	n, _ = n.WithRuntime(m.Runtime.Name)
 	c := checker{m: m, n: n, p: p, res: Result{Node: n.Hostname, Class: n.Class()}}
 	c.runtime()
 	if m.Scope == snapshot.ScopeFull {
@@ -133,7 +136,15 @@ func (c *checker) fullRuntime() {
 	if t.Runtime.Platform != c.n.Runtime.Platform {
 		c.refuse("runtime platform %s needed, node runs %s", orNone(t.Runtime.Platform), orNone(c.n.Runtime.Platform))
 	}
-	c.kernel(t.Kernel)
+	if g := c.m.Guest; g != nil {
+		// The guest's kernel comes back with the snapshot: the host's does
+		// not matter. Its memory is allocated whole.
+		if have := c.n.Memory.Available; have < g.MemoryBytes {
+			c.refuse("the guest's memory is %s, node has %s available (%s short)", units.Bytes(g.MemoryBytes), units.Bytes(have), units.Bytes(g.MemoryBytes-have))
+		}
+	} else {
+		c.kernel(t.Kernel)
+	}
 	if !c.p.IgnoreCPUFlags {
 		var missing []string
 		for _, f := range t.CPU.Flags {
@@ -195,14 +206,19 @@ func (c *checker) gpu() {
 		c.refuse("the snapshot holds GPU state, node has no usable GPU (%s)", orNone(c.n.GPU.Reason))
 		return
 	}
-	if g.DriverVersion != "" && g.DriverVersion != c.n.GPU.DriverVersion {
-		c.refuse("NVIDIA driver %s needed, node has %s", g.DriverVersion, c.n.GPU.DriverVersion)
-	}
-	if t := c.taken(); t != nil && t.Runtime.GPUABI != c.n.Runtime.GPUABI {
-		c.refuse("nvproxy driver ABI %s needed, node runs GPU sandboxes with %s", orHost(t.Runtime.GPUABI), orHost(c.n.Runtime.GPUABI))
-	}
-	if !c.n.CheckpointAPI.Available {
-		c.refuse("the node's CUDA driver library has no checkpoint API (%s)", orNone(c.n.CheckpointAPI.Reason))
+	// A VM's GPU is driven by the guest's own driver, which comes back
+	// with the snapshot: the host's driver, ABI and CUDA library do not
+	// matter, the GPU model and its free memory do.
+	if c.m.Guest == nil {
+		if g.DriverVersion != "" && g.DriverVersion != c.n.GPU.DriverVersion {
+			c.refuse("NVIDIA driver %s needed, node has %s", g.DriverVersion, c.n.GPU.DriverVersion)
+		}
+		if t := c.taken(); t != nil && t.Runtime.GPUABI != c.n.Runtime.GPUABI {
+			c.refuse("nvproxy driver ABI %s needed, node runs GPU sandboxes with %s", orHost(t.Runtime.GPUABI), orHost(c.n.Runtime.GPUABI))
+		}
+		if !c.n.CheckpointAPI.Available {
+			c.refuse("the node's CUDA driver library has no checkpoint API (%s)", orNone(c.n.CheckpointAPI.Reason))
+		}
 	}
 	if len(g.Devices) == 0 {
 		c.warn("the snapshot does not say which GPUs it used; its state restores onto GPUs with the same UUIDs only")

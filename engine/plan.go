@@ -32,6 +32,8 @@ type Plan struct {
 	// suspend moves all of it into the sandbox's host memory.
 	GPUs      []gpu.Usage `json:"gpus,omitempty"`
 	GPUMemory uint64      `json:"gpuMemoryBytes"`
+	// Guest is the VM's guest, for a runtime whose sandboxes are VMs.
+	Guest *runtime.Guest `json:"guest,omitempty"`
 	// HostMemory is the sandbox's memory once its GPU state is in host
 	// memory, which is also the most the image can hold.
 	HostMemory uint64 `json:"hostMemoryBytes"`
@@ -92,6 +94,13 @@ func (e *Engine) Plan(ctx context.Context, a Actor, dir string) (*Plan, error) {
 	}
 	if p.SandboxMemory, err = e.Runtime.MemoryUsage(ctx, a.ID); err != nil {
 		return nil, err
+	}
+	if g, ok := e.Runtime.(runtime.GuestReporter); ok {
+		guest, err := g.Guest(ctx, a.ID)
+		if err != nil {
+			return nil, err
+		}
+		p.Guest = &guest
 	}
 	if a.GPU {
 		path, err := e.gpuPath()

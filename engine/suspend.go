@@ -61,7 +61,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 	}()
 
 	cp := e.checkpointOptions(dir)
-	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.name(), Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node}
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.name(), Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node, Guest: plan.Guest}
 	if a.GPU {
 		manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: plan.Node.GPU.CUDADriverAPI, NvproxyABI: plan.Node.Runtime.GPUABI,
 			Processes: plan.CUDAProcesses, Devices: plan.GPUs, Path: string(plan.GPUPath)}

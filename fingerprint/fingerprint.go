@@ -39,6 +39,68 @@ type Fingerprint struct {
 	// CheckpointAPI says whether the host's CUDA driver library exports the
 	// checkpoint API a GPU suspend needs.
 	CheckpointAPI Support `json:"checkpointAPI"`
+	// Runtimes are the node's other runtimes, beside Runtime (gVisor's):
+	// those it runs, and those it cannot, with why.
+	Runtimes []RuntimeOffer `json:"runtimes,omitempty"`
+}
+
+// RuntimeOffer is one more runtime of a node.
+type RuntimeOffer struct {
+	// Name is the name templates give it ("microvm").
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	// Reason says why it is not available.
+	Reason  string       `json:"reason,omitempty"`
+	Runtime runtime.Info `json:"runtime"`
+	// Notes say what it chose on this node and why (a micro-VM's
+	// accelerator and the guest agent's channel).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Offer describes runtime rt, which templates call name, as a node offers
+// it; with rt nil, as one it cannot run, for reason.
+func Offer(name string, rt runtime.Runtime, reason string) RuntimeOffer {
+	o := RuntimeOffer{Name: name}
+	if rt == nil {
+		o.Reason = reason
+		return o
+	}
+	o.Available, o.Runtime = true, rt.Info()
+	if n, ok := rt.(interface{ Notes() []string }); ok {
+		o.Notes = n.Notes()
+	}
+	return o
+}
+
+// Offers says whether the node runs the runtime templates call name:
+// Runtime's name, or an available offer's.
+func (f Fingerprint) Offers(name string) bool {
+	if name == "" || name == f.Runtime.Name {
+		return true
+	}
+	for _, o := range f.Runtimes {
+		if o.Name == name {
+			return o.Available
+		}
+	}
+	return false
+}
+
+// WithRuntime is the fingerprint as a restore into the runtime whose build
+// is named runtimeName sees it: Runtime replaced by that available
+// offer's. False when the node runs no such runtime (f is returned as it
+// is, and a check against it names the runtime it needs).
+func (f Fingerprint) WithRuntime(runtimeName string) (Fingerprint, bool) {
+	if f.Runtime.Name == runtimeName {
+		return f, true
+	}
+	for _, o := range f.Runtimes {
+		if o.Available && o.Runtime.Name == runtimeName {
+			f.Runtime = o.Runtime
+			return f, true
+		}
+	}
+	return f, false
 }
 
 // CPU is the processor model and the feature flags a sandbox can see.

@@ -33,10 +33,12 @@ import (
 )
 
 // schemaVersion is the journal format this package writes and reads.
-// Older journals (1: no error codes, no deadlines; 2: no fleet lease) are
-// upgraded on open; a stasisd that knows no fleet lease refuses a journal
-// that may hold one, as it would not fence.
-const schemaVersion = 3
+// Older journals (1: no error codes, no deadlines; 2: no fleet lease; 3:
+// no actor runtimes, every actor gVisor's) are upgraded on open; a stasisd
+// that knows no fleet lease refuses a journal that may hold one, as it
+// would not fence, and one that knows no runtimes a journal that may hold
+// micro-VM actors.
+const schemaVersion = 4
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -105,6 +107,7 @@ var upgrades = []string{
 		bound TEXT NOT NULL,
 		renewed_at TEXT NOT NULL
 	);`,
+	`ALTER TABLE actors ADD COLUMN runtime TEXT NOT NULL DEFAULT 'gvisor';`,
 }
 
 // DefaultReserve is the disk space kept beside the journal for the writes

@@ -201,8 +201,8 @@ func TestRefusesForeignFiles(t *testing.T) {
 }
 
 // TestUpgradesVersion1: a journal as the first stasisd wrote it (schema 1,
-// no error codes or deadlines) opens, keeps its records and gets the new
-// columns.
+// no error codes, deadlines or runtimes) opens, keeps its records and gets
+// the new columns.
 func TestUpgradesVersion1(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "journal.db")
@@ -223,6 +223,10 @@ func TestUpgradesVersion1(t *testing.T) {
 	b, err := j.Begin(ctx, Start{Op: Operation{ID: "op2", Actor: "a1", Kind: "pause", RequestID: "r1"}, From: []string{"RUNNING"}, To: "PAUSING"})
 	if err != nil || !b.Replay || b.Op.ID != "op1" || b.Op.ErrorCode != "" {
 		t.Fatalf("the upgraded journal's operation: %+v %v", b, err)
+	}
+	// Every actor before runtimes was gVisor's.
+	if a, err := j.Actor(ctx, "a1"); err != nil || a.Runtime != "gvisor" {
+		t.Fatalf("the upgraded journal's actor: runtime %q, %v", a.Runtime, err)
 	}
 	var v string
 	if err := j.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err != nil || v != fmt.Sprint(schemaVersion) {

@@ -25,7 +25,10 @@ type Template struct {
 type Actor struct {
 	ID       string
 	Template string
-	State    string
+	// Runtime is the runtime the actor's sandboxes run in (its template's
+	// when it was made); "gvisor" when made empty.
+	Runtime string
+	State   string
 	// Reason says why the actor is in its state (CRASHED, a cold boot).
 	Reason string
 	// Sandbox is the runtime's container id.
@@ -39,6 +42,13 @@ type Actor struct {
 	// flight, when there are; read with the actor in one query.
 	Latest  *Snapshot
 	Running *Operation
+}
+
+func (a Actor) runtime() string {
+	if a.Runtime == "" {
+		return "gvisor"
+	}
+	return a.Runtime
 }
 
 // Snapshot is one snapshot the service made.
@@ -189,19 +199,19 @@ func list[T any](ctx context.Context, db interface {
 	return out, rows.Err()
 }
 
-const actorCols = `id, template, state, reason, sandbox, snapshot, created_at, updated_at`
+const actorCols = `id, template, runtime, state, reason, sandbox, snapshot, created_at, updated_at`
 
 func scanActor(row scanner) (Actor, error) {
 	var a Actor
 	var created, updated string
-	err := row.Scan(&a.ID, &a.Template, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated)
+	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated)
 	a.CreatedAt, a.UpdatedAt = parseTime(created), parseTime(updated)
 	return a, err
 }
 
 // actorView reads an actor with its latest snapshot and its running
 // operation in one query.
-const actorView = `SELECT a.id, a.template, a.state, a.reason, a.sandbox, a.snapshot, a.created_at, a.updated_at,
+const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sandbox, a.snapshot, a.created_at, a.updated_at,
 	s.id, s.actor, s.template, s.kind, s.scope, s.dir, s.stored, s.size, s.created_at,
 	o.id, o.actor, o.kind, o.request_id, o.state, o.step, o.args, o.error, o.error_code, o.deadline, o.started_at, o.ended_at
 	FROM actors a
@@ -218,7 +228,7 @@ func scanActorView(row scanner) (Actor, error) {
 	var o struct {
 		id, actor, kind, requestID, state, step, args, err, code, deadline, started, ended sql.NullString
 	}
-	err := row.Scan(&a.ID, &a.Template, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated,
+	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated,
 		&s.id, &s.actor, &s.template, &s.kind, &s.scope, &s.dir, &s.stored, &s.size, &s.created,
 		&o.id, &o.actor, &o.kind, &o.requestID, &o.state, &o.step, &o.args, &o.err, &o.code, &o.deadline, &o.started, &o.ended)
 	if err != nil {
@@ -354,7 +364,7 @@ func (j *Journal) Begin(ctx context.Context, s Start) (Began, error) {
 		ts := now()
 		if s.Create != nil {
 			a := *s.Create
-			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, s.To, a.Reason, a.Sandbox, a.Snapshot, ts, ts)
+			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, a.runtime(), s.To, a.Reason, a.Sandbox, a.Snapshot, ts, ts)
 			if isUnique(err) {
 				return fmt.Errorf("actor %q: %w", a.ID, ErrExists)
 			}

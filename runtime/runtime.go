@@ -224,3 +224,30 @@ type GPUOutcome struct {
 	// the helper timed them.
 	Duration time.Duration `json:"durationNs,omitempty"`
 }
+
+// Guest is what a VM snapshot records of its guest: what comes back with
+// the snapshot (the guest's kernel and NVIDIA driver) and what a host must
+// give it again (the VMM build, accelerator, machine, CPU model, memory).
+type Guest struct {
+	// VMM is the virtual machine monitor's build ("QEMU emulator version
+	// 7.2.x"), Accelerator how it ran the guest (kvm or tcg).
+	VMM         string `json:"vmm"`
+	Accelerator string `json:"accelerator"`
+	// Machine is the machine type ("pc") and CPUModel the CPU model the
+	// guest was given ("qemu64").
+	Machine  string `json:"machine"`
+	CPUModel string `json:"cpuModel"`
+	CPUs     int    `json:"cpus"`
+	// MemoryBytes is the guest's memory, which a restore allocates.
+	MemoryBytes uint64 `json:"memoryBytes"`
+	// Kernel is the guest kernel's release, NVIDIADriver its NVIDIA driver
+	// ("" without one).
+	Kernel       string `json:"kernel"`
+	NVIDIADriver string `json:"nvidiaDriver,omitempty"`
+}
+
+// GuestReporter is a Runtime whose sandboxes are VMs: a suspend records
+// their guest in the snapshot.
+type GuestReporter interface {
+	Guest(ctx context.Context, id string) (Guest, error)
+}

@@ -30,7 +30,7 @@ func (s *Service) Actors(ctx context.Context) ([]api.Actor, error) {
 }
 
 func actorOf(rec journal.Actor) api.Actor {
-	a := api.Actor{ID: rec.ID, Template: rec.Template, State: api.State(rec.State), Reason: rec.Reason, Sandbox: rec.Sandbox, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
+	a := api.Actor{ID: rec.ID, Template: rec.Template, Runtime: rec.Runtime, State: api.State(rec.State), Reason: rec.Reason, Sandbox: rec.Sandbox, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
 	if rec.Latest != nil {
 		v := snapshotOf(*rec.Latest)
 		a.Snapshot = &v

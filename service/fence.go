@@ -141,7 +141,7 @@ func (s *Service) Lease(ctx context.Context) (api.Lease, error) {
 		case api.State(a.State) == api.Fenced:
 			out.Fenced = append(out.Fenced, a.ID)
 		case held && api.FleetActorID(a.ID) && mayRun(api.State(a.State)):
-			if cmd := s.eng.PauseCommand(a.Sandbox); cmd != nil {
+			if cmd := s.engineOf(a).PauseCommand(a.Sandbox); cmd != nil {
 				out.FenceCommands = append(out.FenceCommands, cmd)
 			}
 		}
@@ -272,7 +272,7 @@ func (s *Service) fence(ctx context.Context, id, why string) error {
 	_, err := s.run(ctx, request{kind: opFence, actor: id,
 		prepare: func(before journal.Actor) (opArgs, error) { return opArgs{Previous: api.State(before.State)}, nil },
 		body: func(ctx context.Context, o *operation) (outcome, error) {
-			if err := s.eng.Fence(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+			if err := s.engineOf(o.actor).Fence(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
 				out := s.afterFailure(ctx, o, err)
 				if out.state == api.Running {
 					out.reason = fmt.Sprintf("could not be fenced (%v), tried again in %s: %s", err, fenceRetry, why)
@@ -293,8 +293,8 @@ func (s *Service) unfence(ctx context.Context, id, requestID, why string) (journ
 	return s.run(ctx, request{kind: opUnfence, actor: id, requestID: requestID,
 		prepare: func(before journal.Actor) (opArgs, error) { return opArgs{Previous: api.State(before.State)}, nil },
 		body: func(ctx context.Context, o *operation) (outcome, error) {
-			if err := s.eng.Unfence(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
-				st, serr := s.eng.Status(ctx, o.actor.Sandbox)
+			if err := s.engineOf(o.actor).Unfence(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+				st, serr := s.engineOf(o.actor).Status(ctx, o.actor.Sandbox)
 				if serr == nil && st == runtime.StatusStopped {
 					return outcome{state: api.Crashed, reason: fmt.Sprintf("its sandbox is gone; it was FENCED: %v%s", err, resumable(o.actor))}, err
 				}

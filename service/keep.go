@@ -81,7 +81,7 @@ func (s *Service) keep() func() (bool, string) {
 
 // kept says whether a PAUSED actor's sandbox is there, frozen.
 func (s *Service) kept(ctx context.Context, a journal.Actor) bool {
-	st, err := s.eng.Status(ctx, a.Sandbox)
+	st, err := s.engineOf(a).Status(ctx, a.Sandbox)
 	return err == nil && st == runtime.StatusPaused
 }
 
@@ -135,7 +135,7 @@ func (s *Service) release(ctx context.Context, id, why string) error {
 		prepare: func(before journal.Actor) (opArgs, error) { return opArgs{Previous: api.State(before.State)}, nil },
 		body: func(ctx context.Context, o *operation) (outcome, error) {
 			reason := "its sandbox was stopped to free memory (" + why + "): resume loads its snapshot"
-			if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+			if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
 				return outcome{state: api.Paused, reason: o.actor.Reason}, err
 			}
 			return outcome{state: api.Paused, reason: reason}, nil

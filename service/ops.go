@@ -53,7 +53,7 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 		}
 	}
 	a, err := s.run(ctx, request{kind: opRun, actor: req.ID, requestID: req.RequestID,
-		create:  &journal.Actor{ID: req.ID, Template: t.Name, Sandbox: api.SandboxID(req.ID)},
+		create:  &journal.Actor{ID: req.ID, Template: t.Name, Runtime: t.Runtime, Sandbox: api.SandboxID(req.ID)},
 		prepare: func(journal.Actor) (opArgs, error) { return opArgs{Snapshot: t.Golden}, nil },
 		body: func(ctx context.Context, o *operation) (outcome, error) {
 			var ea engine.Actor
@@ -80,7 +80,7 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 				reason = fmt.Sprintf("cold boot: the golden snapshot %s could not be used: %v", t.Golden, err)
 				o.note(reason)
 			}
-			if err := s.eng.Boot(ctx, ea, engine.BootOptions{Probe: probeOf(t.Probe), Observer: o.observer()}); err != nil {
+			if err := s.engineOf(o.actor).Boot(ctx, ea, engine.BootOptions{Probe: probeOf(t.Probe), Observer: o.observer()}); err != nil {
 				return didNotStart(err), err
 			}
 			return outcome{state: api.Running, reason: reason}, nil
@@ -138,7 +138,7 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		// corrupt is fetched again where the store holds the snapshot: a
 		// copy of a stored snapshot is a cache (a pull does not wait for
 		// its bytes to reach the disk, and every later use hashes them).
-		m, err := s.eng.Resume(ctx, a, dir, opts)
+		m, err := s.engineOf(o.actor).Resume(ctx, a, dir, opts)
 		incomplete := errors.Is(err, snapshot.ErrNoManifest)
 		if err == nil || !incomplete && !errors.Is(err, errdefs.ErrCorrupt) {
 			return m, dir, err
@@ -171,7 +171,7 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	}
 	from := s.stored(repo, o, snap.Stored, transfer.StepPull)
 	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, repo, snap)
-	m, _, err := transfer.PullAndResume(ctx, s.eng, a, dir, from, opts)
+	m, _, err := transfer.PullAndResume(ctx, s.engineOf(o.actor), a, dir, from, opts)
 	if m == nil {
 		// Nothing a later resume could take is left behind.
 		_ = removeDir(dir)
@@ -303,7 +303,7 @@ func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, er
 				if out.state == api.Suspended && o.args.Previous == api.Paused {
 					// A suspended actor's sandbox is stopped; the one its
 					// pause kept holds what the snapshot holds.
-					if rerr := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); rerr != nil {
+					if rerr := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); rerr != nil {
 						out.reason = strings.TrimPrefix(out.reason+"; its sandbox kept in memory could not be stopped: "+rerr.Error(), "; ")
 					}
 				}
@@ -392,7 +392,7 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 // returned, even when a later step failed.
 func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope api.Scope, keep func() (bool, string)) (journal.Snapshot, *snapshot.Manifest, error) {
 	a := s.engineActor(t, o.actor)
-	m, err := s.eng.Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.observer()})
+	m, err := s.engineOf(o.actor).Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.observer()})
 	if m == nil {
 		_ = removeDir(o.args.Dir)
 		return journal.Snapshot{}, nil, err
@@ -461,7 +461,7 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 			}
 			snap, err := s.journal.Snapshot(ctx, o.args.Snapshot)
 			if err == nil && o.args.Previous == api.Paused && s.kept(ctx, o.actor) {
-				err = s.eng.ResumeKept(ctx, s.engineActor(t, o.actor), snap.Dir, engine.ResumeOptions{Probe: probeOf(t.Probe), Observer: o.observer()})
+				err = s.engineOf(o.actor).ResumeKept(ctx, s.engineActor(t, o.actor), snap.Dir, engine.ResumeOptions{Probe: probeOf(t.Probe), Observer: o.observer()})
 				if err == nil {
 					return outcome{state: api.Running}, nil
 				}
@@ -520,7 +520,7 @@ func (s *Service) Delete(ctx context.Context, req api.DeleteRequest) (api.Delete
 // (stored ones too with purge), then the actor's records; it returns the
 // stored snapshots kept.
 func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, error) {
-	if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+	if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
 		return nil, err
 	}
 	var kept []string
@@ -584,7 +584,7 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 func (s *Service) afterFailure(ctx context.Context, o *operation, err error) outcome {
 	sctx, cancel := s.settle(ctx)
 	defer cancel()
-	st, serr := s.eng.Status(sctx, o.actor.Sandbox)
+	st, serr := s.engineOf(o.actor).Status(sctx, o.actor.Sandbox)
 	switch {
 	case serr != nil:
 		return outcome{state: api.Running, reason: fmt.Sprintf("last operation failed: %v; and the runtime could not say where sandbox %s stands (%v), so it is taken to run on", err, o.actor.Sandbox, serr)}
@@ -623,7 +623,7 @@ func (s *Service) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult
 	if api.State(a.State) != api.Running {
 		return api.ExecResult{}, &journal.StateError{Actor: a.ID, State: a.State, Kind: "exec", From: []string{string(api.Running)}}
 	}
-	res, err := s.eng.Exec(ctx, a.Sandbox, req.Args)
+	res, err := s.engineOf(a).Exec(ctx, a.Sandbox, req.Args)
 	if err != nil {
 		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
 	}

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,7 +11,9 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/runtime/microvm"
 )
 
 // HostPolicy says which host paths templates may give their sandboxes.
@@ -179,6 +182,26 @@ func (p HostPolicy) checkSpec(spec *specs.Spec, bundleDir string) error {
 		// writes never reach the host folder, which it only reads.
 		if err := p.allows("root filesystem", root, false); err != nil {
 			return err
+		}
+	}
+	if vm := spec.VM; vm != nil {
+		// QEMU reads a guest's kernel, initramfs and disk on the host.
+		for what, path := range map[string]string{"guest kernel": vm.Kernel.Path, "guest initramfs": vm.Kernel.InitRD, "guest image": vm.Image.Path} {
+			if path == "" {
+				continue
+			}
+			if err := p.allows(what, bundlePath(bundleDir, path), false); err != nil {
+				return err
+			}
+		}
+	}
+	if v, ok := spec.Annotations[microvm.AnnotationDevices]; ok {
+		var devices []api.Device
+		if err := json.Unmarshal([]byte(v), &devices); err != nil {
+			return fmt.Errorf("%w: the bundle %s: annotation %s: %v", ErrInvalid, bundleDir, microvm.AnnotationDevices, err)
+		}
+		if err := checkVMDevices(devices); err != nil {
+			return fmt.Errorf("the bundle %s: %w", bundleDir, err)
 		}
 	}
 	for _, m := range spec.Mounts {

@@ -77,7 +77,7 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 	}
 	o := &operation{s: s, id: rec.ID, kind: k, args: args, actor: a}
 	at := fmt.Sprintf("stasisd stopped during %s at step %q", rec.Kind, rec.Step)
-	st, err := s.eng.Status(ctx, a.Sandbox)
+	st, err := s.engineOf(a).Status(ctx, a.Sandbox)
 	if err != nil {
 		// Not an answer that the sandbox is gone: the actor goes back to
 		// where it stood, and nothing is removed.
@@ -100,7 +100,7 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 		out = s.recoverResume(ctx, o, st, at)
 	case recoverRelease:
 		out = outcome{state: api.Paused, reason: at + "; its kept sandbox was stopped: resume loads its snapshot"}
-		if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+		if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
 			out.reason = fmt.Sprintf("%s; its kept sandbox could not be stopped (%v): resume loads its snapshot", at, err)
 		}
 	case recoverFence:
@@ -135,7 +135,7 @@ func (s *Service) thaw(ctx context.Context, o *operation) error {
 	if err != nil {
 		return err
 	}
-	return s.eng.Thaw(ctx, s.engineActor(t, o.actor), o.actor.Sandbox, o.observer())
+	return s.engineOf(o.actor).Thaw(ctx, s.engineActor(t, o.actor), o.actor.Sandbox, o.observer())
 }
 
 func running(st runtime.Status) bool {
@@ -150,7 +150,7 @@ func (s *Service) recoverStart(ctx context.Context, o *operation, st runtime.Sta
 			return outcome{state: api.Running, reason: at + "; the sandbox was running and is kept"}
 		}
 	}
-	_ = s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
+	_ = s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
 	return outcome{state: api.Crashed, reason: at + "; the actor did not start: delete it and run it again"}
 }
 
@@ -189,7 +189,7 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, st runtime.
 			return outcome{}, err
 		}
 		// The snapshot is whole: finish by stopping the sandbox.
-		if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+		if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
 			if terr := s.thaw(ctx, o); terr == nil {
 				return outcome{state: api.Running, reason: fmt.Sprintf("%s; the snapshot %s was committed but the sandbox could not be stopped (%v), so the actor keeps running", at, snap.ID, err)}, nil
 			}
@@ -204,7 +204,7 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, st runtime.
 		}
 		return outcome{state: api.Running, reason: at + "; the snapshot was not committed, the actor was rolled back and keeps running"}, nil
 	}
-	_ = s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
+	_ = s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
 	return outcome{state: api.Crashed, reason: at + "; the sandbox is gone and no new snapshot was committed" + resumable(o.actor)}, nil
 }
 
@@ -214,7 +214,7 @@ func (s *Service) recoverResume(ctx context.Context, o *operation, st runtime.St
 			return outcome{state: api.Running, reason: at + "; the restored sandbox was running, the resume was finished"}
 		}
 	}
-	_ = s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
+	_ = s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
 	return outcome{state: o.args.Previous, reason: at + "; the resume was rolled back, the snapshot is intact"}
 }
 
@@ -232,7 +232,7 @@ func recoverFenced(st runtime.Status, at string, a journal.Actor) outcome {
 
 // check compares a stable actor with its sandbox.
 func (s *Service) check(ctx context.Context, a journal.Actor) error {
-	st, err := s.eng.Status(ctx, a.Sandbox)
+	st, err := s.engineOf(a).Status(ctx, a.Sandbox)
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ func (s *Service) check(ctx context.Context, a journal.Actor) error {
 			s.event(a.ID, "", "reconcile", reason, 0, nil)
 			return s.journal.SetActor(ctx, a.ID, string(api.Running), reason)
 		}
-		_ = s.eng.Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
+		_ = s.engineOf(a).Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
 		reason := fmt.Sprintf("the sandbox vanished while the actor was running (runtime: %s)%s", st, resumable(a))
 		s.event(a.ID, "", "reconcile", reason, 0, nil)
 		return s.journal.SetActor(ctx, a.ID, string(api.Crashed), reason)
@@ -264,7 +264,7 @@ func (s *Service) check(ctx context.Context, a journal.Actor) error {
 		}
 		if st != runtime.StatusStopped {
 			s.event(a.ID, "", "reconcile", fmt.Sprintf("removed a leftover %s sandbox of a %s actor", st, a.State), 0, nil)
-			return s.eng.Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
+			return s.engineOf(a).Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
 		}
 	}
 	return nil

@@ -20,14 +20,14 @@ func (s *Service) renameSandbox(ctx context.Context, o *operation) error {
 		return nil
 	}
 	return o.step(StepRenameSandbox, func() (string, error) {
-		st, err := s.eng.Status(ctx, o.actor.Sandbox)
+		st, err := s.engineOf(o.actor).Status(ctx, o.actor.Sandbox)
 		if err != nil {
 			return "", fmt.Errorf("the sandbox %s that an older stasisd made cannot be checked: %w", o.actor.Sandbox, err)
 		}
 		if st != runtime.StatusStopped {
 			return "", errdefs.Mark(fmt.Errorf("the sandbox %s that an older stasisd made is %s; delete the actor, or stop that sandbox, first", o.actor.Sandbox, st), errdefs.ErrFailedPrecondition)
 		}
-		if err := s.eng.Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+		if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
 			return "", err
 		}
 		if err := s.journal.SetActorSandbox(context.WithoutCancel(ctx), o.actor.ID, id); err != nil {

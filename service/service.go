@@ -22,10 +22,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/store"
 )
 
@@ -34,7 +36,12 @@ type Config struct {
 	// DataDir holds the journal, actor folders and local snapshots. It and
 	// everything in it is made readable by its owner only.
 	DataDir string
-	Engine  *engine.Engine
+	// Engine runs gVisor actors; MicroVM, when set, micro-VM actors
+	// (api.RuntimeMicroVM), and MicroVMUnavailable says why it is not, for
+	// the refusals of micro-VM templates and actors.
+	Engine             *engine.Engine
+	MicroVM            *engine.Engine
+	MicroVMUnavailable string
 	// Repo is the durable snapshot store, open; commits and golden
 	// snapshots go there. Or OpenStore opens it, at StoreLocation, when it
 	// can (OpenStore, KeepOpeningStore): stasisd serves while it cannot.
@@ -82,6 +89,7 @@ func (c Config) cleanupTimeout() time.Duration {
 type Service struct {
 	cfg     Config
 	eng     *engine.Engine
+	microVM *engine.Engine
 	journal *journal.Journal
 	metrics *Metrics
 	lease   *fleetLease
@@ -126,7 +134,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		j.Close()
 		return nil, err
 	}
-	s := &Service{cfg: cfg, eng: cfg.Engine, journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg), events: newEventFeed(), stager: st}
+	s := &Service{cfg: cfg, eng: cfg.Engine, microVM: newMicroVMEngine(cfg), journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg), events: newEventFeed(), stager: st}
 	if err := s.lease.load(ctx, j); err != nil {
 		j.Close()
 		return nil, err
@@ -212,5 +220,14 @@ func (s *Service) NodeInfo(ctx context.Context) (fingerprint.Fingerprint, error)
 	if s.cfg.Node == nil {
 		return fingerprint.Fingerprint{}, errors.New("this stasisd was started without a fingerprint reader")
 	}
-	return s.cfg.Node(ctx)
+	f, err := s.cfg.Node(ctx)
+	if err != nil {
+		return f, err
+	}
+	var rt runtime.Runtime
+	if s.cfg.MicroVM != nil {
+		rt = s.cfg.MicroVM.Runtime
+	}
+	f.Runtimes = append(f.Runtimes, fingerprint.Offer(api.RuntimeMicroVM, rt, s.cfg.microVMAbsence()))
+	return f, nil
 }

@@ -215,7 +215,7 @@ func (s *Service) pullStaged(ctx context.Context, name string) error {
 	}
 	// Staged for any actor that may start from it: a GPU snapshot for a
 	// GPU actor.
-	if _, err := s.eng.Compatible(ctx, engine.Actor{Name: name, GPU: m.GPU != nil}, m); err != nil {
+	if _, err := s.engineForSnapshot(m).Compatible(ctx, engine.Actor{Name: name, GPU: m.GPU != nil}, m); err != nil {
 		return fmt.Errorf("stored snapshot %s: %w", name, err)
 	}
 	if err := st.makeRoom(m.Size()); err != nil {
@@ -276,7 +276,7 @@ func (s *Service) resumeLocalCopy(ctx context.Context, o *operation, a engine.Ac
 		return nil, false, nil
 	}
 	o.note(fmt.Sprintf("%s is on this node (%s): resuming from it, nothing fetched", name, dir))
-	m, err := s.eng.Resume(ctx, a, dir, opts)
+	m, err := s.engineOf(o.actor).Resume(ctx, a, dir, opts)
 	release()
 	if errors.Is(err, errdefs.ErrCorrupt) || errors.Is(err, snapshot.ErrNoManifest) {
 		s.stager.drop(name)

@@ -30,7 +30,22 @@ func (s *Service) validate(t *api.Template) error {
 	if err := checkName("template", t.Name); err != nil {
 		return err
 	}
+	if err := s.runtimeOffered(*t); err != nil {
+		return err
+	}
+	if t.Runtime == "" {
+		t.Runtime = api.RuntimeGVisor
+	}
+	if t.Runtime == api.RuntimeMicroVM {
+		if err := s.validateVM(t); err != nil {
+			return err
+		}
+	}
 	switch {
+	case t.Runtime == api.RuntimeMicroVM && t.Bundle == "":
+		// validateVM checked the guest and the args.
+	case t.VM != nil:
+		return fmt.Errorf("%w: template %s: a vm section is for micro-VM templates (runtime %s)", ErrInvalid, t.Name, api.RuntimeMicroVM)
 	case (t.Bundle == "") == (t.Rootfs == ""):
 		return fmt.Errorf("%w: template %s: give either a bundle or a rootfs", ErrInvalid, t.Name)
 	case t.Bundle != "":
@@ -54,7 +69,7 @@ func (s *Service) validate(t *api.Template) error {
 	if t.GPUs < 0 || t.MemoryBytes < 0 || t.Probe.TimeoutSeconds < 0 {
 		return fmt.Errorf("%w: template %s: gpus, memoryBytes and probe.timeoutSeconds cannot be negative", ErrInvalid, t.Name)
 	}
-	if t.GPUs > 0 && s.cfg.Helper == "" {
+	if t.GPUs > 0 && s.cfg.Helper == "" && t.Runtime == api.RuntimeGVisor {
 		return fmt.Errorf("%w: template %s wants GPUs, and stasisd has no stasis-cuda helper to mount (start it with --helper)", ErrInvalid, t.Name)
 	}
 	for i, d := range t.Durable {
@@ -190,6 +205,11 @@ func (s *Service) loadBundle(t api.Template) (*specs.Spec, error) {
 	if spec.Root != nil && !filepath.IsAbs(spec.Root.Path) {
 		spec.Root.Path = filepath.Join(t.Bundle, spec.Root.Path)
 	}
+	// The actor's bundle is written elsewhere: a guest's kernel and
+	// initramfs are named from the template's folder.
+	if vm := spec.VM; vm != nil {
+		vm.Kernel.Path, vm.Kernel.InitRD = bundlePath(t.Bundle, vm.Kernel.Path), bundlePath(t.Bundle, vm.Kernel.InitRD)
+	}
 	return spec, nil
 }
 
@@ -207,6 +227,11 @@ func (s *Service) writeBundle(t api.Template, a journal.Actor) (engine.Actor, er
 	if t.Bundle != "" {
 		var err error
 		if spec, err = s.loadBundle(t); err != nil {
+			return engine.Actor{}, err
+		}
+	} else if t.VM != nil {
+		var err error
+		if spec, err = s.vmSpec(t); err != nil {
 			return engine.Actor{}, err
 		}
 	} else {
@@ -242,7 +267,9 @@ func (s *Service) writeBundle(t api.Template, a journal.Actor) (engine.Actor, er
 		}
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: d, Source: host, Type: "bind", Options: []string{"rbind", "rw"}})
 	}
-	if t.GPUs > 0 {
+	// A micro-VM gets its GPU as a device of its own, and its guest agent
+	// runs the GPU steps.
+	if t.GPUs > 0 && t.Runtime != api.RuntimeMicroVM {
 		if err := bundle.PrepareGPU(spec, s.cfg.Helper); err != nil {
 			return engine.Actor{}, err
 		}

@@ -42,7 +42,7 @@ func (s *Service) Warm(ctx context.Context, req api.WarmRequest) (api.Template, 
 }
 
 func (s *Service) takeGolden(ctx context.Context, o *operation, t api.Template) (outcome, error) {
-	m, err := s.eng.Suspend(ctx, s.engineActor(t, o.actor), engine.SuspendOptions{Dir: o.args.Dir, Scope: "Full", Observer: o.observer()})
+	m, err := s.engineOf(o.actor).Suspend(ctx, s.engineActor(t, o.actor), engine.SuspendOptions{Dir: o.args.Dir, Scope: "Full", Observer: o.observer()})
 	if m == nil {
 		_ = removeDir(o.args.Dir)
 		return s.afterFailure(ctx, o, err), err

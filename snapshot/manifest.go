@@ -13,6 +13,7 @@ import (
 
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/gpu"
+	"github.com/stasis-run/stasis/runtime"
 )
 
 // FormatVersion is the manifest format this package writes and reads.
@@ -47,6 +48,9 @@ type Manifest struct {
 	Runtime       Runtime   `json:"runtime"`
 	// GPU is set for snapshots of GPU actors.
 	GPU *GPU `json:"gpu,omitempty"`
+	// Guest is set for snapshots of VMs: the guest they hold and what it
+	// needs from the host that restores it.
+	Guest *runtime.Guest `json:"guest,omitempty"`
 	// Node is the fingerprint of the node the snapshot was taken on, which
 	// a restore is checked against (package compat).
 	Node *fingerprint.Fingerprint `json:"node,omitempty"`

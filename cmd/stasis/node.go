@@ -30,7 +30,16 @@ fingerprints are what "stasis snapshot check --node FILE" places snapshots on.`,
 			if err != nil {
 				return err
 			}
+			// The runtimes beside gVisor are stasisd's to run: what it
+			// found at start (QEMU, KVM or TCG, the agent's channel).
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+			defer cancel()
+			served, infoErr := g.client().NodeInfo(ctx)
+			f.Runtimes = served.Runtimes
 			text := describeNode(f)
+			if infoErr != nil {
+				text += fmt.Sprintf("micro-VMs:  unknown (stasisd does not answer at %s: it finds what it can run when it starts)\n", g.Socket)
+			}
 			if h, err := node.ReadHugePages(node.HugePagesDir); err != nil {
 				text += fmt.Sprintf("huge pages: unknown (%v)\n", err)
 			} else {
@@ -38,8 +47,6 @@ fingerprints are what "stasis snapshot check --node FILE" places snapshots on.`,
 			}
 			// What this node's stasisd says, when it answers (the JSON is
 			// the fingerprint alone, as other commands read it).
-			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
-			defer cancel()
 			if st, err := g.client().NodeStatus(ctx); err == nil {
 				text += describeStore(st.Store)
 				if st.Lease.Holder != "" {
@@ -157,6 +164,16 @@ func describeNode(f fingerprint.Fingerprint) string {
 		b.WriteString("checkpoint: the CUDA driver exports the checkpoint API\n")
 	} else {
 		fmt.Fprintf(&b, "checkpoint: unavailable (%s)\n", f.CheckpointAPI.Reason)
+	}
+	for _, o := range f.Runtimes {
+		if !o.Available {
+			fmt.Fprintf(&b, "%-11s not available: %s\n", o.Name+":", o.Reason)
+			continue
+		}
+		fmt.Fprintf(&b, "%-11s %s %s, platform %s\n", o.Name+":", o.Runtime.Name, o.Runtime.Version, o.Runtime.Platform)
+		for _, n := range o.Notes {
+			fmt.Fprintf(&b, "            %s\n", n)
+		}
 	}
 	fmt.Fprintf(&b, "class:      %s\n", f.Class())
 	return b.String()

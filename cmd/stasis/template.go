@@ -1,9 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -18,12 +19,35 @@ func newTemplate(g *globals) *cobra.Command {
 	var t api.Template
 	var memory, onPause, onCommit string
 	var probeTimeout float64
+	var vm api.VM
+	var devices []string
 	create := &cobra.Command{
-		Use:   "create NAME (--bundle DIR | --rootfs DIR -- ARGS...)",
-		Short: "Record a template: bundle or rootfs, GPUs, memory, durable folders, readiness probe, snapshot scopes",
-		Args:  cobra.MinimumNArgs(1),
+		Use:   "create NAME (--bundle DIR | --rootfs DIR -- ARGS... | --runtime microvm --kernel FILE --initramfs FILE -- ARGS...)",
+		Short: "Record a template: runtime, bundle, rootfs or guest, GPUs, memory, durable folders, readiness probe, snapshot scopes",
+		Long: `Create records a template. A gVisor template (the default runtime) runs an OCI bundle,
+or a root filesystem folder and the args after --. A micro-VM template (--runtime
+microvm) runs a bundle whose spec has a vm section, or boots --kernel and --initramfs
+(whose /init is stasis-agent: docs/microvm.md) and has the guest agent start the args
+after --; --memory is then the guest's memory, and --vm-device gives it PCI devices
+(a GPU: --vm-device gpu0=vfio-pci,host=0000:3b:00.0).`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t.Name, t.Args = args[0], args[1:]
+			if vm.Kernel != "" || vm.Initramfs != "" || len(vm.Cmdline) > 0 || vm.CPUs != 0 || len(devices) > 0 {
+				for _, d := range devices {
+					dev, err := parseVMDevice(d)
+					if err != nil {
+						return err
+					}
+					vm.Devices = append(vm.Devices, dev)
+				}
+				for _, p := range []*string{&vm.Kernel, &vm.Initramfs} {
+					if err := absolute(p); err != nil {
+						return err
+					}
+				}
+				t.VM = &vm
+			}
 			if memory != "" {
 				n, err := units.ParseBytes(memory)
 				if err != nil {
@@ -34,12 +58,8 @@ func newTemplate(g *globals) *cobra.Command {
 			t.Probe.TimeoutSeconds = probeTimeout
 			t.Snapshots = api.SnapshotConfig{OnPause: api.Scope(onPause), OnCommit: api.Scope(onCommit)}
 			for _, p := range []*string{&t.Bundle, &t.Rootfs} {
-				if *p != "" && !strings.HasPrefix(*p, "/") {
-					wd, err := os.Getwd()
-					if err != nil {
-						return err
-					}
-					*p = wd + "/" + *p
+				if err := absolute(p); err != nil {
+					return err
 				}
 			}
 			got, err := g.client().CreateTemplate(cmd.Context(), t)
@@ -50,6 +70,12 @@ func newTemplate(g *globals) *cobra.Command {
 		},
 	}
 	f := create.Flags()
+	f.StringVar(&t.Runtime, "runtime", api.RuntimeGVisor, "what runs the actors: gvisor or microvm (QEMU; stasis node info says whether this node runs it)")
+	f.StringVar(&vm.Kernel, "kernel", "", "micro-VM: the guest kernel")
+	f.StringVar(&vm.Initramfs, "initramfs", "", "micro-VM: the guest's initramfs, whose /init is stasis-agent (stasis-agent initramfs writes one)")
+	f.StringSliceVar(&vm.Cmdline, "cmdline", nil, "micro-VM: kernel parameters added to the console's (repeatable)")
+	f.IntVar(&vm.CPUs, "cpus", 0, "micro-VM: virtual CPUs (default 1)")
+	f.StringArrayVar(&devices, "vm-device", nil, "micro-VM: a PCI device, ID=DRIVER[,host=PCI-ADDRESS] (vfio-pci for a GPU passed through; repeatable)")
 	f.StringVar(&t.Bundle, "bundle", "", "OCI bundle folder the actors run")
 	f.StringVar(&t.Rootfs, "rootfs", "", "root filesystem folder; the process is given after --")
 	f.StringSliceVar(&t.Env, "env", nil, "environment variables (KEY=VALUE, repeatable)")
@@ -92,9 +118,9 @@ func newTemplate(g *globals) *cobra.Command {
 			}
 			var b strings.Builder
 			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "TEMPLATE\tGPUS\tMEMORY\tPAUSE\tCOMMIT\tGOLDEN")
+			fmt.Fprintln(w, "TEMPLATE\tRUNTIME\tGPUS\tMEMORY\tPAUSE\tCOMMIT\tGOLDEN")
 			for _, t := range list {
-				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.GPUs, limit(t.MemoryBytes), t.Snapshots.OnPause, t.Snapshots.OnCommit, orDash(t.Golden))
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, cmp.Or(t.Runtime, api.RuntimeGVisor), t.GPUs, limit(t.MemoryBytes), t.Snapshots.OnPause, t.Snapshots.OnCommit, orDash(t.Golden))
 			}
 			w.Flush()
 			if list == nil {
@@ -118,11 +144,45 @@ func newTemplate(g *globals) *cobra.Command {
 	return cmd
 }
 
+// absolute makes a path given relative to the working folder absolute, as
+// stasisd, elsewhere, needs it.
+func absolute(p *string) error {
+	if *p == "" || filepath.IsAbs(*p) {
+		return nil
+	}
+	abs, err := filepath.Abs(*p)
+	*p = abs
+	return err
+}
+
+// parseVMDevice reads ID=DRIVER[,host=ADDRESS].
+func parseVMDevice(s string) (api.Device, error) {
+	id, rest, ok := strings.Cut(s, "=")
+	driver, props, _ := strings.Cut(rest, ",")
+	d := api.Device{ID: id, Driver: driver}
+	if !ok || id == "" || driver == "" {
+		return d, fmt.Errorf("--vm-device %q: want ID=DRIVER[,host=PCI-ADDRESS], such as gpu0=vfio-pci,host=0000:3b:00.0", s)
+	}
+	if props != "" {
+		k, v, ok := strings.Cut(props, "=")
+		if !ok {
+			return d, fmt.Errorf("--vm-device %q: property %q: want KEY=VALUE", s, props)
+		}
+		d.Props = map[string]string{k: v}
+	}
+	return d, nil
+}
+
 func describeTemplate(t api.Template) string {
 	source := "bundle " + t.Bundle
-	if t.Bundle == "" {
+	switch {
+	case t.Bundle != "":
+	case t.VM != nil:
+		source = fmt.Sprintf("kernel %s, initramfs %s, args %q", t.VM.Kernel, t.VM.Initramfs, t.Args)
+	default:
 		source = fmt.Sprintf("rootfs %s, args %q", t.Rootfs, t.Args)
 	}
+	source = cmp.Or(t.Runtime, api.RuntimeGVisor) + ", " + source
 	return fmt.Sprintf("template %s: %s; %d GPU(s), memory %s, durable %v; snapshots on pause %s, on commit %s; golden %s\n",
 		t.Name, source, t.GPUs, limit(t.MemoryBytes), t.Durable, t.Snapshots.OnPause, t.Snapshots.OnCommit, orDash(t.Golden))
 }

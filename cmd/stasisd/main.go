@@ -41,6 +41,7 @@ type options struct {
 	stageBudget                            string
 	hostPaths, deadlines                   []string
 	noStore, allowHostRoot                 bool
+	microVM                                compose.MicroVMOptions
 }
 
 func main() {
@@ -88,6 +89,7 @@ line win).`,
 	cmd.SetVersionTemplate("stasisd {{.Version}}\n")
 	f := cmd.Flags()
 	o.Options.Register(f)
+	o.microVM.RegisterMicroVM(f)
 	f.StringVar(&config, "config", "", "config file of \"name = value\" lines, one per flag (see packaging/stasisd.conf)")
 	f.StringVar(&o.socketMode, "socket-mode", "0600", "permissions of the socket (octal); whoever can open it can run sandboxes (docs/service.md, trust model)")
 	f.BoolVar(&o.noStore, "no-store", false, "keep every snapshot on this node; suspend stores nothing")
@@ -175,6 +177,19 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	vmEngine, noVM, err := o.MicroVMEngine(ctx, o.microVM)
+	if err != nil {
+		return err
+	}
+	if vmEngine != nil {
+		var notes []string
+		if n, ok := vmEngine.Runtime.(interface{ Notes() []string }); ok {
+			notes = n.Notes()
+		}
+		log.Info("micro-VM actors run here", "runtime", vmEngine.Runtime.Info(), "notes", notes)
+	} else {
+		log.Info("no micro-VM actors on this node", "reason", noVM)
+	}
 	// The store is opened once stasisd is up, and again in the background
 	// while it is out of reach: stasisd serves whatever state it is in.
 	var openStore func(context.Context) (*store.Repository, error)
@@ -204,17 +219,19 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		}
 	}
 	svc, err := service.New(ctx, service.Config{
-		DataDir:       o.DataDir,
-		Engine:        eng,
-		OpenStore:     openStore,
-		StoreLocation: storeAt,
-		Helper:        helperPath(o.helper),
-		Log:           log,
-		Failpoint:     os.Getenv("STASIS_FAILPOINT"),
-		Deadlines:     deadlines,
-		HostPaths:     policy,
-		KeepPaused:    keep,
-		StageBudget:   stageBudget,
+		DataDir:            o.DataDir,
+		Engine:             eng,
+		MicroVM:            vmEngine,
+		MicroVMUnavailable: noVM,
+		OpenStore:          openStore,
+		StoreLocation:      storeAt,
+		Helper:             helperPath(o.helper),
+		Log:                log,
+		Failpoint:          os.Getenv("STASIS_FAILPOINT"),
+		Deadlines:          deadlines,
+		HostPaths:          policy,
+		KeepPaused:         keep,
+		StageBudget:        stageBudget,
 		Node: func(ctx context.Context) (fingerprint.Fingerprint, error) {
 			return eng.Fingerprint(ctx)
 		},

@@ -41,6 +41,13 @@ func (f files) console() string { return filepath.Join(f.dir, "console.log") }
 // maxSocketPath is what a unix socket address holds, less its NUL.
 const maxSocketPath = 107
 
+// machineType is the machine every VM gets, and cpuModel the CPU model
+// QEMU gives it when no -cpu is given: a snapshot records both.
+const (
+	machineType = "pc"
+	cpuModel    = "qemu64"
+)
+
 // launch describes one QEMU process.
 type launch struct {
 	spec       Spec
@@ -63,7 +70,7 @@ func (l launch) args() []string {
 	}
 	console := "file,id=" + consoleID + ",append=on,path=" + escape(l.consoleLog)
 	args := []string{
-		"-machine", "pc,accel=" + l.accel,
+		"-machine", machineType + ",accel=" + l.accel,
 		"-m", fmt.Sprintf("%dM", l.spec.MemoryBytes>>20),
 		"-smp", strconv.Itoa(l.spec.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",

@@ -72,6 +72,7 @@ var _ interface {
 	runtime.Runtime
 	runtime.DeviceHolder
 	runtime.GPUAgent
+	runtime.GuestReporter
 } = (*Runtime)(nil)
 
 // New checks the QEMU binary and the state folder.
@@ -129,6 +130,23 @@ func chooseAccel(ctx context.Context, qemu, kernel string) (accel, reason string
 
 // AccelReason says why the runtime runs guests with its accelerator.
 func (r *Runtime) AccelReason() string { return r.cfg.Accel + ": " + r.accelReason }
+
+// vhostVsock is the host device a vsock channel to a guest needs.
+const vhostVsock = "/dev/vhost-vsock"
+
+// AgentChannel says how the host reaches the guest agent here, and why.
+func (r *Runtime) AgentChannel() string {
+	if _, err := os.Stat(vhostVsock); err != nil {
+		return "virtio-serial port " + agent.PortName + " (no " + vhostVsock + " on this host for vsock)"
+	}
+	return "virtio-serial port " + agent.PortName + " (" + vhostVsock + " is here, but the agent does not speak vsock yet)"
+}
+
+// Notes say what the runtime chose on this node and why: the accelerator
+// and the guest agent's channel.
+func (r *Runtime) Notes() []string {
+	return []string{"accelerator " + r.AccelReason(), "guest agent over " + r.AgentChannel()}
+}
 
 // Info names QEMU's build and accelerator: a snapshot restores only into
 // the same QEMU (its migration format is not stable across versions).
@@ -309,6 +327,21 @@ func (r *Runtime) Facts(ctx context.Context, id string) (*agent.Facts, error) {
 		return nil, fmt.Errorf("VM %s: %w", id, err)
 	}
 	return rep.Facts, nil
+}
+
+// Guest is what a snapshot of VM id records of it: QEMU's build and
+// accelerator, the machine, and what the agent reports of the guest.
+func (r *Runtime) Guest(ctx context.Context, id string) (runtime.Guest, error) {
+	st, err := r.load(id)
+	if err != nil {
+		return runtime.Guest{}, err
+	}
+	f, err := r.Facts(ctx, id)
+	if err != nil {
+		return runtime.Guest{}, err
+	}
+	return runtime.Guest{VMM: r.version, Accelerator: r.cfg.Accel, Machine: machineType, CPUModel: cpuModel, CPUs: st.Spec.CPUs,
+		MemoryBytes: st.Spec.MemoryBytes, Kernel: f.Kernel, NVIDIADriver: f.NVIDIADriver}, nil
 }
 
 // MemoryUsage is the guest's memory in use: what a snapshot holds besides

@@ -12,6 +12,7 @@
 package runtimetest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +57,9 @@ type Runtime struct {
 	Caps  runtime.Capabilities
 	// GPUABI is the driver ABI Info reports GPU sandboxes run with.
 	GPUABI string
+	// Name is the name Info reports; "fake" when empty (a second fake
+	// standing in for another runtime takes another).
+	Name string
 	// LastCheckpoint and LastRestore are the options the last calls got.
 	LastCheckpoint runtime.CheckpointOptions
 	LastRestore    runtime.RestoreOptions
@@ -114,7 +118,7 @@ func (r *Runtime) Put(id string, s *Sandbox) {
 func (r *Runtime) Capabilities() runtime.Capabilities { return r.Caps }
 
 func (r *Runtime) Info() runtime.Info {
-	return runtime.Info{Name: "fake", Version: "1", Platform: "memory", GPUABI: r.GPUABI}
+	return runtime.Info{Name: cmp.Or(r.Name, "fake"), Version: "1", Platform: "memory", GPUABI: r.GPUABI}
 }
 
 func (r *Runtime) Create(ctx context.Context, id, bundle string, _ runtime.CreateOptions) error {

@@ -102,8 +102,12 @@ type Template struct {
 	Snapshots *SnapshotConfig `protobuf:"bytes,10,opt,name=snapshots,proto3" json:"snapshots,omitempty"`
 	// golden is the snapshot new actors start from, once warmed (set by
 	// stasisd).
-	Golden        string                 `protobuf:"bytes,11,opt,name=golden,proto3" json:"golden,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Golden    string                 `protobuf:"bytes,11,opt,name=golden,proto3" json:"golden,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// runtime runs the actors: gvisor (also when empty) or microvm.
+	Runtime string `protobuf:"bytes,13,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// vm is the guest of a micro-VM template without a bundle.
+	Vm            *VM `protobuf:"bytes,14,opt,name=vm,proto3" json:"vm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -222,6 +226,160 @@ func (x *Template) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Template) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *Template) GetVm() *VM {
+	if x != nil {
+		return x.Vm
+	}
+	return nil
+}
+
+// VM is a micro-VM's guest: the kernel and initramfs it boots, its kernel
+// parameters, CPUs and PCI devices.
+type VM struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kernel        string                 `protobuf:"bytes,1,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	Initramfs     string                 `protobuf:"bytes,2,opt,name=initramfs,proto3" json:"initramfs,omitempty"`
+	Cmdline       []string               `protobuf:"bytes,3,rep,name=cmdline,proto3" json:"cmdline,omitempty"`
+	Cpus          int32                  `protobuf:"varint,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	Devices       []*Device              `protobuf:"bytes,5,rep,name=devices,proto3" json:"devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VM) Reset() {
+	*x = VM{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VM) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VM) ProtoMessage() {}
+
+func (x *VM) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VM.ProtoReflect.Descriptor instead.
+func (*VM) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *VM) GetKernel() string {
+	if x != nil {
+		return x.Kernel
+	}
+	return ""
+}
+
+func (x *VM) GetInitramfs() string {
+	if x != nil {
+		return x.Initramfs
+	}
+	return ""
+}
+
+func (x *VM) GetCmdline() []string {
+	if x != nil {
+		return x.Cmdline
+	}
+	return nil
+}
+
+func (x *VM) GetCpus() int32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+func (x *VM) GetDevices() []*Device {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+// Device is a PCI device a micro-VM gets: a GPU passed through (driver
+// vfio-pci, props host), or a stand-in.
+type Device struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Driver        string                 `protobuf:"bytes,2,opt,name=driver,proto3" json:"driver,omitempty"`
+	Props         map[string]string      `protobuf:"bytes,3,rep,name=props,proto3" json:"props,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Device) Reset() {
+	*x = Device{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Device) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Device) ProtoMessage() {}
+
+func (x *Device) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Device.ProtoReflect.Descriptor instead.
+func (*Device) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Device) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Device) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *Device) GetProps() map[string]string {
+	if x != nil {
+		return x.Props
+	}
+	return nil
+}
+
 // Probe says when an actor is ready: a command that exits 0 inside the
 // sandbox, or a URL that answers 2xx.
 type Probe struct {
@@ -235,7 +393,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +405,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +418,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{2}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Probe) GetCommand() []string {
@@ -297,7 +455,7 @@ type SnapshotConfig struct {
 
 func (x *SnapshotConfig) Reset() {
 	*x = SnapshotConfig{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +467,7 @@ func (x *SnapshotConfig) String() string {
 func (*SnapshotConfig) ProtoMessage() {}
 
 func (x *SnapshotConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +480,7 @@ func (x *SnapshotConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotConfig.ProtoReflect.Descriptor instead.
 func (*SnapshotConfig) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{3}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SnapshotConfig) GetOnPause() string {
@@ -354,16 +512,18 @@ type Actor struct {
 	// snapshot is the actor's latest good snapshot, which resume uses.
 	Snapshot *Snapshot `protobuf:"bytes,6,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// operation is the operation in flight, if any.
-	Operation     *Operation             `protobuf:"bytes,7,opt,name=operation,proto3" json:"operation,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Operation *Operation             `protobuf:"bytes,7,opt,name=operation,proto3" json:"operation,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// runtime is the runtime its template named when it was made.
+	Runtime       string `protobuf:"bytes,10,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +535,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +548,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{4}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Actor) GetId() string {
@@ -454,6 +614,13 @@ func (x *Actor) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Actor) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
 // Operation is an operation on an actor.
 type Operation struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -473,7 +640,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +652,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +665,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{5}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Operation) GetId() string {
@@ -579,7 +746,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +758,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +771,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{6}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Snapshot) GetId() string {
@@ -687,7 +854,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +866,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +879,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{7}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -784,7 +951,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +963,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +976,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{8}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunRequest) GetTemplate() string {
@@ -858,7 +1025,7 @@ type OpRequest struct {
 
 func (x *OpRequest) Reset() {
 	*x = OpRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1037,7 @@ func (x *OpRequest) String() string {
 func (*OpRequest) ProtoMessage() {}
 
 func (x *OpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1050,7 @@ func (x *OpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRequest.ProtoReflect.Descriptor instead.
 func (*OpRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{9}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpRequest) GetId() string {
@@ -912,7 +1079,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1091,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1104,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{10}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteRequest) GetId() string {
@@ -973,7 +1140,7 @@ type Deleted struct {
 
 func (x *Deleted) Reset() {
 	*x = Deleted{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1152,7 @@ func (x *Deleted) String() string {
 func (*Deleted) ProtoMessage() {}
 
 func (x *Deleted) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1165,7 @@ func (x *Deleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deleted.ProtoReflect.Descriptor instead.
 func (*Deleted) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{11}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Deleted) GetId() string {
@@ -1032,7 +1199,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1211,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1224,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{12}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WarmRequest) GetTemplate() string {
@@ -1083,7 +1250,7 @@ type TemplateName struct {
 
 func (x *TemplateName) Reset() {
 	*x = TemplateName{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1262,7 @@ func (x *TemplateName) String() string {
 func (*TemplateName) ProtoMessage() {}
 
 func (x *TemplateName) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1275,7 @@ func (x *TemplateName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateName.ProtoReflect.Descriptor instead.
 func (*TemplateName) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{13}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TemplateName) GetName() string {
@@ -1127,7 +1294,7 @@ type Templates struct {
 
 func (x *Templates) Reset() {
 	*x = Templates{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1306,7 @@ func (x *Templates) String() string {
 func (*Templates) ProtoMessage() {}
 
 func (x *Templates) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1319,7 @@ func (x *Templates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Templates.ProtoReflect.Descriptor instead.
 func (*Templates) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{14}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Templates) GetTemplates() []*Template {
@@ -1171,7 +1338,7 @@ type ActorID struct {
 
 func (x *ActorID) Reset() {
 	*x = ActorID{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1350,7 @@ func (x *ActorID) String() string {
 func (*ActorID) ProtoMessage() {}
 
 func (x *ActorID) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1363,7 @@ func (x *ActorID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorID.ProtoReflect.Descriptor instead.
 func (*ActorID) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{15}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ActorID) GetId() string {
@@ -1215,7 +1382,7 @@ type Actors struct {
 
 func (x *Actors) Reset() {
 	*x = Actors{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1394,7 @@ func (x *Actors) String() string {
 func (*Actors) ProtoMessage() {}
 
 func (x *Actors) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1407,7 @@ func (x *Actors) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actors.ProtoReflect.Descriptor instead.
 func (*Actors) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{16}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Actors) GetActors() []*Actor {
@@ -1261,7 +1428,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1440,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1453,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{17}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecRequest) GetId() string {
@@ -1314,7 +1481,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1493,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1506,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{18}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecResult) GetExitCode() int32 {
@@ -1374,7 +1541,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1553,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1566,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{19}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -1428,7 +1595,7 @@ type Events struct {
 
 func (x *Events) Reset() {
 	*x = Events{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1607,7 @@ func (x *Events) String() string {
 func (*Events) ProtoMessage() {}
 
 func (x *Events) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1620,7 @@ func (x *Events) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Events.ProtoReflect.Descriptor instead.
 func (*Events) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{20}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Events) GetEvents() []*Event {
@@ -1480,7 +1647,7 @@ type SnapshotsRequest struct {
 
 func (x *SnapshotsRequest) Reset() {
 	*x = SnapshotsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1659,7 @@ func (x *SnapshotsRequest) String() string {
 func (*SnapshotsRequest) ProtoMessage() {}
 
 func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1672,7 @@ func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{21}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SnapshotsRequest) GetActor() string {
@@ -1524,7 +1691,7 @@ type Snapshots struct {
 
 func (x *Snapshots) Reset() {
 	*x = Snapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1703,7 @@ func (x *Snapshots) String() string {
 func (*Snapshots) ProtoMessage() {}
 
 func (x *Snapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1716,7 @@ func (x *Snapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshots.ProtoReflect.Descriptor instead.
 func (*Snapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{22}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Snapshots) GetSnapshots() []*Snapshot {
@@ -1568,7 +1735,7 @@ type SnapshotID struct {
 
 func (x *SnapshotID) Reset() {
 	*x = SnapshotID{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1747,7 @@ func (x *SnapshotID) String() string {
 func (*SnapshotID) ProtoMessage() {}
 
 func (x *SnapshotID) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1760,7 @@ func (x *SnapshotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotID.ProtoReflect.Descriptor instead.
 func (*SnapshotID) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{23}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotID) GetId() string {
@@ -1622,7 +1789,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1801,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1814,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{24}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeaseRequest) GetHolder() string {
@@ -1691,7 +1858,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1870,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1883,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{25}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Lease) GetHolder() string {
@@ -1771,7 +1938,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1950,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1963,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Command) GetArgs() []string {
@@ -1828,7 +1995,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +2007,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +2020,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StoreStatus) GetLocation() string {
@@ -1936,7 +2103,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2115,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2128,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeStatus) GetStore() *StoreStatus {
@@ -1988,7 +2155,7 @@ type StageRequest struct {
 
 func (x *StageRequest) Reset() {
 	*x = StageRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2167,7 @@ func (x *StageRequest) String() string {
 func (*StageRequest) ProtoMessage() {}
 
 func (x *StageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2180,7 @@ func (x *StageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
 func (*StageRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StageRequest) GetName() string {
@@ -2041,7 +2208,7 @@ type StagedSnapshot struct {
 
 func (x *StagedSnapshot) Reset() {
 	*x = StagedSnapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2220,7 @@ func (x *StagedSnapshot) String() string {
 func (*StagedSnapshot) ProtoMessage() {}
 
 func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2233,7 @@ func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshot.ProtoReflect.Descriptor instead.
 func (*StagedSnapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StagedSnapshot) GetName() string {
@@ -2120,7 +2287,7 @@ type StagedSnapshots struct {
 
 func (x *StagedSnapshots) Reset() {
 	*x = StagedSnapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2299,7 @@ func (x *StagedSnapshots) String() string {
 func (*StagedSnapshots) ProtoMessage() {}
 
 func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2312,7 @@ func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshots.ProtoReflect.Descriptor instead.
 func (*StagedSnapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StagedSnapshots) GetStaged() []*StagedSnapshot {
@@ -2160,7 +2327,7 @@ var File_stasis_v1_stasis_proto protoreflect.FileDescriptor
 const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"\x16stasis/v1/stasis.proto\x12\tstasis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\a\n" +
-	"\x05Empty\"\xf9\x02\n" +
+	"\x05Empty\"\xb2\x03\n" +
 	"\bTemplate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06bundle\x18\x02 \x01(\tR\x06bundle\x12\x16\n" +
@@ -2175,14 +2342,30 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	" \x01(\v2\x19.stasis.v1.SnapshotConfigR\tsnapshots\x12\x16\n" +
 	"\x06golden\x18\v \x01(\tR\x06golden\x129\n" +
 	"\n" +
-	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\\\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x18\n" +
+	"\aruntime\x18\r \x01(\tR\aruntime\x12\x1d\n" +
+	"\x02vm\x18\x0e \x01(\v2\r.stasis.v1.VMR\x02vm\"\x95\x01\n" +
+	"\x02VM\x12\x16\n" +
+	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x12\x1c\n" +
+	"\tinitramfs\x18\x02 \x01(\tR\tinitramfs\x12\x18\n" +
+	"\acmdline\x18\x03 \x03(\tR\acmdline\x12\x12\n" +
+	"\x04cpus\x18\x04 \x01(\x05R\x04cpus\x12+\n" +
+	"\adevices\x18\x05 \x03(\v2\x11.stasis.v1.DeviceR\adevices\"\x9e\x01\n" +
+	"\x06Device\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06driver\x18\x02 \x01(\tR\x06driver\x122\n" +
+	"\x05props\x18\x03 \x03(\v2\x1c.stasis.v1.Device.PropsEntryR\x05props\x1a8\n" +
+	"\n" +
+	"PropsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
 	"\x05Probe\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12'\n" +
 	"\x0ftimeout_seconds\x18\x03 \x01(\x01R\x0etimeoutSeconds\"H\n" +
 	"\x0eSnapshotConfig\x12\x19\n" +
 	"\bon_pause\x18\x01 \x01(\tR\aonPause\x12\x1b\n" +
-	"\ton_commit\x18\x02 \x01(\tR\bonCommit\"\xd6\x02\n" +
+	"\ton_commit\x18\x02 \x01(\tR\bonCommit\"\xf0\x02\n" +
 	"\x05Actor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x14\n" +
@@ -2194,7 +2377,9 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x81\x02\n" +
+	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
+	"\aruntime\x18\n" +
+	" \x01(\tR\aruntime\"\x81\x02\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
@@ -2366,117 +2551,123 @@ func file_stasis_v1_stasis_proto_rawDescGZIP() []byte {
 	return file_stasis_v1_stasis_proto_rawDescData
 }
 
-var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Empty)(nil),                 // 0: stasis.v1.Empty
 	(*Template)(nil),              // 1: stasis.v1.Template
-	(*Probe)(nil),                 // 2: stasis.v1.Probe
-	(*SnapshotConfig)(nil),        // 3: stasis.v1.SnapshotConfig
-	(*Actor)(nil),                 // 4: stasis.v1.Actor
-	(*Operation)(nil),             // 5: stasis.v1.Operation
-	(*Snapshot)(nil),              // 6: stasis.v1.Snapshot
-	(*Event)(nil),                 // 7: stasis.v1.Event
-	(*RunRequest)(nil),            // 8: stasis.v1.RunRequest
-	(*OpRequest)(nil),             // 9: stasis.v1.OpRequest
-	(*DeleteRequest)(nil),         // 10: stasis.v1.DeleteRequest
-	(*Deleted)(nil),               // 11: stasis.v1.Deleted
-	(*WarmRequest)(nil),           // 12: stasis.v1.WarmRequest
-	(*TemplateName)(nil),          // 13: stasis.v1.TemplateName
-	(*Templates)(nil),             // 14: stasis.v1.Templates
-	(*ActorID)(nil),               // 15: stasis.v1.ActorID
-	(*Actors)(nil),                // 16: stasis.v1.Actors
-	(*ExecRequest)(nil),           // 17: stasis.v1.ExecRequest
-	(*ExecResult)(nil),            // 18: stasis.v1.ExecResult
-	(*EventsRequest)(nil),         // 19: stasis.v1.EventsRequest
-	(*Events)(nil),                // 20: stasis.v1.Events
-	(*SnapshotsRequest)(nil),      // 21: stasis.v1.SnapshotsRequest
-	(*Snapshots)(nil),             // 22: stasis.v1.Snapshots
-	(*SnapshotID)(nil),            // 23: stasis.v1.SnapshotID
-	(*LeaseRequest)(nil),          // 24: stasis.v1.LeaseRequest
-	(*Lease)(nil),                 // 25: stasis.v1.Lease
-	(*Command)(nil),               // 26: stasis.v1.Command
-	(*StoreStatus)(nil),           // 27: stasis.v1.StoreStatus
-	(*NodeStatus)(nil),            // 28: stasis.v1.NodeStatus
-	(*StageRequest)(nil),          // 29: stasis.v1.StageRequest
-	(*StagedSnapshot)(nil),        // 30: stasis.v1.StagedSnapshot
-	(*StagedSnapshots)(nil),       // 31: stasis.v1.StagedSnapshots
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 33: google.protobuf.Struct
+	(*VM)(nil),                    // 2: stasis.v1.VM
+	(*Device)(nil),                // 3: stasis.v1.Device
+	(*Probe)(nil),                 // 4: stasis.v1.Probe
+	(*SnapshotConfig)(nil),        // 5: stasis.v1.SnapshotConfig
+	(*Actor)(nil),                 // 6: stasis.v1.Actor
+	(*Operation)(nil),             // 7: stasis.v1.Operation
+	(*Snapshot)(nil),              // 8: stasis.v1.Snapshot
+	(*Event)(nil),                 // 9: stasis.v1.Event
+	(*RunRequest)(nil),            // 10: stasis.v1.RunRequest
+	(*OpRequest)(nil),             // 11: stasis.v1.OpRequest
+	(*DeleteRequest)(nil),         // 12: stasis.v1.DeleteRequest
+	(*Deleted)(nil),               // 13: stasis.v1.Deleted
+	(*WarmRequest)(nil),           // 14: stasis.v1.WarmRequest
+	(*TemplateName)(nil),          // 15: stasis.v1.TemplateName
+	(*Templates)(nil),             // 16: stasis.v1.Templates
+	(*ActorID)(nil),               // 17: stasis.v1.ActorID
+	(*Actors)(nil),                // 18: stasis.v1.Actors
+	(*ExecRequest)(nil),           // 19: stasis.v1.ExecRequest
+	(*ExecResult)(nil),            // 20: stasis.v1.ExecResult
+	(*EventsRequest)(nil),         // 21: stasis.v1.EventsRequest
+	(*Events)(nil),                // 22: stasis.v1.Events
+	(*SnapshotsRequest)(nil),      // 23: stasis.v1.SnapshotsRequest
+	(*Snapshots)(nil),             // 24: stasis.v1.Snapshots
+	(*SnapshotID)(nil),            // 25: stasis.v1.SnapshotID
+	(*LeaseRequest)(nil),          // 26: stasis.v1.LeaseRequest
+	(*Lease)(nil),                 // 27: stasis.v1.Lease
+	(*Command)(nil),               // 28: stasis.v1.Command
+	(*StoreStatus)(nil),           // 29: stasis.v1.StoreStatus
+	(*NodeStatus)(nil),            // 30: stasis.v1.NodeStatus
+	(*StageRequest)(nil),          // 31: stasis.v1.StageRequest
+	(*StagedSnapshot)(nil),        // 32: stasis.v1.StagedSnapshot
+	(*StagedSnapshots)(nil),       // 33: stasis.v1.StagedSnapshots
+	nil,                           // 34: stasis.v1.Device.PropsEntry
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 36: google.protobuf.Struct
 }
 var file_stasis_v1_stasis_proto_depIdxs = []int32{
-	2,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
-	3,  // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
-	32, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 3: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
-	5,  // 4: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
-	32, // 5: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
-	32, // 6: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 7: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	32, // 8: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	32, // 9: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	32, // 10: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
-	1,  // 11: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
-	4,  // 12: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
-	7,  // 13: stasis.v1.Events.events:type_name -> stasis.v1.Event
-	6,  // 14: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
-	32, // 15: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
-	26, // 16: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
-	32, // 17: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
-	27, // 18: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
-	25, // 19: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
-	32, // 20: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
-	30, // 21: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
-	1,  // 22: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
-	13, // 23: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
-	12, // 24: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
-	0,  // 25: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
-	8,  // 26: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
-	0,  // 27: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
-	15, // 28: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
-	9,  // 29: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
-	9,  // 30: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
-	9,  // 31: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
-	10, // 32: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
-	17, // 33: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
-	19, // 34: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
-	19, // 35: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
-	21, // 36: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
-	23, // 37: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
-	29, // 38: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
-	0,  // 39: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
-	0,  // 40: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
-	0,  // 41: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
-	24, // 42: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
-	0,  // 43: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
-	0,  // 44: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
-	1,  // 45: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
-	0,  // 46: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
-	1,  // 47: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
-	14, // 48: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
-	4,  // 49: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
-	16, // 50: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
-	4,  // 51: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
-	4,  // 52: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
-	4,  // 53: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
-	4,  // 54: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
-	11, // 55: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
-	18, // 56: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
-	20, // 57: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
-	7,  // 58: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
-	22, // 59: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
-	6,  // 60: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
-	30, // 61: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
-	31, // 62: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
-	33, // 63: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
-	28, // 64: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
-	25, // 65: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
-	25, // 66: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
-	25, // 67: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
-	45, // [45:68] is the sub-list for method output_type
-	22, // [22:45] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	4,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
+	5,  // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
+	35, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 3: stasis.v1.Template.vm:type_name -> stasis.v1.VM
+	3,  // 4: stasis.v1.VM.devices:type_name -> stasis.v1.Device
+	34, // 5: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
+	8,  // 6: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
+	7,  // 7: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
+	35, // 8: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
+	35, // 9: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 10: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	35, // 11: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	35, // 12: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	35, // 13: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
+	1,  // 14: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
+	6,  // 15: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
+	9,  // 16: stasis.v1.Events.events:type_name -> stasis.v1.Event
+	8,  // 17: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
+	35, // 18: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
+	28, // 19: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
+	35, // 20: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
+	29, // 21: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
+	27, // 22: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
+	35, // 23: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
+	32, // 24: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
+	1,  // 25: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
+	15, // 26: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
+	14, // 27: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
+	0,  // 28: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
+	10, // 29: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
+	0,  // 30: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
+	17, // 31: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
+	11, // 32: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
+	11, // 33: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
+	11, // 34: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
+	12, // 35: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
+	19, // 36: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
+	21, // 37: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
+	21, // 38: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
+	23, // 39: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
+	25, // 40: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
+	31, // 41: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
+	0,  // 42: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
+	0,  // 43: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
+	0,  // 44: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
+	26, // 45: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
+	0,  // 46: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
+	0,  // 47: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
+	1,  // 48: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
+	0,  // 49: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
+	1,  // 50: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
+	16, // 51: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
+	6,  // 52: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
+	18, // 53: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
+	6,  // 54: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
+	6,  // 55: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
+	6,  // 56: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
+	6,  // 57: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
+	13, // 58: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
+	20, // 59: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
+	22, // 60: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
+	9,  // 61: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
+	24, // 62: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
+	8,  // 63: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
+	32, // 64: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
+	33, // 65: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
+	36, // 66: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
+	30, // 67: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
+	27, // 68: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
+	27, // 69: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
+	27, // 70: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
+	48, // [48:71] is the sub-list for method output_type
+	25, // [25:48] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_stasis_v1_stasis_proto_init() }
@@ -2490,7 +2681,7 @@ func file_stasis_v1_stasis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stasis_v1_stasis_proto_rawDesc), len(file_stasis_v1_stasis_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
