@@ -40,7 +40,7 @@ func (t Template) Wire() *stasisv1.Template {
 		Probe:     &stasisv1.Probe{Command: t.Probe.Command, Url: t.Probe.URL, TimeoutSeconds: t.Probe.TimeoutSeconds},
 		Snapshots: &stasisv1.SnapshotConfig{OnPause: string(t.Snapshots.OnPause), OnCommit: string(t.Snapshots.OnCommit)},
 		Golden:    t.Golden, CreatedAt: timestamp(t.CreatedAt),
-		Runtime:   t.Runtime, Vm: t.VM.wire(),
+		Runtime: t.Runtime, Vm: t.VM.wire(),
 	}
 }
 
@@ -73,7 +73,7 @@ func TemplateFromWire(m *stasisv1.Template) Template {
 		Probe:     Probe{Command: m.GetProbe().GetCommand(), URL: m.GetProbe().GetUrl(), TimeoutSeconds: m.GetProbe().GetTimeoutSeconds()},
 		Snapshots: SnapshotConfig{OnPause: Scope(m.GetSnapshots().GetOnPause()), OnCommit: Scope(m.GetSnapshots().GetOnCommit())},
 		Golden:    m.GetGolden(), CreatedAt: timeOf(m.GetCreatedAt()),
-		Runtime:   m.GetRuntime(), VM: vmFromWire(m.GetVm()),
+		Runtime: m.GetRuntime(), VM: vmFromWire(m.GetVm()),
 	}
 }
 
