@@ -32,6 +32,12 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	if id == "" {
 		id = a.ID
 	}
+	if _, vm := e.Runtime.(runtime.GuestReporter); vm && opts.Verify == VerifyWhileRestoring {
+		// A VM's restore loads the whole migration stream and runs the
+		// guest at once: nothing is won by hashing alongside, and a guest
+		// must not run on memory that is not the snapshot's.
+		opts.Verify = VerifyBlocks
+	}
 	err = o.step(StepVerify, func() (string, error) {
 		if opts.Checked != nil {
 			if err := snapshot.CheckFiles(ctx, dir, opts.Checked); err != nil {

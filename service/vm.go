@@ -79,10 +79,11 @@ func (s *Service) validateVM(t *api.Template) error {
 }
 
 // vmDrivers are the device drivers a micro-VM template may name: a GPU
-// passed through, and the stand-in the tests detach and attach. Any other
-// QEMU device could reach the host (a file, a socket, a network), so it is
-// refused.
-var vmDrivers = map[string]bool{"vfio-pci": true, "virtio-rng-pci": true}
+// passed through, and the stand-ins the tests detach and attach where a
+// GPU would be (without properties neither reaches anything on the host).
+// Any other QEMU device could reach the host (a file, a socket, a
+// network), so it is refused.
+var vmDrivers = map[string]bool{"vfio-pci": true, "virtio-rng-pci": true, "virtio-serial-pci": true}
 
 var pciAddress = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 
@@ -97,7 +98,7 @@ func checkVMDevices(devices []api.Device) error {
 		}
 		seen[d.ID] = true
 		if !vmDrivers[d.Driver] {
-			return fmt.Errorf("%w: device %s: driver %q: a micro-VM template may give vfio-pci (a GPU passed through) or virtio-rng-pci", ErrForbidden, d.ID, d.Driver)
+			return fmt.Errorf("%w: device %s: driver %q: a micro-VM template may give vfio-pci (a GPU passed through), or virtio-rng-pci or virtio-serial-pci (stand-ins)", ErrForbidden, d.ID, d.Driver)
 		}
 		for k, v := range d.Props {
 			if d.Driver != "vfio-pci" || k != "host" || !pciAddress.MatchString(v) {
