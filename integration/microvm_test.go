@@ -9,9 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/fingerprint"
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/testkit/vmtest"
@@ -28,15 +31,7 @@ import (
 // test's own; no QEMU outlives the test.
 func vmDaemon(t *testing.T, extra ...string) *daemon {
 	t.Helper()
-	root, err := os.MkdirTemp("", "vm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = killProcesses(func(cmdline string) bool { return strings.Contains(cmdline, "qemu") && strings.Contains(cmdline, root+"/") })
-		os.RemoveAll(root)
-	})
-	d := newDaemon(t, append([]string{"--microvm", "on", "--vm-root", root}, extra...)...)
+	d := newDaemon(t, append(microVMFlags(t), extra...)...)
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -48,6 +43,24 @@ func vmDaemon(t *testing.T, extra ...string) *daemon {
 		}
 	})
 	return d
+}
+
+// microVMFlags are the stasisd flags that run micro-VMs, their state
+// folder short (for unix sockets) and removed, with every QEMU in it, when
+// the test ends.
+func microVMFlags(t *testing.T) []string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = killProcesses(func(cmdline string) bool {
+			return strings.Contains(cmdline, "qemu") && strings.Contains(cmdline, root+"/")
+		})
+		os.RemoveAll(root)
+	})
+	return []string{"--microvm", "on", "--vm-root", root}
 }
 
 // cli runs the stasis CLI against d and returns its standard output.
@@ -267,4 +280,62 @@ func historySays(t *testing.T, d *daemon, id, text string) bool {
 		}
 	}
 	return false
+}
+
+// TestFleetMicroVM: a micro-VM ActorTemplate in the fleet. Its actor is
+// placed only on nodes whose stasisd runs micro-VMs (node-c's does not,
+// and the placement says why), moves to another with its count, and a
+// drain moves it like any actor.
+func TestFleetMicroVM(t *testing.T) {
+	f := newFleet(t)
+	ctx := context.Background()
+	f.addNode("node-c", "--microvm", "off")
+	kernel, initrd := vmtest.Guest(t)
+	at := &stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm"},
+		Spec: stasisv1.ActorTemplateSpec{Runtime: api.RuntimeMicroVM, Args: []string{"/counter", "serve"}, MemoryBytes: 192 << 20,
+			VM:    &stasisv1.VM{Kernel: kernel, Initramfs: initrd, Devices: []stasisv1.Device{{ID: "serial1", Driver: "virtio-serial-pci"}}},
+			Probe: &stasisv1.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 60}}}
+	if err := f.cp.kube.Create(ctx, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "v1"}, Spec: stasisv1.ActorSpec{Template: "vm"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.await("v1", "a reason why node-c cannot take it", func(s stasisv1.ActorStatus) bool {
+		return s.Phase == stasisv1.PhasePending && strings.Contains(s.Reason, "node-c: runs no microvm actors (turned off on this node")
+	})
+	f.addNode("node-a", microVMFlags(t)...)
+	f.addNode("node-b", microVMFlags(t)...)
+	vmCount := func(name, verb string) string {
+		t.Helper()
+		n := f.nodes[f.actor(name).Status.Node]
+		_, count, _ := strings.Cut(n.d.vmCounter(name, verb), " ")
+		return count
+	}
+	s := f.await("v1", "running", running)
+	if s.Node == "node-c" {
+		t.Fatalf("v1 was placed on node-c, which runs no micro-VMs: %+v", s)
+	}
+	vmCount("v1", "incr")
+	want := vmCount("v1", "incr")
+
+	// Pinned to node-c: its snapshot cannot go there, and the status says
+	// why; then a drain of its node moves it to the other micro-VM node.
+	f.edit("v1", func(s *stasisv1.ActorSpec) { s.Phase = stasisv1.PhaseSuspended })
+	f.await("v1", "suspended", func(s stasisv1.ActorStatus) bool { return s.Phase == stasisv1.PhaseSuspended && s.Snapshot != "" })
+	f.edit("v1", func(s *stasisv1.ActorSpec) { s.Phase, s.Node = stasisv1.PhaseRunning, "node-c" })
+	f.await("v1", "a reason why node-c cannot restore it", func(s stasisv1.ActorStatus) bool {
+		return s.Phase == stasisv1.PhasePending && strings.Contains(s.Reason, "node-c: runtime qemu-microvm needed")
+	})
+	f.edit("v1", func(s *stasisv1.ActorSpec) { s.Node = "" })
+	s = f.await("v1", "running again", running)
+	if got := vmCount("v1", "get"); got != want {
+		t.Fatalf("v1's counter after its suspend and resume on %s: %s, want %s", s.Node, got, want)
+	}
+	other := map[string]string{"node-a": "node-b", "node-b": "node-a"}[s.Node]
+	f.drain(s.Node, true)
+	s = f.await("v1", "running on "+other, func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == other })
+	if got := vmCount("v1", "get"); got != want {
+		t.Fatalf("v1's counter after the drain to %s: %s, want %s", s.Node, got, want)
+	}
 }

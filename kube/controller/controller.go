@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/fingerprint"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
@@ -287,7 +288,13 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 	gpus := t.Spec.GPUs
 	best := ""
 	for _, n := range open {
-		if have := int32(len(n.Fingerprint.GPU.Devices)); have < gpus {
+		if rt := t.Spec.Runtime; !n.Fingerprint.Offers(rt) {
+			refused = append(refused, fmt.Sprintf("%s: runs no %s actors (%s)", n.Name, rt, offerReason(n.Fingerprint, rt)))
+			continue
+		}
+		// A micro-VM's GPUs are devices its template names, bound to
+		// vfio-pci, where the host's NVML does not count them.
+		if have := int32(len(n.Fingerprint.GPU.Devices)); have < gpus && t.Spec.Runtime != api.RuntimeMicroVM {
 			refused = append(refused, fmt.Sprintf("%s: %d GPU(s), the template needs %d", n.Name, have, gpus))
 			continue
 		}
@@ -299,6 +306,16 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 		return "", "no node fits: " + strings.Join(refused, "; "), nil
 	}
 	return best, "placed on " + best + ", the fitting node with the fewest actors", nil
+}
+
+// offerReason says why a node's fingerprint does not offer runtime rt.
+func offerReason(f fingerprint.Fingerprint, rt string) string {
+	for _, o := range f.Runtimes {
+		if o.Name == rt {
+			return o.Reason
+		}
+	}
+	return "its stasisd does not know it"
 }
 
 // startPass lets go of the manifests that the last pass did not ask for.

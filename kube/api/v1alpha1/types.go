@@ -11,6 +11,7 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:shortName=at
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtime`
 // +kubebuilder:printcolumn:name="Rootfs",type=string,JSONPath=`.spec.rootfs`
 // +kubebuilder:printcolumn:name="Bundle",type=string,JSONPath=`.spec.bundle`
 // +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.spec.gpus`
@@ -25,8 +26,21 @@ type ActorTemplate struct {
 
 // ActorTemplateSpec is the template's definition.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.rootfs) != has(self.bundle)",message="give exactly one of rootfs and bundle"
+// +kubebuilder:validation:XValidation:rule="[has(self.rootfs), has(self.bundle), has(self.vm)].filter(x, x).size() == 1",message="give exactly one of rootfs, bundle and vm"
+// +kubebuilder:validation:XValidation:rule="!has(self.vm) || (has(self.runtime) && self.runtime == 'microvm')",message="vm is for runtime microvm"
+// +kubebuilder:validation:XValidation:rule="!has(self.rootfs) || !has(self.runtime) || self.runtime == 'gvisor'",message="a rootfs is for runtime gvisor; a micro-VM boots vm's kernel"
 type ActorTemplateSpec struct {
+	// Runtime runs the actors: gvisor (the default) or microvm. Actors of
+	// a micro-VM template are placed only on nodes whose stasisd runs
+	// micro-VMs.
+	// +kubebuilder:validation:Enum=gvisor;microvm
+	// +optional
+	Runtime string `json:"runtime,omitempty"`
+	// VM is a micro-VM's guest (kernel and initramfs on every node that
+	// may run it); Args is then the workload its agent starts. A bundle
+	// with a vm section is the other way to give one.
+	// +optional
+	VM *VM `json:"vm,omitempty"`
 	// Rootfs is a root filesystem folder on every node; Args runs in it.
 	// +optional
 	Rootfs string `json:"rootfs,omitempty"`
@@ -58,6 +72,30 @@ type ActorTemplateSpec struct {
 	// restore it.
 	// +optional
 	Golden string `json:"golden,omitempty"`
+}
+
+// VM is a micro-VM's guest: stasisd's api.VM.
+type VM struct {
+	Kernel    string `json:"kernel"`
+	Initramfs string `json:"initramfs"`
+	// +optional
+	Cmdline []string `json:"cmdline,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=256
+	// +optional
+	CPUs int32 `json:"cpus,omitempty"`
+	// Devices are PCI devices the VM gets: a GPU passed through is
+	// {id: gpu0, driver: vfio-pci, props: {host: "0000:3b:00.0"}}.
+	// +optional
+	Devices []Device `json:"devices,omitempty"`
+}
+
+// Device is a PCI device a micro-VM gets.
+type Device struct {
+	ID     string `json:"id"`
+	Driver string `json:"driver"`
+	// +optional
+	Props map[string]string `json:"props,omitempty"`
 }
 
 // Probe is a readiness check: a command in the sandbox or an HTTP URL.
