@@ -17,6 +17,7 @@ import (
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/testkit/testdisk"
 	"github.com/stasis-run/stasis/testkit/vmtest"
 )
 
@@ -115,7 +116,7 @@ func (d *daemon) vmTemplate(name string) api.Template {
 // a stasisd that runs a gVisor actor beside it (ids a1 and a10): run,
 // exec, pause (kept: the VM frozen in memory), resume, suspend into the
 // store, resume, a damaged local copy fetched again, delete; the node's
-// facts and the snapshot's guest.
+// facts and the snapshot's guest; a golden snapshot that starts two more.
 func TestMicroVMActors(t *testing.T) {
 	d := vmDaemon(t)
 	d.start("")
@@ -186,6 +187,21 @@ func TestMicroVMActors(t *testing.T) {
 	}
 	d.cli("actor", "rm", "a10")
 	d.cli("actor", "rm", "a1")
+
+	// A golden snapshot of the micro-VM template: new actors start from
+	// it, each in a VM of its own.
+	d.cli("template", "warm", "vm")
+	for _, id := range []string{"g1", "g2"} {
+		if err := json.Unmarshal([]byte(d.cli("actor", "run", "vm", "--id", id, "--json")), &a); err != nil || a.State != api.Running || !strings.Contains(a.Reason, "golden") {
+			t.Fatalf("actor run from the golden snapshot: %+v %v", a, err)
+		}
+		d.vmCounter(id, "incr")
+	}
+	g1, _, _ := strings.Cut(d.vmCounter("g1", "get"), " ")
+	g2, _, _ := strings.Cut(d.vmCounter("g2", "get"), " ")
+	if g1 != g2 || d.vmCounter("g1", "get") != g1+" 1" || d.vmCounter("g2", "get") != g2+" 1" {
+		t.Fatalf("two actors from one golden snapshot: the same process (%s, %s), each with its own count", g1, g2)
+	}
 }
 
 // TestMicroVMCrashRecovery: stasisd killed (SIGKILL) in the middle of a
@@ -337,5 +353,39 @@ func TestFleetMicroVM(t *testing.T) {
 	s = f.await("v1", "running on "+other, func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == other })
 	if got := vmCount("v1", "get"); got != want {
 		t.Fatalf("v1's counter after the drain to %s: %s, want %s", s.Node, got, want)
+	}
+}
+
+// TestMicroVMFullDisk: a VM suspend whose migration stream meets a full
+// disk (the snapshots folder a 64 MiB tmpfs: enough for the preflight,
+// which counts the guest's memory in use, not for the stream) fails with
+// the cause and leaves the actor running, its device attached again, its
+// count going on, and no half-written snapshot.
+func TestMicroVMFullDisk(t *testing.T) {
+	d := vmDaemon(t, "--no-store")
+	snapshots := filepath.Join(d.data, "snapshots")
+	if err := os.MkdirAll(snapshots, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	testdisk.Tmpfs(t, snapshots, "64m")
+	d.start("")
+	d.vmTemplate("vm")
+	d.run("vm", "a1")
+	inst, _, _ := strings.Cut(d.vmCounter("a1", "incr"), " ")
+	_, err := d.api.Suspend(context.Background(), api.OpRequest{ID: "a1"})
+	if err == nil || !strings.Contains(err.Error(), "No space left on device") {
+		t.Fatalf("suspend onto a full disk: %v, want it refused with the cause", err)
+	}
+	if a := d.inspect("a1"); a.State != api.Running || a.Snapshot != nil {
+		t.Fatalf("after a suspend that met a full disk: %+v", a)
+	}
+	if got := d.vmCounter("a1", "incr"); got != inst+" 2" {
+		t.Fatalf("after a suspend that met a full disk the counter says %q, want %q", got, inst+" 2")
+	}
+	if n := d.standIns("a1"); n != 1 {
+		t.Fatalf("after a suspend that met a full disk the guest lists %d stand-in devices, want 1", n)
+	}
+	if left, _ := os.ReadDir(snapshots); len(left) != 0 {
+		t.Fatalf("the failed suspend left %d entries in %s", len(left), snapshots)
 	}
 }
