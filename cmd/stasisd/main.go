@@ -182,11 +182,15 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	if vmEngine != nil {
-		var notes []string
-		if n, ok := vmEngine.Runtime.(interface{ Notes() []string }); ok {
-			notes = n.Notes()
-		}
-		log.Info("micro-VM actors run here", "runtime", vmEngine.Runtime.Info(), "notes", notes)
+		// Logged once the accelerator is chosen: its probe boots a guest
+		// kernel, which stasisd does not wait for to serve.
+		go func() {
+			var notes []string
+			if n, ok := vmEngine.Runtime.(interface{ Notes() []string }); ok {
+				notes = n.Notes()
+			}
+			log.Info("micro-VM actors run here", "runtime", vmEngine.Runtime.Info(), "notes", notes)
+		}()
 	} else {
 		log.Info("no micro-VM actors on this node", "reason", noVM)
 	}

@@ -111,7 +111,7 @@ func (r *Runtime) writeImage(ctx context.Context, q *qmp, st *vmState, dir strin
 	if err != nil {
 		return err
 	}
-	desc := imageDescription{QEMU: r.version, Accel: r.cfg.Accel, Spec: st.Spec}
+	desc := imageDescription{QEMU: r.version, Accel: r.accelerator(), Spec: st.Spec}
 	desc.Spec.Kernel, desc.Spec.Initrd = imageKernel, imageInitrd
 	desc.Spec.Devices = nil
 	for _, d := range st.Spec.Devices {

@@ -34,7 +34,9 @@ type Config struct {
 	QEMU string
 	// Accel is QEMU's accelerator, "kvm" or "tcg". When empty, "kvm" if
 	// /dev/kvm runs a 64-bit test guest and, given ProbeKernel, boots that
-	// kernel; "tcg" otherwise, with the reason in AccelReason.
+	// kernel; "tcg" otherwise, with the reason in AccelReason. That probe
+	// runs in the background from New; the first call that needs the
+	// accelerator waits for it.
 	Accel string
 	// ProbeKernel is a guest kernel the choice of accelerator boots once
 	// under KVM, to catch hosts whose KVM runs a test guest but not a
@@ -64,7 +66,11 @@ type Runtime struct {
 	cfg     Config
 	qemu    string
 	version string
-	// accelReason says why the accelerator was chosen.
+	// chosen is closed once the accelerator is chosen (New probes KVM in
+	// the background, so that a program starting up does not wait for a
+	// guest kernel's boot); accel is it, and accelReason says why.
+	chosen      chan struct{}
+	accel       string
 	accelReason string
 }
 
@@ -96,17 +102,28 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("microvm: %s -version: %w", qemu, err)
 	}
 	version, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	reason := "configured"
-	if cfg.Accel == "" {
-		cfg.Accel, reason = chooseAccel(ctx, qemu, cfg.ProbeKernel)
-	}
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = 2 * time.Minute
 	}
 	if cfg.DeviceTimeout <= 0 {
 		cfg.DeviceTimeout = time.Minute
 	}
-	return &Runtime{cfg: cfg, qemu: qemu, version: version, accelReason: reason}, nil
+	r := &Runtime{cfg: cfg, qemu: qemu, version: version, chosen: make(chan struct{}), accel: cfg.Accel, accelReason: "configured"}
+	if cfg.Accel != "" {
+		close(r.chosen)
+		return r, nil
+	}
+	go func() {
+		defer close(r.chosen)
+		r.accel, r.accelReason = chooseAccel(context.WithoutCancel(ctx), qemu, cfg.ProbeKernel)
+	}()
+	return r, nil
+}
+
+// accelerator is QEMU's accelerator for every VM, once chosen.
+func (r *Runtime) accelerator() string {
+	<-r.chosen
+	return r.accel
 }
 
 // probeTimeout bounds each KVM probe; a kernel under KVM prints its first
@@ -129,7 +146,10 @@ func chooseAccel(ctx context.Context, qemu, kernel string) (accel, reason string
 }
 
 // AccelReason says why the runtime runs guests with its accelerator.
-func (r *Runtime) AccelReason() string { return r.cfg.Accel + ": " + r.accelReason }
+func (r *Runtime) AccelReason() string {
+	accel := r.accelerator()
+	return accel + ": " + r.accelReason
+}
 
 // vhostVsock is the host device a vsock channel to a guest needs.
 const vhostVsock = "/dev/vhost-vsock"
@@ -155,7 +175,7 @@ func (r *Runtime) Notes() []string {
 func (r *Runtime) Capabilities() runtime.Capabilities { return runtime.Capabilities{} }
 
 func (r *Runtime) Info() runtime.Info {
-	return runtime.Info{Name: "qemu-microvm", Version: r.version, Platform: r.cfg.Accel}
+	return runtime.Info{Name: "qemu-microvm", Version: r.version, Platform: r.accelerator()}
 }
 
 // vmState is what the runtime keeps of one VM between calls.
@@ -216,7 +236,7 @@ func (r *Runtime) boot(ctx context.Context, id, bundleDir string, l launch) (err
 			_ = os.RemoveAll(f.dir)
 		}
 	}()
-	l.accel, l.files = r.cfg.Accel, f
+	l.accel, l.files = r.accelerator(), f
 	if l.consoleLog == "" {
 		l.consoleLog = f.console()
 	}
@@ -265,7 +285,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	// boot timeout.
 	watch := time.AfterFunc(r.cfg.silentBoot(), func() {
 		if info, err := os.Stat(st.Console); err == nil && info.Size() == 0 {
-			silent(fmt.Errorf("the guest printed nothing on its console (%s) within %s of boot: its kernel never ran /init; with the %s accelerator this host may not run guests (try Accel tcg)", st.Console, r.cfg.silentBoot(), r.cfg.Accel))
+			silent(fmt.Errorf("the guest printed nothing on its console (%s) within %s of boot: its kernel never ran /init; with the %s accelerator this host may not run guests (try Accel tcg)", st.Console, r.cfg.silentBoot(), r.accelerator()))
 		}
 	})
 	defer watch.Stop()
@@ -340,7 +360,7 @@ func (r *Runtime) Guest(ctx context.Context, id string) (runtime.Guest, error) {
 	if err != nil {
 		return runtime.Guest{}, err
 	}
-	return runtime.Guest{VMM: r.version, Accelerator: r.cfg.Accel, Machine: machineType, CPUModel: cpuModel, CPUs: st.Spec.CPUs,
+	return runtime.Guest{VMM: r.version, Accelerator: r.accelerator(), Machine: machineType, CPUModel: cpuModel, CPUs: st.Spec.CPUs,
 		MemoryBytes: st.Spec.MemoryBytes, Kernel: f.Kernel, NVIDIADriver: f.NVIDIADriver}, nil
 }
 
