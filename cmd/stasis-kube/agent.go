@@ -28,7 +28,13 @@ commands stasisd gave it.`,
 			if err != nil {
 				return err
 			}
-			a := &agent.Agent{Kube: kube, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
+			// The renewals have a client of their own, as the kubelet's
+			// heartbeats do: the passes' requests never queue them.
+			leaseKube, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			a := &agent.Agent{Kube: kube, LeaseKube: leaseKube, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
 				LeaseNamespace: g.leaseNamespace, LeaseDuration: g.leaseDuration, Log: logger()}
 			return a.Run(cmd.Context())
 		},

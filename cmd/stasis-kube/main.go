@@ -24,6 +24,10 @@ import (
 type globals struct {
 	kubeconfig, namespace, leaseNamespace string
 	leaseDuration                         time.Duration
+	// qps and burst bound each client's requests to the API server, on
+	// the client's side.
+	qps   float32
+	burst int
 }
 
 func main() {
@@ -54,12 +58,21 @@ func newRoot() *cobra.Command {
 	f.StringVar(&g.namespace, "namespace", "default", "the namespace of the Actors, ActorTemplates and Snapshots served")
 	f.StringVar(&g.leaseNamespace, "lease-namespace", fleet.DefaultLeaseNamespace, "the namespace of the nodes' Leases and the controller's leader lease")
 	f.DurationVar(&g.leaseDuration, "lease-duration", fleet.DefaultLeaseDuration, "how long a node, or the leading controller, counts as alive after it last renewed its lease (an agent that cannot renew its node's lease pauses the node's actors after three quarters of it)")
+	// client-go's own default (5 per second, bursts of 10) is below what one
+	// pass of an agent with a few actors asks (a read and a status write per
+	// actor per second): the passes and the renewals then queue behind it.
+	// 50 and 100 are the kubelet's since Kubernetes 1.27.
+	f.Float32Var(&g.qps, "kube-api-qps", 50, "requests per second to the API server, per client")
+	f.IntVar(&g.burst, "kube-api-burst", 100, "requests to the API server allowed at once above --kube-api-qps, per client")
 	// A Lease holds whole seconds: a duration it cannot hold would have the
 	// agent time its renewals and pauses by one value and the controller
 	// judge the node by another.
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if g.leaseDuration < time.Second || g.leaseDuration%time.Second != 0 {
 			return fmt.Errorf("--lease-duration %s: a Lease holds whole seconds; give one of at least 1s, such as %s (the default)", g.leaseDuration, fleet.DefaultLeaseDuration)
+		}
+		if g.qps <= 0 || g.burst < 1 {
+			return fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: give a rate above 0 and a burst of at least 1", g.qps, g.burst)
 		}
 		return nil
 	}
@@ -87,6 +100,7 @@ func (g *globals) client() (client.Client, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	cfg.QPS, cfg.Burst = g.qps, g.burst
 	scheme, err := fleet.Scheme()
 	if err != nil {
 		return nil, nil, err

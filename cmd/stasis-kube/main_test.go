@@ -22,3 +22,14 @@ func TestLeaseDurationIsWholeSeconds(t *testing.T) {
 		t.Errorf("--lease-duration 2s: %v, want it taken (and the missing kubeconfig refused)", err)
 	}
 }
+
+func TestKubeAPILimitsArePositive(t *testing.T) {
+	for _, args := range [][]string{{"--kube-api-qps", "0"}, {"--kube-api-qps", "-3"}, {"--kube-api-burst", "0"}} {
+		root := newRoot()
+		root.SetArgs(append([]string{"drain", "node-a", "--kubeconfig", "/nonexistent"}, args...))
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: %v, want it refused", args, err)
+		}
+	}
+}

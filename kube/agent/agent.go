@@ -46,9 +46,14 @@ import (
 
 // Agent is one node's agent.
 type Agent struct {
-	Kube    client.Client
-	Stasisd *api.Client
-	Node    string
+	Kube client.Client
+	// LeaseKube renews the node's Lease and lists the actors bound here
+	// for stasisd's fleet lease (Kube when nil). A client of its own keeps
+	// the renewals out of the queue of the passes' requests, which
+	// client-side throttling can hold back for seconds.
+	LeaseKube client.Client
+	Stasisd   *api.Client
+	Node      string
 	// Namespace holds the Actors, ActorTemplates and Snapshots it serves.
 	Namespace      string
 	LeaseNamespace string
@@ -102,6 +107,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.Workers <= 0 {
 		a.Workers = 8
+	}
+	if a.LeaseKube == nil {
+		a.LeaseKube = a.Kube
 	}
 	a.retries = map[string]retry{}
 	a.staged = map[string]staging{}
@@ -205,19 +213,19 @@ func (a *Agent) renewLease(ctx context.Context, start time.Time) error {
 		return err
 	}
 	var lease coordinationv1.Lease
-	err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.LeaseNamespace, Name: fleet.LeaseOf(a.Node)}, &lease)
+	err := a.LeaseKube.Get(ctx, types.NamespacedName{Namespace: a.LeaseNamespace, Name: fleet.LeaseOf(a.Node)}, &lease)
 	if apierrors.IsNotFound(err) {
 		lease = coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: a.LeaseNamespace, Name: fleet.LeaseOf(a.Node)},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &a.Node, LeaseDurationSeconds: &secs, RenewTime: &now, AcquireTime: &now},
 		}
-		return renewed(a.Kube.Create(ctx, &lease))
+		return renewed(a.LeaseKube.Create(ctx, &lease))
 	}
 	if err != nil {
 		return err
 	}
 	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &a.Node, &secs, &now
-	return renewed(a.Kube.Update(ctx, &lease))
+	return renewed(a.LeaseKube.Update(ctx, &lease))
 }
 
 // renewFleetLease renews stasisd's fleet lease after a renewal of the
@@ -227,7 +235,7 @@ func (a *Agent) renewLease(ctx context.Context, start time.Time) error {
 // bound here.
 func (a *Agent) renewFleetLease(ctx context.Context, start time.Time) error {
 	var list stasisv1.ActorList
-	if err := a.Kube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
+	if err := a.LeaseKube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return fmt.Errorf("the actors bound here, for stasisd's fleet lease: %w", err)
 	}
 	var bound []string
