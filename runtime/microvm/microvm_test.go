@@ -133,7 +133,6 @@ func (f *fixture) hasStandIn(id string) bool {
 		}
 	}
 	return n > 1 // the agent's controller and the stand-in
-
 }
 
 func (f *fixture) status(id string) runtime.Status {
