@@ -251,7 +251,15 @@ type ResumeOptions struct {
 	// checked against this node (CheckRestore), as a pull from a store
 	// does before it fetches anything: the folder is then checked against
 	// it by size, and the compatibility step is not run again.
-	Checked  *snapshot.Manifest
+	Checked *snapshot.Manifest
+	// Arriving, when set, says the folder's bytes are still arriving (a
+	// pull read through a view, transfer.PullAndResume): the runtime's
+	// restore loads memory in the background, as the bytes come, and once
+	// the sandbox is restored (its GPU state too) the engine runs Arriving
+	// as step StepArrived, before the probe: it returns once the folder is
+	// whole and nothing reads through the view, with what to report; its
+	// error fails the resume, and the new sandbox is removed.
+	Arriving func(context.Context) (string, error)
 	Observer Observer
 }
 

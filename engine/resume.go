@@ -115,6 +115,9 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	} else {
 		err = e.resumeFull(rctx, o, a, id, dir, m, opts, startHash)
 	}
+	if err == nil && opts.Arriving != nil {
+		err = o.step(StepArrived, func() (string, error) { return opts.Arriving(rctx) })
+	}
 	// The sandbox is not reported ready, nor probed, before its snapshot
 	// is proven whole; a restore cut short by a mismatch reports it.
 	if hashed != nil && (err == nil || context.Cause(rctx) != nil) {
@@ -203,7 +206,10 @@ func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error 
 func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, m *snapshot.Manifest, opts ResumeOptions, afterRestore func()) error {
 	byRuntime := a.GPU && m.GPU != nil && m.GPU.Path == snapshot.GPUPathRuntime
 	image := filepath.Join(dir, imageDir)
-	background, load := e.loadInBackground(image, a.GPU)
+	background, load := true, "memory loads in the background, as the pull brings it"
+	if opts.Arriving == nil {
+		background, load = e.loadInBackground(image, a.GPU)
+	}
 	ro := runtime.RestoreOptions{
 		ImageDir: image, Bundle: a.Bundle, Background: background,
 		ConsoleLog: a.ConsoleLog, Notify: o.note, Direct: e.DirectIO && e.Runtime.Capabilities().Direct,

@@ -25,6 +25,9 @@ const (
 	StepUnpause       = "unpause"
 	StepGPUResume     = "gpu-resume"
 	StepProbe         = "probe"
+	// StepArrived waits, after a restore from a folder whose bytes were
+	// still arriving (ResumeOptions.Arriving), for the rest of them.
+	StepArrived = "arrived"
 	// StepCleanup removes what a failed step left (a sandbox half made).
 	StepCleanup = "cleanup"
 )

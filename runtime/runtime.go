@@ -107,6 +107,10 @@ type Capabilities struct {
 	Direct bool `json:"direct"`
 	// ExcludeZeroPages: Checkpoint takes ExcludeZeroPages.
 	ExcludeZeroPages bool `json:"excludeZeroPages"`
+	// LazyImage: a Restore with Background reads the image's memory as
+	// it goes, in the order the sandbox needs it, so it can start while
+	// the image is still arriving (a pull read through a view).
+	LazyImage bool `json:"lazyImage"`
 }
 
 // Info is what a snapshot records of the runtime it was taken with.

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/lazyfs"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
@@ -28,6 +31,9 @@ import (
 func (s *Service) Reconcile(ctx context.Context) error {
 	ops, err := s.journal.Running(ctx)
 	if err != nil {
+		return err
+	}
+	if s.lostViews, err = dropViews(s.viewsDir()); err != nil {
 		return err
 	}
 	for _, rec := range ops {
@@ -129,6 +135,31 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 	return nil
 }
 
+// dropViews unmounts and removes the views a stasisd that stopped left in
+// dir, and says which sandboxes they served: a sandbox restored through
+// one while its pull went on may not hold its whole memory.
+func dropViews(dir string) (map[string]bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("views: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	lost := map[string]bool{}
+	err = lazyfs.Unmount(dir)
+	for _, e := range entries {
+		lost[e.Name()] = true
+		if rerr := os.Remove(filepath.Join(dir, e.Name())); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("views a stopped stasisd left in %s: %w", dir, err)
+	}
+	return lost, nil
+}
+
 // thaw makes sure a sandbox that may have been cut off mid-step runs.
 func (s *Service) thaw(ctx context.Context, o *operation) error {
 	t, err := s.Template(ctx, o.actor.Template)
@@ -143,7 +174,7 @@ func running(st runtime.Status) bool {
 }
 
 func (s *Service) recoverStart(ctx context.Context, o *operation, st runtime.Status, at string) outcome {
-	if running(st) {
+	if running(st) && !s.lostViews[o.actor.Sandbox] {
 		// It may have been restored from a golden snapshot with its GPU
 		// state still in host memory.
 		if err := s.thaw(ctx, o); err == nil {
@@ -209,7 +240,9 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, st runtime.
 }
 
 func (s *Service) recoverResume(ctx context.Context, o *operation, st runtime.Status, at string) outcome {
-	if running(st) {
+	// A sandbox restored through a view while its pull went on is kept
+	// only once the pull was whole and the view closed.
+	if running(st) && !s.lostViews[o.actor.Sandbox] {
 		if err := s.thaw(ctx, o); err == nil {
 			return outcome{state: api.Running, reason: at + "; the restored sandbox was running, the resume was finished"}
 		}

@@ -96,6 +96,10 @@ type Service struct {
 	store   *storeConn
 	events  *eventFeed
 	stager  *stager
+	// lostViews are the sandboxes restored through a view (a pull that
+	// went on during the resume) that a stopped stasisd left mounted:
+	// Reconcile removes them rather than keeping them.
+	lostViews map[string]bool
 
 	mu sync.Mutex
 	// done is closed when the operation with that id ends in this process;
@@ -112,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.HostPaths.check(); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "actors"), filepath.Join(cfg.DataDir, "snapshots")} {
+	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "actors"), filepath.Join(cfg.DataDir, "snapshots"), filepath.Join(cfg.DataDir, "views")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data folder: %w", err)
 		}
@@ -173,6 +177,10 @@ func newID(prefix string) string {
 func (s *Service) actorDir(id string) string { return filepath.Join(s.cfg.DataDir, "actors", id) }
 
 func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.DataDir, "snapshots", id) }
+
+// viewsDir is where resumes mount the views they restore from while they
+// pull (transfer.Stored.Views).
+func (s *Service) viewsDir() string { return filepath.Join(s.cfg.DataDir, "views") }
 
 // event appends a line to an actor's history and logs it.
 func (s *Service) event(actor, opID, step, msg string, d time.Duration, err error) {

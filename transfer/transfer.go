@@ -9,9 +9,13 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/lazyfs"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
@@ -24,6 +28,14 @@ type Stored struct {
 	Repo    *store.Repository
 	Name    string
 	Options archiver.Options
+	// Views, when set, is a private folder in which PullAndResume mounts
+	// a view of the folder it pulls into (lazyfs; the view is named after
+	// the new sandbox's id, and gone once the resume is over), for a runtime that
+	// reads its image lazily: the sandbox is then restored while the pull
+	// goes on, each read waiting for its bytes, which are fetched ahead of
+	// the rest. Where no view can be mounted (no FUSE), the snapshot is
+	// pulled whole first.
+	Views string
 }
 
 // The steps of a transfer, as an Observer sees them.
@@ -74,17 +86,16 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 	if opts.DeviceMap, err = eng.CheckRestore(ctx, a, m, opts); err != nil {
 		return nil, pulled, err
 	}
+	if from.Views != "" && m.Scope == snapshot.ScopeFull && eng.Runtime.Capabilities().LazyImage {
+		return pullWhileResuming(ctx, eng, a, name, dir, stored, m, from, opts)
+	}
 	err = opts.Observer.Step(name, "resume", StepPull, func() (string, error) {
 		p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options)
 		pulled = p
 		if err != nil {
 			return "", err
 		}
-		msg := fmt.Sprintf("%s (%s): %s fetched from %s (%s stored)", from.Name, units.Bytes(p.Bytes), units.Bytes(p.Fetched), from.Repo.Backend().Location(), units.Bytes(p.Stored))
-		if p.Seeded > 0 {
-			msg += fmt.Sprintf(", %s copied from this node's copies", units.Bytes(p.Seeded))
-		}
-		return msg + ", every chunk hash-checked", nil
+		return pulledMessage(from, p), nil
 	})
 	if err != nil {
 		return nil, pulled, err
@@ -92,4 +103,111 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 	opts.Checked = m
 	_, err = eng.Resume(ctx, a, dir, opts)
 	return m, pulled, err
+}
+
+func pulledMessage(from Stored, p archiver.Pulled) string {
+	msg := fmt.Sprintf("%s (%s): %s fetched from %s (%s stored)", from.Name, units.Bytes(p.Bytes), units.Bytes(p.Fetched), from.Repo.Backend().Location(), units.Bytes(p.Stored))
+	if p.Seeded > 0 {
+		msg += fmt.Sprintf(", %s copied from this node's copies", units.Bytes(p.Seeded))
+	}
+	return msg + ", every chunk hash-checked"
+}
+
+// viewCloseTimeout bounds how long a resume waits, once its pull is whole,
+// for the runtime to close the image it opened through the view (runsc
+// reads the rest of the memory from the page cache by then).
+const viewCloseTimeout = time.Minute
+
+// pullWhileResuming is PullAndResume through a view (Stored.Views): the
+// pull starts, the engine restores from the view while it goes on, and
+// the resume is over (the actor running, its probe passed) only once the
+// folder is whole and the runtime has closed what it read through the view,
+// so that nothing the sandbox runs on depends on this process after.
+func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, name, dir string, stored *store.Snapshot, m *snapshot.Manifest, from Stored, opts engine.ResumeOptions) (*snapshot.Manifest, archiver.Pulled, error) {
+	var pulled archiver.Pulled
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var filling *archiver.Filling
+	var view *lazyfs.View
+	// Named after the sandbox, so that a stasisd that restarts knows
+	// which sandbox read through a view it left behind.
+	id := opts.ID
+	if id == "" {
+		id = a.ID
+	}
+	mnt := filepath.Join(from.Views, id)
+	started := time.Now()
+	err := opts.Observer.Step(name, "resume", StepPull, func() (string, error) {
+		f, err := archiver.StartRestore(pctx, from.Repo, stored, dir, from.Options)
+		if err != nil {
+			return "", err
+		}
+		filling = f
+		if view, err = mountView(mnt, dir, stored, f); err != nil {
+			// Resumed once whole, as without a view.
+			p, werr := f.Wait()
+			pulled = p
+			if werr != nil {
+				return "", werr
+			}
+			return fmt.Sprintf("%s; no view to resume from while it pulled (%v)", pulledMessage(from, p), err), nil
+		}
+		return fmt.Sprintf("%s (%s) from %s: restored through %s while it pulls, each chunk hash-checked before it is read", from.Name, units.Bytes(stored.Size()), from.Repo.Backend().Location(), mnt), nil
+	})
+	if err != nil {
+		return nil, pulled, err
+	}
+	opts.Checked = m
+	if view == nil {
+		_, err = eng.Resume(ctx, a, dir, opts)
+		return m, pulled, err
+	}
+	closeView := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, viewCloseTimeout)
+		defer cancel()
+		if err := view.Close(ctx); err != nil {
+			return err
+		}
+		return os.Remove(mnt)
+	}
+	opts.Arriving = func(ctx context.Context) (string, error) {
+		p, err := filling.Wait()
+		pulled = p
+		if err != nil {
+			return "", err
+		}
+		msg := fmt.Sprintf("%s; whole %.1f s after the pull began", pulledMessage(from, p), time.Since(started).Seconds())
+		if err := closeView(ctx); err != nil {
+			// The folder is whole: what is still open through the view is
+			// served from it while this process runs.
+			msg += fmt.Sprintf("; %v", err)
+		}
+		return msg, nil
+	}
+	_, err = eng.Resume(ctx, a, view.Dir(), opts)
+	if err != nil {
+		stop()
+		pulled, _ = filling.Wait()
+		_ = closeView(context.WithoutCancel(ctx))
+		return nil, pulled, err
+	}
+	return m, pulled, nil
+}
+
+// mountView shows the files of stored snapshot s, being restored into dir
+// by f, at mnt.
+func mountView(mnt, dir string, s *store.Snapshot, f *archiver.Filling) (*lazyfs.View, error) {
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		return nil, err
+	}
+	files := make([]lazyfs.File, 0, len(s.Files))
+	for _, sf := range s.Files {
+		files = append(files, lazyfs.File{Path: sf.Path, Size: sf.Size, Mode: os.FileMode(sf.Mode).Perm()})
+	}
+	v, err := lazyfs.Mount(mnt, dir, files, f)
+	if err != nil {
+		_ = os.Remove(mnt)
+		return nil, err
+	}
+	return v, nil
 }

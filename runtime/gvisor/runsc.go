@@ -104,7 +104,7 @@ func (r *Runsc) Features() Features { return r.features }
 
 // Capabilities are the checkpoint and restore options this runsc takes.
 func (r *Runsc) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{CUDACheckpoint: r.features.CudaCheckpointPath, Direct: r.features.Direct, ExcludeZeroPages: r.features.ExcludeCommittedZeroPages}
+	return runtime.Capabilities{CUDACheckpoint: r.features.CudaCheckpointPath, Direct: r.features.Direct, ExcludeZeroPages: r.features.ExcludeCommittedZeroPages, LazyImage: true}
 }
 
 // Path is the runsc binary in use.

@@ -2,6 +2,7 @@ package archiver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"sort"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -65,45 +68,160 @@ type destination struct {
 // least 8, by default), each chunk decompressed, hash-checked and written
 // where the snapshot has it by the goroutine that read it; memory is
 // bounded by the stretches in flight (16 MiB each, with 8 MiB for a chunk).
-func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snapshot, dir string, opts Options) (pulled Pulled, err error) {
-	name := s.Name
+func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snapshot, dir string, opts Options) (Pulled, error) {
+	f, err := StartRestore(ctx, repo, s, dir, opts)
+	if err != nil {
+		return Pulled{}, err
+	}
+	return f.Wait()
+}
+
+// Filling is a restore under way (StartRestore): its files exist at their
+// sizes, and Await says when a part of one holds the snapshot's bytes, so
+// that a reader can use the folder before it is whole.
+type Filling struct {
+	dir   string
+	files map[string]*fileChunks
+	// done holds a channel per chunk, closed once the chunk is written
+	// wherever the snapshot has it.
+	done map[string]chan struct{}
+
+	mu    sync.Mutex
+	queue *jobQueue // the stretches and copies not yet started
+
+	failed  chan struct{} // closed with err set
+	err     error
+	errOnce sync.Once
+
+	finished chan struct{} // closed with pulled and result set
+	pulled   Pulled
+	result   error
+}
+
+// fileChunks is where a file's chunks lie: chunk i holds bytes
+// [starts[i], starts[i+1]).
+type fileChunks struct {
+	starts []int64
+	ids    []string
+}
+
+// StartRestore begins RestoreSnapshot and returns once the snapshot's
+// files exist at their sizes (every chunk known, the folder empty), with
+// the rest of the restore running under ctx: Await waits for a part of a
+// file, fetched ahead of the rest when it is not there yet, and Wait for
+// the whole. The folder's manifest is written last, as in RestoreSnapshot;
+// on failure the folder is emptied and every Await and Wait fails.
+func StartRestore(ctx context.Context, repo *store.Repository, s *store.Snapshot, dir string, opts Options) (f *Filling, err error) {
+	wrap := func(err error) error {
+		return fmt.Errorf("store %s: snapshot %s: %w", repo.Backend().Location(), s.Name, err)
+	}
 	// Every chunk must be known, and add up to its file, before anything
 	// is written.
 	if err := repo.CheckChunks(s); err != nil {
-		return pulled, err
+		return nil, wrap(err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return pulled, err
+		return nil, wrap(err)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return pulled, fmt.Errorf("restore into %s: %w", dir, err)
+		return nil, wrap(fmt.Errorf("restore into %s: %w", dir, err))
 	}
 	if len(entries) > 0 {
-		return pulled, fmt.Errorf("restore into %s: the folder holds %d entries; restore into an empty folder", dir, len(entries))
+		return nil, wrap(fmt.Errorf("restore into %s: the folder holds %d entries; restore into an empty folder", dir, len(entries)))
 	}
-	defer func() {
-		if err != nil {
-			_ = fsutil.RemoveContents(dir)
-			err = fmt.Errorf("store %s: snapshot %s: %w", repo.Backend().Location(), name, err)
-		}
-	}()
-	files, dests, order, err := createFiles(repo, s, dir)
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
+	f = &Filling{dir: dir, files: map[string]*fileChunks{}, done: map[string]chan struct{}{},
+		failed: make(chan struct{}), finished: make(chan struct{})}
+	files, dests, order, err := f.createFiles(repo, s, dir)
 	if err != nil {
-		return pulled, err
+		for _, out := range files {
+			out.Close()
+		}
+		_ = fsutil.RemoveContents(dir)
+		return nil, wrap(err)
 	}
+	go func() {
+		f.pulled, f.result = f.fill(ctx, repo, s, files, dests, order, opts)
+		if f.result != nil {
+			f.fail(f.result)
+			_ = fsutil.RemoveContents(dir)
+			f.result = wrap(f.result)
+		}
+		close(f.finished)
+	}()
+	return f, nil
+}
+
+// Wait waits for the restore to end and says what it moved.
+func (f *Filling) Wait() (Pulled, error) {
+	<-f.finished
+	return f.pulled, f.result
+}
+
+// Await returns once bytes [off, off+n) of the snapshot's file path (a
+// slash path, as in the manifest) are written and checked, asking for
+// those not there yet before any other; it fails when the restore does.
+func (f *Filling) Await(ctx context.Context, path string, off, n int64) error {
+	fc, ok := f.files[path]
+	if !ok {
+		return fmt.Errorf("restore into %s: the snapshot has no file %s", f.dir, path)
+	}
+	end := off + n
+	var pending []chan struct{}
+	first := sort.Search(len(fc.ids), func(i int) bool { return fc.starts[i+1] > off })
+	for i := first; i < len(fc.ids) && fc.starts[i] < end; i++ {
+		done := f.done[fc.ids[i]]
+		select {
+		case <-done:
+			continue
+		default:
+		}
+		if len(pending) == 0 || pending[len(pending)-1] != done {
+			pending = append(pending, done)
+		}
+		f.mu.Lock()
+		f.queue.hurry(fc.ids[i])
+		f.mu.Unlock()
+	}
+	for _, done := range pending {
+		select {
+		case <-done:
+		case <-f.failed:
+			return f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (f *Filling) fail(err error) {
+	f.errOnce.Do(func() {
+		f.err = err
+		close(f.failed)
+	})
+}
+
+// fill fetches and copies every chunk of s into files, the stretches and
+// copies first needed first, and those a reader awaits before the rest;
+// then makes the folder a snapshot folder.
+func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Snapshot, files []*os.File, dests map[string][]destination, order []string, opts Options) (pulled Pulled, err error) {
+	defer func() {
+		for _, out := range files {
+			out.Close()
+		}
+	}()
 	pulled.Bytes = s.Size()
-	rep := newReporter(opts, Progress{Snapshot: name, Files: len(s.Files), Bytes: pulled.Bytes})
+	rep := newReporter(opts, Progress{Snapshot: s.Name, Files: len(s.Files), Bytes: pulled.Bytes})
 	workers := opts.Downloads
 	if workers <= 0 {
 		workers = max(8, runtime.GOMAXPROCS(0))
 	}
-	var mu sync.Mutex // guards pulled's counts
+	rank := make(map[string]int, len(order))
+	for i, id := range order {
+		rank[id] = i
+	}
+	var mu sync.Mutex // guards pulled's counts and missed
 	write := func(id string, data []byte) error {
 		for _, d := range dests[id] {
 			if _, err := d.f.WriteAt(data, d.at); err != nil {
@@ -111,6 +229,7 @@ func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snaps
 			}
 		}
 		rep.add(int64(len(data))*int64(len(dests[id])), 0, 0)
+		close(f.done[id])
 		return nil
 	}
 	chunks, err := repo.NewChunkReader(workers)
@@ -118,137 +237,230 @@ func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snaps
 		return pulled, err
 	}
 	defer chunks.Close()
-	// fetchAll reads ids from the store, in stretches of packs.
-	fetchAll := func(g *errgroup.Group, gctx context.Context, ids []string) error {
-		runs, err := repo.PlanReads(ids, pullRun)
-		if err != nil {
-			return err
-		}
-		for _, run := range runs {
-			g.Go(func() error {
-				err := chunks.ReadRun(gctx, run, func(c store.RunChunk, data []byte) error {
-					mu.Lock()
-					pulled.Fetched += c.Raw
-					pulled.Stored += c.Stored
-					mu.Unlock()
-					rep.add(0, c.Stored, 0)
-					return write(c.ID, data)
-				})
-				if err != nil {
-					return fmt.Errorf("pack %s: %w", run.Pack, err)
-				}
-				return nil
-			})
-		}
-		return nil
-	}
-	// The chunks this node holds are copied while the others are fetched;
-	// a copy that is no longer what it was is fetched after.
-	seeded, fetch := seedChunks(repo, opts.Seeds, order)
+	seeds := &seedFiles{files: map[string]*os.File{}}
+	defer seeds.close()
+	buffers := make(chan []byte, workers)
 	var missed []string
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(workers)
-	var submitted sync.WaitGroup
-	if len(seeded) > 0 {
-		from := &seedFiles{files: map[string]*os.File{}}
-		defer from.close()
-		buffers := make(chan []byte, workers)
-		// Submitted beside the fetches, so that both share the workers.
-		submitted.Go(func() {
-			for _, c := range seeded {
-				g.Go(func() error {
-					var buf []byte
-					select {
-					case buf = <-buffers:
-					default:
-					}
-					buf, ok := from.copy(c, buf)
-					defer func() { buffers <- buf }()
-					mu.Lock()
-					if !ok {
-						missed = append(missed, c.id)
-					} else {
-						pulled.Seeded += c.raw
-					}
-					mu.Unlock()
-					if !ok {
-						return nil
-					}
-					return write(c.id, buf)
-				})
+	do := func(ctx context.Context, j job) error {
+		if j.run != nil {
+			err := chunks.ReadRun(ctx, *j.run, func(c store.RunChunk, data []byte) error {
+				mu.Lock()
+				pulled.Fetched += c.Raw
+				pulled.Stored += c.Stored
+				mu.Unlock()
+				rep.add(0, c.Stored, 0)
+				return write(c.ID, data)
+			})
+			if err != nil {
+				return fmt.Errorf("pack %s: %w", j.run.Pack, err)
 			}
-		})
+			return nil
+		}
+		var buf []byte
+		select {
+		case buf = <-buffers:
+		default:
+		}
+		buf, ok := seeds.copy(*j.seed, buf)
+		defer func() { buffers <- buf }()
+		mu.Lock()
+		if ok {
+			pulled.Seeded += j.seed.raw
+		} else {
+			missed = append(missed, j.seed.id)
+		}
+		mu.Unlock()
+		if !ok {
+			return nil
+		}
+		return write(j.seed.id, buf)
 	}
-	ferr := fetchAll(g, gctx, fetch)
-	submitted.Wait()
-	if err := g.Wait(); err != nil {
+	// The chunks this node holds are copied beside the fetches; a copy
+	// that is no longer what it was is fetched after.
+	seeded, fetch := seedChunks(repo, opts.Seeds, order)
+	q, err := newJobQueue(repo, fetch, seeded, rank)
+	if err != nil {
 		return pulled, err
 	}
-	if ferr != nil {
-		return pulled, ferr
+	if err := f.runQueue(ctx, q, workers, do); err != nil {
+		return pulled, err
 	}
 	if len(missed) > 0 {
-		g, gctx = errgroup.WithContext(ctx)
-		g.SetLimit(workers)
-		if err := fetchAll(g, gctx, missed); err != nil {
+		q, err := newJobQueue(repo, missed, nil, rank)
+		if err != nil {
 			return pulled, err
 		}
-		if err := g.Wait(); err != nil {
+		if err := f.runQueue(ctx, q, workers, do); err != nil {
 			return pulled, err
 		}
 	}
 	rep.add(0, 0, len(s.Files))
 	rep.finish()
 	if !opts.NoSync {
-		for _, f := range files {
-			if err := f.Sync(); err != nil {
+		for _, out := range files {
+			if err := out.Sync(); err != nil {
 				return pulled, err
 			}
 		}
 	}
-	for _, f := range files {
-		if err := f.Close(); err != nil {
+	for _, out := range files {
+		if err := out.Close(); err != nil {
 			return pulled, err
 		}
 	}
 	files = nil
 	// The folder becomes a snapshot when its manifest appears, whole.
-	if err := fsutil.WriteAtomic(filepath.Join(dir, snapshot.ManifestName), bytes.NewReader(s.Meta), int64(len(s.Meta))); err != nil {
+	if err := fsutil.WriteAtomic(filepath.Join(f.dir, snapshot.ManifestName), bytes.NewReader(s.Meta), int64(len(s.Meta))); err != nil {
 		return pulled, err
 	}
-	_, err = snapshot.Load(dir)
+	_, err = snapshot.Load(f.dir)
 	return pulled, err
+}
+
+// runQueue runs q's jobs on workers goroutines, and fails f with the
+// first error.
+func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do func(context.Context, job) error) error {
+	f.mu.Lock()
+	f.queue = q
+	f.mu.Unlock()
+	g, gctx := errgroup.WithContext(ctx)
+	for range workers {
+		g.Go(func() error {
+			for {
+				f.mu.Lock()
+				j, ok := q.take()
+				f.mu.Unlock()
+				if !ok {
+					return nil
+				}
+				if err := do(gctx, j); err != nil {
+					f.fail(err)
+					return err
+				}
+			}
+		})
+	}
+	return g.Wait()
+}
+
+// job is one stretch of a pack to fetch, or one chunk to copy from a
+// seed.
+type job struct {
+	run  *store.Run
+	seed *seededChunk
+}
+
+// jobQueue hands out a restore's jobs in the order the snapshot's files
+// first need their chunks, and those holding an awaited chunk first. Its
+// methods are called under Filling.mu.
+type jobQueue struct {
+	jobs    []job
+	taken   []bool
+	next    int
+	urgent  []int
+	byChunk map[string]int
+}
+
+func newJobQueue(repo *store.Repository, fetch []string, seeded []seededChunk, rank map[string]int) (*jobQueue, error) {
+	runs, err := repo.PlanReads(fetch, pullRun)
+	if err != nil {
+		return nil, err
+	}
+	q := &jobQueue{byChunk: map[string]int{}}
+	first := func(j job) int {
+		if j.seed != nil {
+			return rank[j.seed.id]
+		}
+		n := len(rank)
+		for _, c := range j.run.Chunks {
+			n = min(n, rank[c.ID])
+		}
+		return n
+	}
+	for i := range runs {
+		q.jobs = append(q.jobs, job{run: &runs[i]})
+	}
+	for i := range seeded {
+		q.jobs = append(q.jobs, job{seed: &seeded[i]})
+	}
+	slices.SortStableFunc(q.jobs, func(a, b job) int { return cmp.Compare(first(a), first(b)) })
+	for i, j := range q.jobs {
+		if j.seed != nil {
+			q.byChunk[j.seed.id] = i
+			continue
+		}
+		for _, c := range j.run.Chunks {
+			q.byChunk[c.ID] = i
+		}
+	}
+	q.taken = make([]bool, len(q.jobs))
+	return q, nil
+}
+
+// take hands out the next job: an urgent one, else the next in order.
+func (q *jobQueue) take() (job, bool) {
+	for len(q.urgent) > 0 {
+		i := q.urgent[0]
+		q.urgent = q.urgent[1:]
+		if !q.taken[i] {
+			q.taken[i] = true
+			return q.jobs[i], true
+		}
+	}
+	for ; q.next < len(q.jobs); q.next++ {
+		if !q.taken[q.next] {
+			q.taken[q.next] = true
+			return q.jobs[q.next], true
+		}
+	}
+	return job{}, false
+}
+
+// hurry puts the job holding chunk id before the others, unless it has
+// started.
+func (q *jobQueue) hurry(id string) {
+	if q == nil {
+		return
+	}
+	if i, ok := q.byChunk[id]; ok && !q.taken[i] {
+		q.urgent = append(q.urgent, i)
+	}
 }
 
 // createFiles makes the snapshot's files in dir at their sizes, and says
 // where each chunk goes, and the chunks in the order the files hold them,
-// each once.
-func createFiles(repo *store.Repository, s *store.Snapshot, dir string) ([]*os.File, map[string][]destination, []string, error) {
+// each once; it records where each file's chunks lie, for Await.
+func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir string) ([]*os.File, map[string][]destination, []string, error) {
 	var files []*os.File
 	dests := map[string][]destination{}
 	var order []string
-	for _, f := range s.Files {
-		path := filepath.Join(dir, filepath.FromSlash(f.Path))
+	for _, sf := range s.Files {
+		path := filepath.Join(dir, filepath.FromSlash(sf.Path))
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return files, nil, nil, err
 		}
-		out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(f.Mode)&0o777)
+		out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(sf.Mode)&0o777)
 		if err != nil {
 			return files, nil, nil, err
 		}
 		files = append(files, out)
-		if err := out.Truncate(f.Size); err != nil {
+		if err := out.Truncate(sf.Size); err != nil {
 			return files, nil, nil, err
 		}
+		fc := &fileChunks{starts: make([]int64, 0, len(sf.Chunks)+1), ids: sf.Chunks}
 		var at int64
-		for _, id := range f.Chunks {
+		for _, id := range sf.Chunks {
 			c, _ := repo.Chunk(id)
 			if _, seen := dests[id]; !seen {
 				order = append(order, id)
+				f.done[id] = make(chan struct{})
 			}
 			dests[id] = append(dests[id], destination{f: out, at: at})
+			fc.starts = append(fc.starts, at)
 			at += c.Raw
 		}
+		fc.starts = append(fc.starts, at)
+		f.files[sf.Path] = fc
 	}
 	return files, dests, order, nil
 }

@@ -1,0 +1,131 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
+	"github.com/stasis-run/stasis/store/local"
+)
+
+// gatedBackend holds every read of a pack until the test lets it go: it
+// says on waiting that a read has asked, and reads once a token arrives.
+type gatedBackend struct {
+	store.Backend
+	waiting chan string
+	tokens  chan struct{}
+}
+
+func (g *gatedBackend) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if strings.HasPrefix(key, "data/") {
+		g.waiting <- key
+		<-g.tokens
+	}
+	return g.Backend.Get(ctx, key, offset, length)
+}
+
+// TestAwaitedBytesComeFirst: a reader of a folder being restored
+// (archiver.StartRestore) waits only for the part it reads, which is
+// fetched before the stretches ahead of it, checked, and the same as the
+// stored bytes; the rest follows, and the folder ends whole.
+func TestAwaitedBytesComeFirst(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	src := makeFolderZeros(t, 96, 0, 1, 0)
+	if _, err := archiver.Save(ctx, r, "a", src, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	be, err := local.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &gatedBackend{Backend: be, waiting: make(chan string, 1000), tokens: make(chan struct{})}
+	gated, err := store.Open(ctx, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustSnapshot(t, gated, "a")
+	out := filepath.Join(t.TempDir(), "out")
+	f, err := archiver.StartRestore(ctx, gated, s, out, archiver.Options{Downloads: 1, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(src, "image", "pages.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int64(len(want))
+	asked, cancel := context.WithCancel(ctx)
+	cancel() // Await then asks for the part and returns at once
+	<-gate.waiting // the one worker is at its first stretch
+	tail, middle := size-(1<<20), size/2
+	if err := f.Await(asked, "image/pages.img", tail, 1<<20); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Await of the last MiB before any stretch was read: %v, want it to be waiting", err)
+	}
+	gate.tokens <- struct{}{} // the first stretch
+	<-gate.waiting
+	gate.tokens <- struct{}{} // the awaited one
+	<-gate.waiting
+	if err := f.Await(asked, "image/pages.img", tail, 1<<20); err != nil {
+		t.Fatalf("the last MiB was not fetched second, ahead of the rest: %v", err)
+	}
+	if err := f.Await(asked, "image/pages.img", middle, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Await of the middle after two stretches: %v; want it still to come (the test reads too few stretches to mean anything)", err)
+	}
+	got := make([]byte, 1<<20)
+	pages, err := os.Open(filepath.Join(out, "image", "pages.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pages.Close()
+	if _, err := pages.ReadAt(got, tail); err != nil || !bytes.Equal(got, want[tail:]) {
+		t.Fatalf("the awaited MiB differs from the stored one (%v)", err)
+	}
+	close(gate.tokens)
+	if _, err := f.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, src, out)
+	if err := f.Await(ctx, "image/nothing.img", 0, 1); err == nil {
+		t.Fatal("Await of a file the snapshot does not have succeeded")
+	}
+}
+
+// TestAwaitFailsWithTheRestore: when a restore fails (a pack is gone), a
+// reader waiting on it gets the restore's error rather than waiting for
+// ever, and the folder is left empty.
+func TestAwaitFailsWithTheRestore(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	src := makeFolderZeros(t, 40, 0, 1, 0)
+	if _, err := archiver.Save(ctx, r, "a", src, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	packs, err := filepath.Glob(filepath.Join(root, "data", "*", "*"))
+	if err != nil || len(packs) < 2 {
+		t.Fatalf("packs: %v, %v", packs, err)
+	}
+	if err := os.Remove(packs[len(packs)-1]); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	f, err := archiver.StartRestore(ctx, r, mustSnapshot(t, r, "a"), out, archiver.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aerr := f.Await(ctx, "image/pages.img", 0, 40<<20)
+	_, werr := f.Wait()
+	if aerr == nil || werr == nil {
+		t.Fatalf("a restore from a store missing a pack: Await %v, Wait %v; want both to fail", aerr, werr)
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Fatalf("a failed restore left %d entries in its folder", len(entries))
+	}
+}
