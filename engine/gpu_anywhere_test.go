@@ -79,11 +79,18 @@ func TestGPUAnywhere(t *testing.T) {
 		}
 		// pullAndResume resumes a on "another node" from name, into dir,
 		// to its first token, which must be want.
-		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, seeds []archiver.Seed) (float64, archiver.Pulled, float64) {
+		// With views (stasisd's way) the sandbox is restored while the
+		// pull goes on; the pull's time is then until the folder was whole
+		// (the steps up to "arrived").
+		views := filepath.Join(g.work, "views")
+		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, seeds []archiver.Seed, whole bool) (float64, archiver.Pulled, float64) {
 			g.takeEvents()
 			begin := time.Now()
-			_, pulled, err := transfer.PullAndResume(ctx, g.eng, a, dir, transfer.Stored{Repo: from, Name: name, Options: archiver.Options{NoSync: true, Seeds: seeds}},
-				engine.ResumeOptions{Observer: g.obs})
+			to := transfer.Stored{Repo: from, Name: name, Options: archiver.Options{NoSync: true, Seeds: seeds}, Views: views}
+			if whole {
+				to.Views = ""
+			}
+			_, pulled, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: g.obs})
 			if err != nil {
 				t.Fatalf("%s pull and resume of %s: %v", mode, name, err)
 			}
@@ -95,7 +102,12 @@ func TestGPUAnywhere(t *testing.T) {
 			if got.Token != want {
 				t.Errorf("%s: the first token after the pull is %d, before the suspend %d", mode, got.Token, want)
 			}
-			return s, pulled, steps(g.takeEvents())["resume/pull"]
+			st := steps(g.takeEvents())
+			pullS := st["resume/pull"]
+			if !whole {
+				pullS += st["resume/verify"] + st["resume/restore"] + st["resume/gpu-resume"] + st["resume/arrived"]
+			}
+			return s, pulled, pullS
 		}
 		stop := func(a engine.Actor) {
 			if err := g.rt.Stop(ctx, a.ID); err != nil {
@@ -169,13 +181,23 @@ func TestGPUAnywhere(t *testing.T) {
 		// A node that never held it.
 		g.dropCaches()
 		dirB := filepath.Join(g.work, "nodeb-"+mode+"-1")
-		anywhereS, pulled, pullS := pullAndResume(a, repo, name, dirB, first.Token, nil)
+		anywhereS, pulled, pullS := pullAndResume(a, repo, name, dirB, first.Token, nil, false)
 		result["anywhere_s"], result["pull_s"], result["pulledBytes"] = anywhereS, pullS, pulled.Fetched
 		result["pull_over_floor"] = floorRead / pullS
 		result["ratio"] = coldS / anywhereS
 		result["anywhere_over_floor"] = anywhereS / result["floor_s"].(float64)
 		stop(a)
 		g.record("anywhere", result)
+		if os.Getenv("STASIS_ANYWHERE_WHOLE") != "" {
+			// The same, pulled whole before the restore (no view).
+			os.RemoveAll(dirB)
+			g.dropCaches()
+			wholeS, _, wholePullS := pullAndResume(a, repo, name, dirB, first.Token, nil, true)
+			result["anywhere_whole_s"], result["pull_whole_s"] = wholeS, wholePullS
+			result["pull_whole_over_floor"] = floorRead / wholePullS
+			stop(a)
+			g.record("anywhere", result)
+		}
 		t.Logf("%s: cold %.1f s, anywhere %.2f s (%.1fx; pull %.2f s, %.2fx the disk's cold read), floor %.2f s, own node %.2f s",
 			mode, coldS, anywhereS, coldS/anywhereS, pullS, floorRead/pullS, result["floor_s"], result["local_s"])
 
@@ -191,7 +213,7 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatal(err)
 			}
 			dirB2 := filepath.Join(g.work, "nodeb-"+mode+"-2")
-			secondS, pulled2, _ := pullAndResume(b, repo, name2, dirB2, firstB.Token, []archiver.Seed{{Dir: dirB, Snapshot: seed}})
+			secondS, pulled2, _ := pullAndResume(b, repo, name2, dirB2, firstB.Token, []archiver.Seed{{Dir: dirB, Snapshot: seed}}, false)
 			result["second_s"] = secondS
 			result["second_actor_fetched_fraction"] = float64(pulled2.Fetched) / float64(pulled2.Bytes)
 			result["second_actor_over_local"] = secondS / result["local_s"].(float64)
