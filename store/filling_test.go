@@ -63,7 +63,7 @@ func TestAwaitedBytesComeFirst(t *testing.T) {
 	}
 	size := int64(len(want))
 	asked, cancel := context.WithCancel(ctx)
-	cancel() // Await then asks for the part and returns at once
+	cancel()       // Await then asks for the part and returns at once
 	<-gate.waiting // the one worker is at its first stretch
 	tail, middle := size-(1<<20), size/2
 	if err := f.Await(asked, "image/pages.img", tail, 1<<20); !errors.Is(err, context.Canceled) {

@@ -226,10 +226,11 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		return fuse.ReadResultData(nil), 0
 	}
 	want := min(int64(len(dest)), n.size-off)
-	if err := n.src.Await(ctx, n.path, off, want); err != nil {
-		if ctx.Err() != nil {
-			return nil, syscall.EINTR
-		}
+	// A signal to the reading thread interrupts the request (the kernel
+	// cancels ctx); an EINTR would then fail a read that its caller (the
+	// sandbox's loader, whose threads get signals all the time) does not
+	// retry. The wait ends when the bytes are there or the pull fails.
+	if err := n.src.Await(context.WithoutCancel(ctx), n.path, off, want); err != nil {
 		return nil, syscall.EIO
 	}
 	got, err := h.f.ReadAt(dest[:want], off)

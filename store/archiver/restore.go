@@ -428,13 +428,18 @@ func (q *jobQueue) hurry(id string) {
 }
 
 // createFiles makes the snapshot's files in dir at their sizes, and says
-// where each chunk goes, and the chunks in the order the files hold them,
-// each once; it records where each file's chunks lie, for Await.
+// where each chunk goes, and the chunks in the order they are needed (the
+// files from the smallest, each in order), each once; it records where
+// each file's chunks lie, for Await.
 func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir string) ([]*os.File, map[string][]destination, []string, error) {
 	var files []*os.File
 	dests := map[string][]destination{}
 	var order []string
-	for _, sf := range s.Files {
+	// The smaller files first: a restore reads its state and metadata
+	// whole before anything else, and the memory image as it needs it.
+	sorted := slices.Clone(s.Files)
+	slices.SortStableFunc(sorted, func(a, b store.File) int { return cmp.Compare(a.Size, b.Size) })
+	for _, sf := range sorted {
 		path := filepath.Join(dir, filepath.FromSlash(sf.Path))
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return files, nil, nil, err
