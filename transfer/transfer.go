@@ -200,9 +200,19 @@ func mountView(mnt, dir string, s *store.Snapshot, f *archiver.Filling) (*lazyfs
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return nil, err
 	}
+	// The largest file is the memory image, which the runtime reads in
+	// large requests as it loads memory; the others (its state, the
+	// image's metadata) it reads from the start in small ones.
+	largest := 0
 	files := make([]lazyfs.File, 0, len(s.Files))
-	for _, sf := range s.Files {
+	for i, sf := range s.Files {
 		files = append(files, lazyfs.File{Path: sf.Path, Size: sf.Size, Mode: os.FileMode(sf.Mode).Perm()})
+		if sf.Size > s.Files[largest].Size {
+			largest = i
+		}
+	}
+	if len(files) > 0 {
+		files[largest].Direct = true
 	}
 	v, err := lazyfs.Mount(mnt, dir, files, f)
 	if err != nil {

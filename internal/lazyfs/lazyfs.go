@@ -32,11 +32,16 @@ type Source interface {
 }
 
 // File is one file the view shows: its slash path in the folder, its size
-// (the size it has once whole) and its permission bits.
+// (the size it has once whole) and its permission bits. Direct serves it
+// without the kernel's page cache: for a file its reader reads in large
+// requests (a memory image), each then passed to the server whole rather
+// than in read-ahead pieces, and not cached twice. A file read in small
+// pieces (a runtime's state file) is better read ahead.
 type File struct {
-	Path string
-	Size int64
-	Mode os.FileMode
+	Path   string
+	Size   int64
+	Mode   os.FileMode
+	Direct bool
 }
 
 // View is a mounted view of a folder.
@@ -92,7 +97,7 @@ func Mount(mountpoint, folder string, files []File, src Source) (*View, error) {
 					}
 					parent = child
 				}
-				node := &fileNode{view: v, src: src, path: f.Path, backing: filepath.Join(folder, filepath.FromSlash(f.Path)), size: f.Size, mode: uint32(f.Mode.Perm())}
+				node := &fileNode{view: v, src: src, path: f.Path, backing: filepath.Join(folder, filepath.FromSlash(f.Path)), size: f.Size, mode: uint32(f.Mode.Perm()), direct: f.Direct}
 				parent.AddChild(name, parent.NewPersistentInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFREG}), false)
 			}
 		},
@@ -182,6 +187,7 @@ type fileNode struct {
 	backing string
 	size    int64
 	mode    uint32
+	direct  bool
 }
 
 var (
@@ -205,9 +211,11 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		return nil, 0, fs.ToErrno(err)
 	}
 	n.view.opened(1)
-	// Reads go to the server whole (up to 1 MiB each), not through a
-	// second page cache: the folder's own holds the bytes.
-	return &handle{node: n, f: f}, fuse.FOPEN_DIRECT_IO, 0
+	var fuseFlags uint32
+	if n.direct {
+		fuseFlags = fuse.FOPEN_DIRECT_IO
+	}
+	return &handle{node: n, f: f}, fuseFlags, 0
 }
 
 type handle struct {

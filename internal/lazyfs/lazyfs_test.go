@@ -43,7 +43,7 @@ func needFUSE(t *testing.T) {
 	f.Close()
 }
 
-func mount(t *testing.T, size int64, src lazyfs.Source) (string, *lazyfs.View) {
+func mount(t *testing.T, size int64, direct bool, src lazyfs.Source) (string, *lazyfs.View) {
 	t.Helper()
 	folder, mnt := t.TempDir(), t.TempDir()
 	if err := os.MkdirAll(filepath.Join(folder, "image"), 0o700); err != nil {
@@ -52,7 +52,7 @@ func mount(t *testing.T, size int64, src lazyfs.Source) (string, *lazyfs.View) {
 	if err := os.WriteFile(filepath.Join(folder, "image", "pages.img"), make([]byte, size), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	v, err := lazyfs.Mount(mnt, folder, []lazyfs.File{{Path: "image/pages.img", Size: size, Mode: 0o600}}, src)
+	v, err := lazyfs.Mount(mnt, folder, []lazyfs.File{{Path: "image/pages.img", Size: size, Mode: 0o600, Direct: direct}}, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +65,15 @@ func mount(t *testing.T, size int64, src lazyfs.Source) (string, *lazyfs.View) {
 // an I/O error; the view cannot be written.
 func TestReadWaitsForItsBytes(t *testing.T) {
 	needFUSE(t)
+	for _, direct := range []bool{true, false} {
+		t.Run(map[bool]string{true: "direct", false: "cached"}[direct], func(t *testing.T) { readWaits(t, direct) })
+	}
+}
+
+func readWaits(t *testing.T, direct bool) {
 	const size = 3<<20 + 100
 	g := &gate{asked: make(chan string, 1), ready: make(chan struct{})}
-	folder, v := mount(t, size, g)
+	folder, v := mount(t, size, direct, g)
 	through := filepath.Join(v.Dir(), "image", "pages.img")
 	if st, err := os.Stat(through); err != nil || st.Size() != size {
 		t.Fatalf("stat through the view: %v, %v; want %d bytes", st, err, size)
@@ -102,7 +108,7 @@ func TestReadWaitsForItsBytes(t *testing.T) {
 
 	failed := &gate{asked: make(chan string, 1), ready: make(chan struct{}), err: errors.New("pack gone")}
 	close(failed.ready)
-	_, v2 := mount(t, 4096, failed)
+	_, v2 := mount(t, 4096, direct, failed)
 	if _, err := os.ReadFile(filepath.Join(v2.Dir(), "image", "pages.img")); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("a read whose bytes never come: %v, want EIO", err)
 	}
@@ -115,7 +121,7 @@ func TestCloseKeepsOpenFilesServed(t *testing.T) {
 	needFUSE(t)
 	g := &gate{asked: make(chan string, 1), ready: make(chan struct{})}
 	close(g.ready)
-	_, v := mount(t, 8192, g)
+	_, v := mount(t, 8192, true, g)
 	f, err := os.Open(filepath.Join(v.Dir(), "image", "pages.img"))
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +151,7 @@ func TestCloseWhileAnotherNamespaceHoldsACopy(t *testing.T) {
 	needFUSE(t)
 	g := &gate{asked: make(chan string, 1), ready: make(chan struct{})}
 	close(g.ready)
-	_, v := mount(t, 4096, g)
+	_, v := mount(t, 4096, false, g)
 	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", "echo ready; exec sleep 60")
 	out, err := holder.StdoutPipe()
 	if err != nil {
