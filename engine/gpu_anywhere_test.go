@@ -26,8 +26,9 @@ import (
 // "plain,compiled") started cold, suspended and pushed to a local store
 // folder, then resumed on "a node that never held it": the page cache
 // dropped, a fresh folder, the snapshot pulled from the store and resumed
-// as stasisd does (transfer.PullAndResume, the copy not synced), to its
-// first token, which must equal the one before. Beside it, in the same
+// as stasisd does (transfer.PullAndResume through a view while it pulls,
+// the copy not synced; with STASIS_ANYWHERE_WHOLE also pulled whole first),
+// to its first token, which must equal the one before. Beside it, in the same
 // run: the page-cache resume on its own node, the disk's cold read of the
 // store's pack bytes with one and eight streams (the floor), and, with
 // STASIS_ANYWHERE_SECOND (plain mode), a second actor of the same template

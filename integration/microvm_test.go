@@ -373,7 +373,7 @@ func TestMicroVMFullDisk(t *testing.T) {
 	d.run("vm", "a1")
 	inst, _, _ := strings.Cut(d.vmCounter("a1", "incr"), " ")
 	_, err := d.api.Suspend(context.Background(), api.OpRequest{ID: "a1"})
-	if err == nil || !strings.Contains(err.Error(), "No space left on device") {
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "no space left on device") {
 		t.Fatalf("suspend onto a full disk: %v, want it refused with the cause", err)
 	}
 	if a := d.inspect("a1"); a.State != api.Running || a.Snapshot != nil {

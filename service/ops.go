@@ -171,7 +171,9 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	}
 	from := s.stored(repo, o, snap.Stored, transfer.StepPull)
 	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, repo, snap)
-	from.Views = s.viewsDir()
+	if !s.cfg.PullWhole {
+		from.Views = s.viewsDir()
+	}
 	m, _, err := transfer.PullAndResume(ctx, s.engineOf(o.actor), a, dir, from, opts)
 	if m == nil {
 		// Nothing a later resume could take is left behind.

@@ -76,6 +76,9 @@ type Config struct {
 	// StageBudget bounds the disk the staged copies of stored snapshots
 	// take (Stage); 0 turns staging off.
 	StageBudget int64
+	// PullWhole pulls a stored snapshot whole before restoring it, rather
+	// than restoring it through a view while it pulls (transfer.Stored.Views).
+	PullWhole bool
 }
 
 func (c Config) cleanupTimeout() time.Duration {

@@ -8,6 +8,7 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -186,8 +187,14 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 	}
 	_, err = eng.Resume(ctx, a, view.Dir(), opts)
 	if err != nil {
+		// A pull that failed first is why the restore failed (its reads
+		// through the view did).
 		stop()
-		pulled, _ = filling.Wait()
+		var perr error
+		pulled, perr = filling.Wait()
+		if perr != nil && !errors.Is(perr, context.Canceled) && !errors.Is(err, perr) {
+			err = fmt.Errorf("%w (the pull it was restored from failed: %v)", err, perr)
+		}
 		_ = closeView(context.WithoutCancel(ctx))
 		return nil, pulled, err
 	}

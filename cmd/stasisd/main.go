@@ -40,7 +40,7 @@ type options struct {
 	hugePages, keepPaused, keepReserve     string
 	stageBudget                            string
 	hostPaths, deadlines                   []string
-	noStore, allowHostRoot                 bool
+	noStore, allowHostRoot, pullWhole      bool
 	microVM                                compose.MicroVMOptions
 }
 
@@ -102,6 +102,7 @@ line win).`,
 	f.StringVar(&o.keepPaused, "keep-paused", "auto", "auto: a paused actor's sandbox stays in memory, frozen, its GPU released, while the node has --keep-paused-reserve available, so that its resume loads nothing (its snapshot is on disk all the same); never: every pause stops its sandbox")
 	f.StringVar(&o.keepReserve, "keep-paused-reserve", "", "memory that must stay available with the paused sandboxes kept (such as 16GiB); below it the longest paused are stopped and resume from their snapshots (default: a quarter of the node's memory)")
 	f.StringVar(&o.stageBudget, "stage-budget", "", "disk the staged copies of stored snapshots may take (such as 200GiB; 0 turns staging off): whole copies made before an actor needs them (a fleet agent stages its templates' golden snapshots), the least recently used making room (default: a quarter of the data folder's disk)")
+	f.BoolVar(&o.pullWhole, "pull-whole", false, "pull a stored snapshot whole before restoring it; by default runsc restores it through a read-only FUSE view of the folder while it is pulled, each read waiting for its hash-checked bytes (without FUSE the pull is whole first)")
 	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden, release); repeatable")
 	// Older stasisd took single-dash flags (-data); they still work.
 	cmd.SetArgs(doubleDash(os.Args[1:], f))
@@ -236,6 +237,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		HostPaths:          policy,
 		KeepPaused:         keep,
 		StageBudget:        stageBudget,
+		PullWhole:          o.pullWhole,
 		Node: func(ctx context.Context) (fingerprint.Fingerprint, error) {
 			return eng.Fingerprint(ctx)
 		},

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/runtime"
@@ -104,6 +107,12 @@ func (r *Runtime) writeImage(ctx context.Context, q *qmp, st *vmState, dir strin
 	if err := q.waitMigration(ctx); err != nil {
 		if ctx.Err() != nil {
 			_ = q.execute(context.WithoutCancel(ctx), "migrate_cancel", nil, nil)
+		}
+		// QEMU does not always say why a migration to a file failed (its
+		// error-desc was empty on a full disk): the disk says.
+		var fsst unix.Statfs_t
+		if unix.Fstatfs(int(f.Fd()), &fsst) == nil && fsst.Bavail*uint64(fsst.Bsize) < 1<<20 {
+			err = fmt.Errorf("%w (the disk of %s is full: %w)", err, dir, syscall.ENOSPC)
 		}
 		return err
 	}
