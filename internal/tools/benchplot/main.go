@@ -8,6 +8,7 @@
 //
 //	go run ./internal/tools/benchplot -o docs/benchmarks-cold-vs-resume.png docs/results/h200-server-bench.jsonl
 //	go run ./internal/tools/benchplot -o docs/benchmarks-resume-speed.png docs/results/h200-resume-r2.jsonl docs/results/h200-resume-r3.jsonl
+//	go run ./internal/tools/benchplot -o docs/benchmarks-anywhere.png docs/results/h200-anywhere-view-plain-s14.jsonl docs/results/h200-anywhere-view-compiled-s14.jsonl
 package main
 
 import (
@@ -98,6 +99,50 @@ type resumeVariant struct {
 	THP string `json:"thp"`
 }
 
+// anywhereRun is TestGPUAnywhere's record of one server mode: resumed on
+// a node that never held its snapshot.
+type anywhereRun struct {
+	Kind        string  `json:"kind"`
+	Mode        string  `json:"mode"`
+	Cold        float64 `json:"cold_s"`
+	Anywhere    float64 `json:"anywhere_s"`
+	Whole       float64 `json:"anywhere_whole_s"`
+	Pull        float64 `json:"pull_s"`
+	PullWhole   float64 `json:"pull_whole_s"`
+	Floor       float64 `json:"floor_s"`
+	Local       float64 `json:"local_s"`
+	FloorRead1S float64 `json:"floorRead1S"`
+	FloorRead8S float64 `json:"floorRead8S"`
+}
+
+// anywhereBars are, per mode, the floor and the ways to the first token on
+// a node that never held the snapshot (the cold start, minutes long, is in
+// the table only).
+func anywhereBars(runs []*anywhereRun) []bar {
+	var bars []bar
+	for _, r := range runs {
+		read := min(r.FloorRead1S, r.FloorRead8S)
+		bars = append(bars, bar{r.Mode + ": floor", []segment{{"disk read of the stored bytes", read}, {"resume on its own node", r.Local}}})
+		if r.Whole > 0 {
+			bars = append(bars, bar{r.Mode + ": pulled first", []segment{{"pull", r.PullWhole}, {"resume to first token", r.Whole - r.PullWhole}}})
+		}
+		bars = append(bars, bar{r.Mode + ": resumed while it pulls", []segment{{"pull (restore and GPU resume beside it)", r.Pull}, {"to first token", r.Anywhere - r.Pull}}})
+	}
+	return bars
+}
+
+func anywhereTable(runs []*anywhereRun) {
+	fmt.Println("| server | cold start | resumed while it pulls | ratio | pulled whole, then resumed | floor | own node |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, r := range runs {
+		whole := "-"
+		if r.Whole > 0 {
+			whole = fmt.Sprintf("%.2f s", r.Whole)
+		}
+		fmt.Printf("| %s | %.1f s | %.2f s | %.1fx | %s | %.2f s | %.2f s |\n", r.Mode, r.Cold, r.Anywhere, r.Cold/r.Anywhere, whole, r.Floor, r.Local)
+	}
+}
+
 // way names a resume's variant, with its huge page settings when known.
 func (r *resumeVariant) way() string {
 	if r.THP == "" {
@@ -180,6 +225,8 @@ func main() {
 	var b *serverBench
 	synthetic := map[float64]*syntheticBench{}
 	var resumes []*resumeVariant
+	anywhere := map[string]*anywhereRun{}
+	var modes []string
 	for _, path := range flag.Args() {
 		f, err := os.Open(path)
 		if err != nil {
@@ -203,6 +250,14 @@ func main() {
 				if json.Unmarshal(sc.Bytes(), &r) == nil {
 					resumes = append(resumes, &r)
 				}
+			case "anywhere":
+				var r anywhereRun
+				if json.Unmarshal(sc.Bytes(), &r) == nil && r.Anywhere > 0 {
+					if anywhere[r.Mode] == nil {
+						modes = append(modes, r.Mode)
+					}
+					anywhere[r.Mode] = &r
+				}
 			case "bench":
 				var r syntheticBench
 				if json.Unmarshal(sc.Bytes(), &r) == nil && r.ColdStart > 0 {
@@ -212,10 +267,14 @@ func main() {
 		}
 		f.Close()
 	}
-	if b == nil && len(synthetic) == 0 && len(resumes) == 0 {
-		log.Fatal("no server-bench, bench or resume-variant record in the files given")
+	if b == nil && len(synthetic) == 0 && len(resumes) == 0 && len(anywhere) == 0 {
+		log.Fatal("no server-bench, bench, resume-variant or anywhere record in the files given")
 	}
-	bars := resumeBars(resumes)
+	var runs []*anywhereRun
+	for _, m := range modes {
+		runs = append(runs, anywhere[m])
+	}
+	bars := append(resumeBars(resumes), anywhereBars(runs)...)
 	if b != nil {
 		bars = append(bars, serverBars(b)...)
 	}
@@ -243,6 +302,9 @@ func main() {
 	}
 	if len(resumes) > 0 {
 		resumeTable(resumes)
+	}
+	if len(runs) > 0 {
+		anywhereTable(runs)
 	}
 }
 
@@ -275,6 +337,9 @@ var colors = map[string]color.RGBA{
 	"sandbox, first token": {0xba, 0xb0, 0xac, 0xff}, "verify + check": {0x76, 0xb7, 0xb2, 0xff}, "runsc restore": {0x4e, 0x79, 0xa7, 0xff},
 	"GPU resume": {0xf2, 0x8e, 0x2b, 0xff}, "driver restore": {0xf2, 0x8e, 0x2b, 0xff}, "first token": {0xe1, 0x57, 0x59, 0xff},
 	"first GPU op": {0xe1, 0x57, 0x59, 0xff}, "cold start": {0xba, 0xb0, 0xac, 0xff},
+	"disk read of the stored bytes": {0x59, 0xa1, 0x4f, 0xff}, "resume on its own node": {0x4e, 0x79, 0xa7, 0xff},
+	"pull": {0x59, 0xa1, 0x4f, 0xff}, "resume to first token": {0x4e, 0x79, 0xa7, 0xff},
+	"pull (restore and GPU resume beside it)": {0x8c, 0xd1, 0x7d, 0xff}, "to first token": {0xe1, 0x57, 0x59, 0xff},
 }
 
 func drawBars(path string, bars []bar) error {
