@@ -47,6 +47,10 @@ type File struct {
 // View is a mounted view of a folder.
 type View struct {
 	mountpoint string
+	// served is closed when the kernel has let go of the file system:
+	// nothing can be open through it then (the release of a file closed
+	// last can be lost as the kernel tears the connection down).
+	served chan struct{}
 
 	mu      sync.Mutex
 	open    int           // file handles open
@@ -63,14 +67,14 @@ const maxRequest = 1 << 20
 // once it is whole.
 func Mount(mountpoint, folder string, files []File, src Source) (*View, error) {
 	root := &dirNode{}
-	v := &View{mountpoint: mountpoint, changed: make(chan struct{})}
+	v := &View{mountpoint: mountpoint, changed: make(chan struct{}), served: make(chan struct{})}
 	for _, f := range files {
 		if !iofs.ValidPath(f.Path) || f.Path == "." {
 			return nil, fmt.Errorf("lazyfs: %q is not a clean relative path", f.Path)
 		}
 	}
 	timeout := time.Hour // nothing in the view changes while it is mounted
-	_, err := fs.Mount(mountpoint, root, &fs.Options{
+	server, err := fs.Mount(mountpoint, root, &fs.Options{
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
 		MountOptions: fuse.MountOptions{
@@ -105,6 +109,10 @@ func Mount(mountpoint, folder string, files []File, src Source) (*View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lazyfs: mount at %s: %w", mountpoint, err)
 	}
+	go func() {
+		server.Wait()
+		close(v.served)
+	}()
 	return v, nil
 }
 
@@ -113,7 +121,8 @@ func (v *View) Dir() string { return v.mountpoint }
 
 // Close takes the view out of the file tree at once (a lazy unmount) and
 // waits, until ctx ends, for every file opened through it (a restore's
-// image) to be closed; until then they are served. When ctx ends first,
+// image) to be closed, or for the kernel to let go of the view; until then
+// they are served. When ctx ends first,
 // Close says so, and they are served while this process runs.
 //
 // The kernel lets go of the file system itself only when no mount
@@ -133,6 +142,8 @@ func (v *View) Close(ctx context.Context) error {
 		}
 		select {
 		case <-changed:
+		case <-v.served:
+			return nil
 		case <-ctx.Done():
 			return fmt.Errorf("lazyfs: %s is unmounted, and %d file(s) opened through it are still open: they are served until closed", v.mountpoint, open)
 		}
