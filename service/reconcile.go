@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
@@ -139,23 +137,16 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 // dir, and says which sandboxes they served: a sandbox restored through
 // one while its pull went on may not hold its whole memory.
 func dropViews(dir string) (map[string]bool, error) {
-	entries, err := os.ReadDir(dir)
+	names, err := lazyfs.Drop(dir)
 	if err != nil {
-		return nil, fmt.Errorf("views: %w", err)
+		return nil, fmt.Errorf("views a stopped stasisd left in %s: %w", dir, err)
 	}
-	if len(entries) == 0 {
+	if len(names) == 0 {
 		return nil, nil
 	}
 	lost := map[string]bool{}
-	err = lazyfs.Unmount(dir)
-	for _, e := range entries {
-		lost[e.Name()] = true
-		if rerr := os.Remove(filepath.Join(dir, e.Name())); rerr != nil && err == nil {
-			err = rerr
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("views a stopped stasisd left in %s: %w", dir, err)
+	for _, name := range names {
+		lost[name] = true
 	}
 	return lost, nil
 }

@@ -159,24 +159,31 @@ func (v *View) opened(delta int) {
 	v.changed = make(chan struct{})
 }
 
-// Unmount takes every view left mounted under dir out of the file tree (a
-// process that served them is gone), so that the folders can be removed.
-func Unmount(dir string) error {
+// Drop takes every view left mounted under dir out of the file tree (a
+// process that served them is gone) and removes its folder, and says which
+// were there.
+func Drop(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var names []string
 	var errs []error
 	for _, e := range entries {
+		names = append(names, e.Name())
 		p := filepath.Join(dir, e.Name())
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+			continue
+		}
+		if err := os.Remove(p); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return names, errors.Join(errs...)
 }
 
 type dirNode struct {
