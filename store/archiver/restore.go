@@ -326,7 +326,9 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do fun
 	g, gctx := errgroup.WithContext(ctx)
 	for range workers {
 		g.Go(func() error {
-			for {
+			// After a failure (gctx cancelled) nothing more is taken: a
+			// copy from a seed would not notice on its own.
+			for gctx.Err() == nil {
 				f.mu.Lock()
 				j, ok := q.take()
 				f.mu.Unlock()
@@ -338,6 +340,7 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do fun
 					return err
 				}
 			}
+			return gctx.Err()
 		})
 	}
 	return g.Wait()
