@@ -2,7 +2,10 @@ package store_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/restic/chunker"
 
+	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
@@ -68,12 +72,12 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ name, old, new, want string }{
-		{"newer format", `"version": 2`, `"version": 3`, "repository format 3, this build reads formats 1 and 2"},
+		{"newer format", `"version": 3`, `"version": 4`, "repository format 4, this build reads formats 1 to 3"},
 		{"unknown chunker", `"fastcdc-v1.0.0"`, `"fastcdc-v9"`, `chunking algorithm "fastcdc-v9" is not known`},
 		{"short key", `"key": "`, `"key": "AAAA`, "chunking key has"},
 		{"absurd chunks", `"maxSize": 8388608`, `"maxSize": 1073741824`, "chunk sizes"},
 		{"normal size", `"normalSize": 1048576`, `"normalSize": 1048577`, "not a power of two"},
-		{"format 1 with chunking", `"version": 2`, `"version": 1`, "format 1 repository needs"},
+		{"format 1 with chunking", `"version": 3`, `"version": 1`, "format 1 repository needs"},
 		{"pack size", `"packSize": 16777216`, `"packSize": 0`, "pack size 0"},
 		{"truncated", `"packSize"`, `"`, "not valid JSON"},
 	} {
@@ -94,6 +98,87 @@ func TestBadConfigsAreRefused(t *testing.T) {
 		_, err = store.Open(ctx, be)
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), root) {
 			t.Errorf("%s: got %v, want an error naming the store and %q", c.name, err, c.want)
+		}
+	}
+}
+
+// weightsFolder is a snapshot folder whose memory image is mib MiB of bf16
+// weights, as a model server's is, beside a little kernel state.
+func weightsFolder(t *testing.T, mib int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(uint64(mib), 3))
+	data := make([]byte, mib<<20)
+	for i := 0; i < len(data); i += 2 {
+		u := math.Float32bits(float32(r.NormFloat64() * 0.02))
+		binary.LittleEndian.PutUint16(data[i:], uint16(u>>16))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("kernel state"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestWeightsStoredGrouped: a format 3 repository stores bf16 weights in
+// about two thirds of their bytes and gives them back whole; a format 2
+// one, which older builds also read, stores them with zstd as before.
+func TestWeightsStoredGrouped(t *testing.T) {
+	ctx := context.Background()
+	src := weightsFolder(t, 24)
+	for _, c := range []struct {
+		version  string
+		min, max float64 // stored bytes over the image's
+	}{
+		{`"version": 3`, 0.60, 0.72},
+		{`"version": 2`, 0.98, 1.02},
+	} {
+		_, root := newRepo(t)
+		cfgPath := filepath.Join(root, "config")
+		cfg, err := os.ReadFile(cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(cfg), `"version": 3`) {
+			t.Fatalf("a new repository is not format 3: %s", cfg)
+		}
+		if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(cfg), `"version": 3`, c.version, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		be, err := local.New(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := store.Open(ctx, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := archiver.Save(ctx, r, "s", src, archiver.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		du, err := r.DU(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ratio := float64(du.Stored) / float64(du.Logical)
+		if ratio < c.min || ratio > c.max {
+			t.Errorf("%s: stored %d bytes for %d (%.3f), want %.2f-%.2f", c.version, du.Stored, du.Logical, ratio, c.min, c.max)
+		}
+		dst := filepath.Join(t.TempDir(), "out")
+		if err := archiver.Restore(ctx, r, "s", dst, archiver.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		sameFiles(t, src, dst)
+		if err := r.Verify(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

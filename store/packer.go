@@ -40,11 +40,14 @@ func (r *Repository) Chunk(id string) (ChunkInfo, bool) {
 // are written. Memory stays bounded whatever is stored: every stage hands
 // on through short channels and reused buffers.
 type Packer struct {
-	r       *Repository
-	ctx     context.Context
-	g       *errgroup.Group
-	enc     *zstd.Encoder
-	zpool   *freeList[*[]byte]
+	r     *Repository
+	ctx   context.Context
+	g     *errgroup.Group
+	enc   *zstd.Encoder
+	zpool *freeList[*[]byte]
+	// coders group the bytes of chunks zstd cannot shrink (format 3);
+	// nil in older formats.
+	coders  *freeList[*groupedCoder]
 	blobs   chan blob
 	written func(int64)
 }
@@ -80,6 +83,9 @@ func (r *Repository) NewPacker(ctx context.Context, uploads int, written func(in
 		r: r, ctx: gctx, g: g, enc: enc, written: written,
 		zpool: newFreeList(2*workers+2, func() *[]byte { b := make([]byte, 0, maxBlob); return &b }),
 		blobs: make(chan blob, workers),
+	}
+	if r.cfg.Version >= 3 {
+		p.coders = newFreeList(workers, func() *groupedCoder { return &groupedCoder{} })
 	}
 	packs := make(chan *packWriter, 1)
 	g.Go(func() error {
@@ -138,7 +144,13 @@ func (p *Packer) Add(ctx context.Context, id string, data []byte) error {
 	if err != nil {
 		return context.Cause(p.ctx)
 	}
-	b := blob{id: id, raw: int64(len(data)), compressed: p.enc.EncodeAll(data, (*zbuf)[:0]), buf: zbuf}
+	compressed := p.enc.EncodeAll(data, (*zbuf)[:0])
+	if p.coders != nil && len(compressed) > len(data)-len(data)/groupedTry {
+		if compressed, err = p.group(data, compressed); err != nil {
+			return err
+		}
+	}
+	b := blob{id: id, raw: int64(len(data)), compressed: compressed, buf: zbuf}
 	select {
 	case p.blobs <- b:
 		return nil
@@ -147,6 +159,27 @@ func (p *Packer) Add(ctx context.Context, id string, data []byte) error {
 	case <-p.ctx.Done():
 		return context.Cause(p.ctx)
 	}
+}
+
+// groupedTry: a chunk whose zstd frame saves less than 1/groupedTry of its
+// bytes is grouped too (weights, which zstd leaves as they are); one that
+// zstd shrinks more (code, zeros, text) is not, sparing the second pass.
+const groupedTry = 8
+
+// group returns data's grouped bytes in compressed's array when they are
+// smaller than compressed, its zstd frame, and compressed otherwise.
+func (p *Packer) group(data, compressed []byte) ([]byte, error) {
+	g, err := p.coders.get(p.ctx)
+	if err != nil {
+		return nil, context.Cause(p.ctx)
+	}
+	defer p.coders.put(g)
+	grouped := g.encode(g.out[:0], data)
+	g.out = grouped
+	if len(grouped) >= len(compressed) {
+		return compressed, nil
+	}
+	return append(compressed[:0], grouped...), nil
 }
 
 // Close writes what is queued and waits for every upload; its error is the

@@ -21,7 +21,10 @@ type ChunkReader struct {
 	bufs *freeList[*chunkBuffers]
 }
 
-type chunkBuffers struct{ compressed, raw []byte }
+type chunkBuffers struct {
+	compressed, raw []byte
+	grouped         groupedCoder
+}
 
 // NewChunkReader returns a reader for parallel reads at once; Close it.
 func (r *Repository) NewChunkReader(parallel int) (*ChunkReader, error) {

@@ -25,10 +25,12 @@ import (
 	"github.com/stasis-run/stasis/errdefs"
 )
 
-// FormatVersion is the repository format this package writes. Format 1
-// repositories (the Rabin chunker) are still read and written; format 2 cuts
-// with FastCDC. Nothing else differs between them.
-const FormatVersion = 2
+// FormatVersion is the repository format this package writes. Older
+// formats are still read and written as they are: format 1 cuts with
+// Rabin's chunker, format 2 with FastCDC, and format 3 as format 2, with
+// chunks that zstd cannot shrink stored as grouped bytes (grouped.go) when
+// that is smaller.
+const FormatVersion = 3
 
 // manifestVersion is the format of snapshot manifests, the same in both
 // repository formats.
@@ -54,7 +56,7 @@ type Config struct {
 	// ChunkerPolynomial is the Rabin polynomial of a format 1 repository's
 	// chunker; every writer must use the same one for chunks to match.
 	ChunkerPolynomial chunker.Pol `json:"chunkerPolynomial,omitempty"`
-	// Chunking is how a format 2 repository cuts files.
+	// Chunking is how a format 2 or 3 repository cuts files.
 	Chunking *Chunking `json:"chunking,omitempty"`
 	// PackSize is the size a pack is closed at.
 	PackSize int64 `json:"packSize"`
@@ -138,15 +140,15 @@ func (c *Config) check() error {
 		if c.Chunking != nil || !c.ChunkerPolynomial.Irreducible() {
 			return fmt.Errorf("corrupt: a format 1 repository needs an irreducible Rabin polynomial and no chunking (polynomial %v)", c.ChunkerPolynomial)
 		}
-	case 2:
+	case 2, 3:
 		if c.Chunking == nil || c.ChunkerPolynomial != 0 {
-			return errors.New("corrupt: a format 2 repository needs its chunking and no Rabin polynomial")
+			return fmt.Errorf("corrupt: a format %d repository needs its chunking and no Rabin polynomial", c.Version)
 		}
 		if err := c.Chunking.check(); err != nil {
 			return fmt.Errorf("corrupt: %w", err)
 		}
 	default:
-		return fmt.Errorf("repository format %d, this build reads formats 1 and 2 (a newer stasis wrote it; upgrade)", c.Version)
+		return fmt.Errorf("repository format %d, this build reads formats 1 to 3 (a newer stasis wrote it; upgrade)", c.Version)
 	}
 	if c.PackSize <= 0 || c.PackSize > 1<<30 {
 		return fmt.Errorf("corrupt: pack size %d", c.PackSize)

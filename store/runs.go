@@ -86,7 +86,13 @@ func (c *ChunkReader) ReadRun(ctx context.Context, run Run, use func(RunChunk, [
 		return err
 	}
 	for _, ch := range run.Chunks {
-		data, err := c.dec.DecodeAll(b.compressed[ch.At:ch.At+ch.Stored], slices.Grow(b.raw[:0], int(ch.Raw)))
+		stored := b.compressed[ch.At : ch.At+ch.Stored]
+		var data []byte
+		if isGrouped(stored) {
+			data, err = b.grouped.decode(b.raw, stored, int(ch.Raw))
+		} else {
+			data, err = c.dec.DecodeAll(stored, slices.Grow(b.raw[:0], int(ch.Raw)))
+		}
 		if err != nil {
 			return fmt.Errorf("chunk %s in pack %s does not decompress (corrupt): %w", ch.ID, run.Pack, err)
 		}
