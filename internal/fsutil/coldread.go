@@ -5,11 +5,16 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// DropPageCache asks the kernel to drop its clean page cache (as root), so
-// that what is read next comes off the disk: the benchmarks' cold reads.
+// DropPageCache writes back what is dirty, then asks the kernel to drop its
+// page cache (as root), so that what is read next comes off the disk (the
+// benchmarks' cold reads) and no write-back of earlier work (a push, a pull
+// not synced) shares the disk with what is measured next.
 func DropPageCache() error {
+	unix.Sync()
 	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
 }
 
