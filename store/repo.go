@@ -32,8 +32,8 @@ import (
 // that is smaller.
 const FormatVersion = 3
 
-// manifestVersion is the format of snapshot manifests, the same in both
-// repository formats.
+// manifestVersion is the format of snapshot manifests, the same in every
+// repository format.
 const manifestVersion = 1
 
 // Object key prefixes.
