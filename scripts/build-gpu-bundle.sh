@@ -2,7 +2,7 @@
 # Builds what scripts/gpu-e2e.sh runs on a GPU machine into .gpu-bundle/
 # (ignored by git; carry it there): stasis-cuda, the stasis CLI and stasisd
 # (with cgo, for NVML), the engine's GPU test binary and the pinned runsc,
-# gzipped. STASIS_BUNDLE_XZ=1 recompresses them with xz -9 (a minute more;
+# gzipped. STASIS_BUNDLE_XZ=1 recompresses them with xz -9 (3 minutes more on 2 cores;
 # the engine test, runsc, stasis and versitygw then carry in 45 MB rather
 # than 71 MB, under the GPU machine's 64 MiB: the anywhere suite over S3).
 set -euo pipefail
