@@ -13,7 +13,6 @@ import (
 
 	"github.com/restic/chunker"
 
-	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
@@ -103,29 +102,16 @@ func TestBadConfigsAreRefused(t *testing.T) {
 }
 
 // weightsFolder is a snapshot folder whose memory image is mib MiB of bf16
-// weights, as a model server's is, beside a little kernel state.
+// weights drawn from N(0, 0.02), as a model server's is.
 func weightsFolder(t *testing.T, mib int) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
-		t.Fatal(err)
-	}
 	r := rand.New(rand.NewPCG(uint64(mib), 3))
 	data := make([]byte, mib<<20)
 	for i := 0; i < len(data); i += 2 {
 		u := math.Float32bits(float32(r.NormFloat64() * 0.02))
 		binary.LittleEndian.PutUint16(data[i:], uint16(u>>16))
 	}
-	if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("kernel state"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return commitFolder(t, data)
 }
 
 // TestWeightsStoredGrouped: a format 3 repository stores bf16 weights in

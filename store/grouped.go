@@ -147,17 +147,17 @@ func (g *groupedCoder) readStream(i int, src []byte, size int) (stream, rest []b
 		sc.MaxDecodedSize = groupedUnit
 		sc, body, err := huff0.ReadTable(coded, sc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("Huffman table: %w", err)
+			return nil, nil, fmt.Errorf("the Huffman table: %w", err)
 		}
 		if cap(sc.Out) < size {
 			sc.Out = make([]byte, groupedUnit)
 		}
 		out, err := sc.Decoder().Decompress4X(sc.Out[:0:size], body)
 		if err != nil {
-			return nil, nil, fmt.Errorf("Huffman stream: %w", err)
+			return nil, nil, fmt.Errorf("the Huffman stream: %w", err)
 		}
 		if len(out) != size {
-			return nil, nil, fmt.Errorf("Huffman stream of %d bytes, want %d", len(out), size)
+			return nil, nil, fmt.Errorf("a Huffman stream of %d bytes, want %d", len(out), size)
 		}
 		return out, src[k+int(n):], nil
 	default:

@@ -33,15 +33,22 @@ func makeFolder(t testing.TB, templateMiB, ownMiB int, own uint64) string {
 
 func makeFolderZeros(t testing.TB, templateMiB, ownMiB int, own uint64, zeroMiB int) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
-		t.Fatal(err)
-	}
 	var data bytes.Buffer
 	data.Write(randomBytes(1, templateMiB<<20))
 	data.Write(randomBytes(own, ownMiB<<20))
 	data.Write(make([]byte, zeroMiB<<20)) // zero pages compress to nothing
-	if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), data.Bytes(), 0o600); err != nil {
+	return commitFolder(t, data.Bytes())
+}
+
+// commitFolder makes a committed snapshot folder whose memory image holds
+// pages, beside a little kernel state.
+func commitFolder(t testing.TB, pages []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), pages, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("kernel state"), 0o600); err != nil {
