@@ -45,6 +45,21 @@ func newFormat1Repo(t testing.TB) (*store.Repository, string) {
 	return r, root
 }
 
+// restoresWhole restores snapshot name of r and checks that it is src again
+// and that every chunk of r matches its hash.
+func restoresWhole(t *testing.T, r *store.Repository, name, src string) {
+	t.Helper()
+	ctx := context.Background()
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := archiver.Restore(ctx, r, name, dst, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, src, dst)
+	if err := r.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestFormat1RepositoryStillWorks(t *testing.T) {
 	ctx := context.Background()
 	r, _ := newFormat1Repo(t)
@@ -52,14 +67,7 @@ func TestFormat1RepositoryStillWorks(t *testing.T) {
 	if _, err := archiver.Save(ctx, r, "s", src, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(t.TempDir(), "out")
-	if err := archiver.Restore(ctx, r, "s", dst, archiver.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	sameFiles(t, src, dst)
-	if err := r.Verify(ctx); err != nil {
-		t.Fatal(err)
-	}
+	restoresWhole(t, r, "s", src)
 }
 
 func TestBadConfigsAreRefused(t *testing.T) {
@@ -158,13 +166,6 @@ func TestWeightsStoredGrouped(t *testing.T) {
 		if ratio < c.min || ratio > c.max {
 			t.Errorf("%s: stored %d bytes for %d (%.3f), want %.2f-%.2f", c.version, du.Stored, du.Logical, ratio, c.min, c.max)
 		}
-		dst := filepath.Join(t.TempDir(), "out")
-		if err := archiver.Restore(ctx, r, "s", dst, archiver.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		sameFiles(t, src, dst)
-		if err := r.Verify(ctx); err != nil {
-			t.Fatal(err)
-		}
+		restoresWhole(t, r, "s", src)
 	}
 }
