@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -112,7 +111,7 @@ func (r *Runtime) writeImage(ctx context.Context, q *qmp, st *vmState, dir strin
 		// error-desc was empty on a full disk): the disk says.
 		var fsst unix.Statfs_t
 		if unix.Fstatfs(int(f.Fd()), &fsst) == nil && fsst.Bavail*uint64(fsst.Bsize) < 1<<20 {
-			err = fmt.Errorf("%w (the disk of %s is full: %w)", err, dir, syscall.ENOSPC)
+			err = fmt.Errorf("%w (the disk of %s is full: %w)", err, dir, unix.ENOSPC)
 		}
 		return err
 	}
