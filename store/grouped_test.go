@@ -22,11 +22,16 @@ func bf16Weights(seed uint64, n int) []byte {
 	return b
 }
 
-func groupedInputs() map[string][]byte {
-	random := make([]byte, 300<<10)
-	for i := range random {
-		random[i] = byte(rand.Uint32())
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
 	}
+	return b
+}
+
+func groupedInputs() map[string][]byte {
+	random := randomBytes(300 << 10)
 	weights := bf16Weights(1, 1<<20+3)
 	return map[string][]byte{
 		"empty":             {},
@@ -76,10 +81,7 @@ func TestGroupedShrinksWeights(t *testing.T) {
 		}
 		t.Logf("cut at offset %d: %.3f", off, ratio)
 	}
-	random := bytes.Repeat(bf16Weights(3, 1<<20), 1) // values, not a byte pattern
-	for i := range random {
-		random[i] ^= byte(i * 131)
-	}
+	random := randomBytes(1 << 20)
 	if n := len(g.encode(nil, random)); n > len(random)+len(random)/1000+len(groupedMagic) {
 		t.Errorf("bytes Huffman cannot shrink grew from %d to %d", len(random), n)
 	}
