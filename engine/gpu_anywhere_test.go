@@ -6,7 +6,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +33,8 @@ import (
 // to its first token, which must equal the one before. Beside it, in the same
 // run: the page-cache resume on its own node, the disk's cold read of the
 // store's pack bytes with one and eight streams (the floor), and, with
-// STASIS_ANYWHERE_SECOND (plain mode), a second actor of the same template
+// STASIS_ANYWHERE_SECOND (1 or a list of modes, as STASIS_ANYWHERE_WHOLE),
+// a second actor of the same template
 // pulled onto the node that holds the first (the fetched share), and, with
 // STASIS_ANYWHERE_S3 and versitygw on PATH, the same push and pull through
 // S3 on loopback.
@@ -91,7 +94,22 @@ func TestGPUAnywhere(t *testing.T) {
 			if whole {
 				to.Views = ""
 			}
-			_, pulled, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: g.obs})
+			// Where the time went: each step's end, and the machine's
+			// disks, page cache and cores, every 100 ms.
+			var marksMu sync.Mutex
+			var marks []map[string]any
+			obs := engine.Observer{Before: g.obs.Before, After: func(ev engine.Step) {
+				marksMu.Lock()
+				defer marksMu.Unlock()
+				marks = append(marks, map[string]any{"t": time.Since(begin).Seconds(), "step": ev.Op + "/" + ev.Name, "s": ev.Duration.Seconds(), "message": ev.Message})
+				g.obs.After(ev)
+			}}
+			stopSampling := sampleMachine(100 * time.Millisecond)
+			_, pulled, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs})
+			samples := stopSampling()
+			marksMu.Lock()
+			defer marksMu.Unlock()
+			g.record("anywhere-timeline", map[string]any{"mode": mode, "snapshot": name, "whole": whole, "seeded": len(seeds) > 0, "steps": marks, "samples": samples})
 			if err != nil {
 				t.Fatalf("%s pull and resume of %s: %v", mode, name, err)
 			}
@@ -189,7 +207,7 @@ func TestGPUAnywhere(t *testing.T) {
 		result["anywhere_over_floor"] = anywhereS / result["floor_s"].(float64)
 		stop(a)
 		g.record("anywhere", result)
-		if os.Getenv("STASIS_ANYWHERE_WHOLE") != "" {
+		if forMode("STASIS_ANYWHERE_WHOLE", mode) {
 			// The same, pulled whole before the restore (no view).
 			os.RemoveAll(dirB)
 			g.dropCaches()
@@ -202,7 +220,7 @@ func TestGPUAnywhere(t *testing.T) {
 		t.Logf("%s: cold %.1f s, anywhere %.2f s (%.1fx; pull %.2f s, %.2fx the disk's cold read), floor %.2f s, own node %.2f s",
 			mode, coldS, anywhereS, coldS/anywhereS, pullS, floorRead/pullS, result["floor_s"], result["local_s"])
 
-		if os.Getenv("STASIS_ANYWHERE_SECOND") != "" {
+		if forMode("STASIS_ANYWHERE_SECOND", mode) {
 			// A second actor of the template, pulled onto the node that
 			// holds the first (its copy in dirB, as stasisd's seeds).
 			b, firstB, _ := start("any2-" + mode)
@@ -253,6 +271,13 @@ func TestGPUAnywhere(t *testing.T) {
 		}
 		os.RemoveAll(repoDir)
 	}
+}
+
+// forMode says whether the setting key (1 for every mode, or a list of
+// modes) asks for mode.
+func forMode(key, mode string) bool {
+	v := os.Getenv(key)
+	return v == "1" || slices.Contains(strings.Split(v, ","), mode)
 }
 
 // coldRead is fsutil.ColdRead in seconds.

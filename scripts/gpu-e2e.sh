@@ -18,8 +18,10 @@
 # STASIS_SERVER_MODES, STASIS_SERVER_RESUMES (kept,warm,cold) and
 # STASIS_RESUME_THP (server-resume);
 # STASIS_WRITEBACK_GIB and STASIS_WRITEBACK_RUNS (writeback);
-# STASIS_ANYWHERE_MODES (plain,compiled), STASIS_ANYWHERE_SECOND, STASIS_ANYWHERE_WHOLE
-# (the pull whole before the restore too, beside the default through a view),
+# STASIS_ANYWHERE_MODES (plain,compiled), STASIS_ANYWHERE_SECOND (a second
+# actor of the template) and STASIS_ANYWHERE_WHOLE (the pull whole before the
+# restore too, beside the default through a view), each 1 for every mode or a
+# list of modes,
 # STASIS_ANYWHERE_S3, STASIS_PULL_GIB and STASIS_PULL_RUNS (anywhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
