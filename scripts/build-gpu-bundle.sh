@@ -9,6 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.gpu-bundle
 mkdir -p "$bundle"
+# An .xz of an earlier build would be unpacked before the new .gz.
+rm -f "$bundle"/*.xz
 git rev-parse HEAD >"$bundle/COMMIT" 2>/dev/null || echo uncommitted >"$bundle/COMMIT"
 git diff --quiet 2>/dev/null || echo "+ uncommitted changes" >>"$bundle/COMMIT"
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bundle/stasis-cuda" ./cmd/stasis-cuda
