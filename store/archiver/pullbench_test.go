@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,7 @@ type pullRow struct {
 	PullS         float64 `json:"pullS"`
 	PullOverFloor float64 `json:"pullOverFloor"`
 	PeakRSSMiB    float64 `json:"peakRssMiB"`
+	Variant       string  `json:"variant"`
 }
 
 func TestPullBench(t *testing.T) {
@@ -88,6 +90,19 @@ func TestPullBench(t *testing.T) {
 	var rows []pullRow
 	for run := 1; run <= runs; run++ {
 		r := pullRow{Run: run, StoredBytes: storedBytes, LogicalBytes: stored.Size()}
+		variants := strings.Split(os.Getenv("STASIS_PULL_VARIANTS"), ",") // EXPERIMENT
+		r.Variant = variants[(run-1)%len(variants)]
+		os.Unsetenv("STASIS_IOPRIO_RT")
+		os.WriteFile("/proc/sys/vm/dirty_background_ratio", []byte("10"), 0)
+		if strings.Contains(r.Variant, "rt") {
+			os.Setenv("STASIS_IOPRIO_RT", "1")
+		}
+		if strings.Contains(r.Variant, "dirty") {
+			os.WriteFile("/proc/sys/vm/dirty_background_bytes", []byte(strconv.Itoa(40<<30)), 0)
+			os.WriteFile("/proc/sys/vm/dirty_bytes", []byte(strconv.Itoa(60<<30)), 0)
+		} else {
+			os.WriteFile("/proc/sys/vm/dirty_ratio", []byte("20"), 0)
+		}
 		r.Floor1S = coldRead(t, packs, 1)
 		r.Floor8S = coldRead(t, packs, 8)
 		dropCaches(t)
@@ -106,7 +121,7 @@ func TestPullBench(t *testing.T) {
 		}
 		os.RemoveAll(out)
 		rows = append(rows, r)
-		t.Logf("run %d: floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s: %.2fx the floor", run, r.Floor1S, r.Floor8S, r.PullS, r.PullOverFloor)
+		t.Logf("%s run %d: floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s: %.2fx the floor", r.Variant, run, r.Floor1S, r.Floor8S, r.PullS, r.PullOverFloor)
 	}
 	fmt.Printf("| run | logical | stored (read) | cold read, 1 stream | cold read, 8 streams | pull | pull / floor | peak RSS |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
