@@ -21,8 +21,10 @@
 # STASIS_ANYWHERE_MODES (plain,compiled), STASIS_ANYWHERE_SECOND (a second
 # actor of the template) and STASIS_ANYWHERE_WHOLE (the pull whole before the
 # restore too, beside the default through a view), each 1 for every mode or a
-# list of modes,
-# STASIS_ANYWHERE_S3, STASIS_PULL_GIB and STASIS_PULL_RUNS (anywhere).
+# list of modes, STASIS_ANYWHERE_DIRTY_GIB (N: vm.dirty_background_bytes N GiB
+# and vm.dirty_bytes 2N during the test, so that the pulled copy is not
+# written back while the pull reads),
+# STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS and STASIS_PULL_WRITEBACK (anywhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -282,8 +284,21 @@ run_anywhere() {
 			"$bin/pullbench.test" -test.run TestPullBench -test.v -test.timeout 30m 2>&1 | tee "$out/pullbench.txt"
 	fi
 	if [ -n "${STASIS_ANYWHERE_MODES:-plain,compiled}" ]; then
+		local vm=/proc/sys/vm saved="" f rc=0
+		if [ -n "${STASIS_ANYWHERE_DIRTY_GIB:-}" ]; then
+			# The kernel's write-back deferred while the pull reads (its
+			# thresholds above the pulled copy's size), as an operator may set
+			# them; the machine's put back after.
+			for f in dirty_ratio dirty_bytes dirty_background_ratio dirty_background_bytes; do
+				[ "$(cat "$vm/$f")" = 0 ] || saved+="$f=$(cat "$vm/$f") "
+			done
+			echo $((2 * STASIS_ANYWHERE_DIRTY_GIB << 30)) >"$vm/dirty_bytes"
+			echo $((STASIS_ANYWHERE_DIRTY_GIB << 30)) >"$vm/dirty_background_bytes"
+		fi
 		# Sandbox memory in huge pages, as stasisd sets them at start.
-		thp_runs TestGPUAnywhere
+		thp_runs TestGPUAnywhere || rc=$?
+		for f in $saved; do echo "${f#*=}" >"$vm/${f%%=*}"; done
+		[ "$rc" = 0 ] || return "$rc"
 	fi
 	python3 scripts/gpu/anywhere_summary.py "$out" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" | tee "$out/anywhere-summary.md"
 }

@@ -13,6 +13,11 @@
 // the pull's own); with STASIS_BENCH_OUT it writes pullbench.json there. The
 // snapshot is weights-like: bf16 values whose high bytes (sign and
 // exponent) take few values and whose low bytes are random, as a model's.
+// STASIS_PULL_WRITEBACK takes turns, run by run, between write-back
+// settings: "kernel" (the machine's; the default) and "deferred"
+// (vm.dirty_background_bytes above the snapshot's size, so that the kernel
+// does not write the pulled copy back while the pull reads); the
+// machine's settings are put back at the end.
 package archiver_test
 
 import (
@@ -36,15 +41,15 @@ import (
 )
 
 type pullRow struct {
-	Run           int     `json:"run"`
-	StoredBytes   int64   `json:"storedBytes"`
-	LogicalBytes  int64   `json:"logicalBytes"`
-	Floor1S       float64 `json:"floor1S"`
-	Floor8S       float64 `json:"floor8S"`
-	PullS         float64 `json:"pullS"`
-	PullOverFloor float64 `json:"pullOverFloor"`
-	PeakRSSMiB    float64 `json:"peakRssMiB"`
-	Variant       string  `json:"variant"`
+	Run           int       `json:"run"`
+	StoredBytes   int64     `json:"storedBytes"`
+	LogicalBytes  int64     `json:"logicalBytes"`
+	Floor1S       float64   `json:"floor1S"`
+	Floor8S       float64   `json:"floor8S"`
+	PullS         float64   `json:"pullS"`
+	PullOverFloor float64   `json:"pullOverFloor"`
+	PeakRSSMiB    float64   `json:"peakRssMiB"`
+	Writeback     writeback `json:"writeback"`
 }
 
 func TestPullBench(t *testing.T) {
@@ -87,21 +92,24 @@ func TestPullBench(t *testing.T) {
 		st, _ := os.Stat(p)
 		storedBytes += st.Size()
 	}
+	writeback, err := parseWriteback(os.Getenv("STASIS_PULL_WRITEBACK"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	machineDirty, err := readVMDirty()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := machineDirty.write(); err != nil {
+			t.Errorf("put back the machine's write-back settings: %v", err)
+		}
+	})
 	var rows []pullRow
 	for run := 1; run <= runs; run++ {
-		r := pullRow{Run: run, StoredBytes: storedBytes, LogicalBytes: stored.Size()}
-		variants := strings.Split(os.Getenv("STASIS_PULL_VARIANTS"), ",") // EXPERIMENT
-		r.Variant = variants[(run-1)%len(variants)]
-		os.Unsetenv("STASIS_IOPRIO_RT")
-		os.WriteFile("/proc/sys/vm/dirty_background_ratio", []byte("10"), 0)
-		if strings.Contains(r.Variant, "rt") {
-			os.Setenv("STASIS_IOPRIO_RT", "1")
-		}
-		if strings.Contains(r.Variant, "dirty") {
-			os.WriteFile("/proc/sys/vm/dirty_background_bytes", []byte(strconv.Itoa(40<<30)), 0)
-			os.WriteFile("/proc/sys/vm/dirty_bytes", []byte(strconv.Itoa(60<<30)), 0)
-		} else {
-			os.WriteFile("/proc/sys/vm/dirty_ratio", []byte("20"), 0)
+		r := pullRow{Run: run, StoredBytes: storedBytes, LogicalBytes: stored.Size(), Writeback: writeback[(run-1)%len(writeback)]}
+		if err := r.Writeback.apply(machineDirty, stored.Size()); err != nil {
+			t.Fatal(err)
 		}
 		r.Floor1S = coldRead(t, packs, 1)
 		r.Floor8S = coldRead(t, packs, 8)
@@ -121,11 +129,11 @@ func TestPullBench(t *testing.T) {
 		}
 		os.RemoveAll(out)
 		rows = append(rows, r)
-		t.Logf("%s run %d: floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s: %.2fx the floor", r.Variant, run, r.Floor1S, r.Floor8S, r.PullS, r.PullOverFloor)
+		t.Logf("run %d (write-back %s): floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s: %.2fx the floor", run, r.Writeback, r.Floor1S, r.Floor8S, r.PullS, r.PullOverFloor)
 	}
-	fmt.Printf("| run | logical | stored (read) | cold read, 1 stream | cold read, 8 streams | pull | pull / floor | peak RSS |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| run | write-back | logical | stored (read) | cold read, 1 stream | cold read, 8 streams | pull | pull / floor | peak RSS |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Printf("| %d | %.2f GB | %.2f GB | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2fx | %.0f MiB |\n", r.Run,
+		fmt.Printf("| %d | %s | %.2f GB | %.2f GB | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2fx | %.0f MiB |\n", r.Run, r.Writeback,
 			float64(r.LogicalBytes)/1e9, float64(r.StoredBytes)/1e9, r.Floor1S, float64(r.StoredBytes)/1e9/r.Floor1S, r.Floor8S, float64(r.StoredBytes)/1e9/r.Floor8S,
 			r.PullS, float64(r.StoredBytes)/1e9/r.PullS, r.PullOverFloor, r.PeakRSSMiB)
 	}
@@ -205,4 +213,70 @@ func coldRead(t *testing.T, files []string, streams int) float64 {
 		t.Fatal(err)
 	}
 	return d.Seconds()
+}
+
+// writeback is how the kernel writes the pulled copy back during a run.
+type writeback string
+
+const (
+	writebackKernel   writeback = "kernel"
+	writebackDeferred writeback = "deferred"
+)
+
+func parseWriteback(list string) ([]writeback, error) {
+	if list == "" {
+		return []writeback{writebackKernel}, nil
+	}
+	var out []writeback
+	for _, w := range strings.Split(list, ",") {
+		switch writeback(w) {
+		case writebackKernel, writebackDeferred:
+			out = append(out, writeback(w))
+		default:
+			return nil, fmt.Errorf("STASIS_PULL_WRITEBACK: %q is neither kernel nor deferred", w)
+		}
+	}
+	return out, nil
+}
+
+// apply sets the machine's settings (kernel) or thresholds that a pull of
+// size bytes stays under (deferred).
+func (w writeback) apply(machine vmDirty, size int64) error {
+	if w == writebackKernel {
+		return machine.write()
+	}
+	return vmDirty{"dirty_bytes": strconv.FormatInt(4*size, 10), "dirty_background_bytes": strconv.FormatInt(2*size, 10)}.write()
+}
+
+// vmDirty is the kernel's write-back thresholds under /proc/sys/vm, by
+// file name: each a share of memory (_ratio) or bytes (_bytes), the other
+// of the pair reading 0.
+type vmDirty map[string]string
+
+var vmDirtyFiles = []string{"dirty_ratio", "dirty_bytes", "dirty_background_ratio", "dirty_background_bytes"}
+
+func readVMDirty() (vmDirty, error) {
+	d := vmDirty{}
+	for _, name := range vmDirtyFiles {
+		b, err := os.ReadFile(filepath.Join("/proc/sys/vm", name))
+		if err != nil {
+			return nil, err
+		}
+		d[name] = strings.TrimSpace(string(b))
+	}
+	return d, nil
+}
+
+// write sets the thresholds that are set (not 0): writing one of a pair
+// zeroes the other. The kernel takes them in any order (a background
+// threshold at or above the limit counts as half the limit).
+func (d vmDirty) write() error {
+	for _, name := range vmDirtyFiles {
+		if v, ok := d[name]; ok && v != "0" {
+			if err := os.WriteFile(filepath.Join("/proc/sys/vm", name), []byte(v), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 
@@ -135,14 +134,6 @@ func (b *Backend) readDirect(path string, offset, length int64) (io.ReadCloser, 
 		return nil, err
 	}
 	defer f.Close()
-	if os.Getenv("STASIS_IOPRIO_RT") != "" { // EXPERIMENT
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		tid := unix.Gettid()
-		old, _, _ := unix.Syscall(unix.SYS_IOPRIO_GET, 1, uintptr(tid), 0)
-		unix.Syscall(unix.SYS_IOPRIO_SET, 1, uintptr(tid), 1<<13|4)
-		defer unix.Syscall(unix.SYS_IOPRIO_SET, 1, uintptr(tid), old)
-	}
 	pooled := b.direct.Get().(*[]byte)
 	buf := *pooled
 	n := 0
