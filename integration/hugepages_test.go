@@ -109,7 +109,7 @@ func TestSandboxHugePages(t *testing.T) {
 		t.Errorf("stasis node tune a second time: %+v, want no change", got)
 	}
 	out, err := exec.Command(stasisCLI.path(t), "node", "info", "--data", t.TempDir()).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "huge pages: sandbox memory in huge pages (shmem_enabled advise, defrag defer)") {
+	if err != nil || !strings.Contains(string(out), "huge pages: sandbox memory in huge pages (shmem_enabled advise, defrag defer)") || !strings.Contains(string(out), "write-back: from ") {
 		t.Errorf("stasis node info: %v\n%s", err, out)
 	}
 

@@ -45,6 +45,11 @@ fingerprints are what "stasis snapshot check --node FILE" places snapshots on.`,
 			} else {
 				text += "huge pages: " + h.String() + "\n"
 			}
+			if w, err := node.ReadWriteback(node.WritebackDir); err != nil {
+				text += fmt.Sprintf("write-back: unknown (%v)\n", err)
+			} else {
+				text += "write-back: " + w.Describe(int64(f.Memory.Available)) + "\n"
+			}
 			// What this node's stasisd says, when it answers (the JSON is
 			// the fingerprint alone, as other commands read it).
 			if st, err := g.client().NodeStatus(ctx); err == nil {
