@@ -21,8 +21,8 @@ const WritebackDir = "/proc/sys/vm"
 // the pulled copy is written through the page cache, and once its dirty
 // pages pass the background threshold (10% of memory by default, about
 // 12 GB on a 125 GiB node) the kernel's writes share the disk with the
-// pull's reads, which then ran 0.70-0.76x the disk's speed on the H200
-// against 0.95x with the threshold above the copy (docs/benchmarks.md).
+// pull's reads: a pull of 16 GiB on the H200 ran at 0.70-0.76x the disk's
+// speed, 0.95x with the threshold above its copy (docs/benchmarks.md).
 type Writeback struct {
 	BackgroundRatio int64 `json:"backgroundRatio"`
 	BackgroundBytes int64 `json:"backgroundBytes"`
