@@ -14,6 +14,7 @@ import (
 
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/internal/fsutil"
+	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
@@ -43,7 +44,12 @@ func TestGPUAnywhere(t *testing.T) {
 	ctx := context.Background()
 	weights := g.llmWeights(map[string]any{})
 	for _, mode := range strings.Split(getenv("STASIS_ANYWHERE_MODES", "plain,compiled"), ",") {
-		result := map[string]any{"workload": "llm-6.7b", "mode": mode, "vmDirty": vmDirty()}
+		result := map[string]any{"workload": "llm-6.7b", "mode": mode}
+		// The kernel's write-back thresholds, under which the pulled copy
+		// is written back while the pull reads.
+		if w, err := node.ReadWriteback(node.WritebackDir); err == nil {
+			result["writeback"] = w
+		}
 		repoDir := filepath.Join(g.work, "store-"+mode)
 		be, err := local.New(repoDir)
 		if err != nil {
@@ -271,19 +277,6 @@ func TestGPUAnywhere(t *testing.T) {
 		}
 		os.RemoveAll(repoDir)
 	}
-}
-
-// vmDirty is the kernel's write-back thresholds (/proc/sys/vm), under
-// which the pulled copy is written back.
-func vmDirty() map[string]string {
-	out := map[string]string{}
-	for _, name := range []string{"dirty_ratio", "dirty_bytes", "dirty_background_ratio", "dirty_background_bytes"} {
-		b, err := os.ReadFile(filepath.Join("/proc/sys/vm", name))
-		if err == nil {
-			out[name] = strings.TrimSpace(string(b))
-		}
-	}
-	return out
 }
 
 // forMode says whether the setting key (1 for every mode, or a list of

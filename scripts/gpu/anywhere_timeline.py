@@ -31,9 +31,9 @@ for path in sys.argv[1:]:
             r = json.loads(line)
         except ValueError:
             continue
-        if r.get("kind") == "anywhere" and "vmDirty" in r:
-            v = r["vmDirty"]
-            settings[r["mode"]] = f"{int(v['dirty_background_bytes']) / 2**30:.0f} GiB" if v.get("dirty_background_bytes", "0") != "0" else f"{v.get('dirty_background_ratio')}%"
+        if r.get("kind") == "anywhere" and "writeback" in r:
+            w = r["writeback"]
+            settings[r["mode"]] = f"{w['backgroundBytes'] / 2**30:.0f} GiB" if w.get("backgroundBytes") else f"{w.get('backgroundRatio')}%"
         if r.get("kind") != "anywhere-timeline" or not r.get("samples"):
             continue
         samples = r["samples"]

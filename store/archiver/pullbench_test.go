@@ -34,6 +34,7 @@ import (
 
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/procfs"
+	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
@@ -41,15 +42,16 @@ import (
 )
 
 type pullRow struct {
-	Run           int       `json:"run"`
-	StoredBytes   int64     `json:"storedBytes"`
-	LogicalBytes  int64     `json:"logicalBytes"`
-	Floor1S       float64   `json:"floor1S"`
-	Floor8S       float64   `json:"floor8S"`
-	PullS         float64   `json:"pullS"`
-	PullOverFloor float64   `json:"pullOverFloor"`
-	PeakRSSMiB    float64   `json:"peakRssMiB"`
-	Writeback     writeback `json:"writeback"`
+	Run           int            `json:"run"`
+	StoredBytes   int64          `json:"storedBytes"`
+	LogicalBytes  int64          `json:"logicalBytes"`
+	Floor1S       float64        `json:"floor1S"`
+	Floor8S       float64        `json:"floor8S"`
+	PullS         float64        `json:"pullS"`
+	PullOverFloor float64        `json:"pullOverFloor"`
+	PeakRSSMiB    float64        `json:"peakRssMiB"`
+	Writeback     writeback      `json:"writeback"`
+	Settings      node.Writeback `json:"settings"`
 }
 
 func TestPullBench(t *testing.T) {
@@ -96,12 +98,12 @@ func TestPullBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	machineDirty, err := readVMDirty()
+	machineDirty, err := node.ReadWriteback(node.WritebackDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := machineDirty.write(); err != nil {
+		if err := setWriteback(machineDirty); err != nil {
 			t.Errorf("put back the machine's write-back settings: %v", err)
 		}
 	})
@@ -109,6 +111,9 @@ func TestPullBench(t *testing.T) {
 	for run := 1; run <= runs; run++ {
 		r := pullRow{Run: run, StoredBytes: storedBytes, LogicalBytes: stored.Size(), Writeback: writeback[(run-1)%len(writeback)]}
 		if err := r.Writeback.apply(machineDirty, stored.Size()); err != nil {
+			t.Fatal(err)
+		}
+		if r.Settings, err = node.ReadWriteback(node.WritebackDir); err != nil {
 			t.Fatal(err)
 		}
 		r.Floor1S = coldRead(t, packs, 1)
@@ -241,41 +246,26 @@ func parseWriteback(list string) ([]writeback, error) {
 
 // apply sets the machine's settings (kernel) or thresholds that a pull of
 // size bytes stays under (deferred).
-func (w writeback) apply(machine vmDirty, size int64) error {
+func (w writeback) apply(machine node.Writeback, size int64) error {
 	if w == writebackKernel {
-		return machine.write()
+		return setWriteback(machine)
 	}
-	return vmDirty{"dirty_bytes": strconv.FormatInt(4*size, 10), "dirty_background_bytes": strconv.FormatInt(2*size, 10)}.write()
+	return setWriteback(node.Writeback{BackgroundBytes: 2 * size, Bytes: 4 * size})
 }
 
-// vmDirty is the kernel's write-back thresholds under /proc/sys/vm, by
-// file name: each a share of memory (_ratio) or bytes (_bytes), the other
-// of the pair reading 0.
-type vmDirty map[string]string
-
-var vmDirtyFiles = []string{"dirty_ratio", "dirty_bytes", "dirty_background_ratio", "dirty_background_bytes"}
-
-func readVMDirty() (vmDirty, error) {
-	d := vmDirty{}
-	for _, name := range vmDirtyFiles {
-		b, err := os.ReadFile(filepath.Join("/proc/sys/vm", name))
-		if err != nil {
-			return nil, err
+// setWriteback writes the thresholds w sets (not 0): writing one form of
+// a pair zeroes the other. The kernel takes them in any order (a
+// background threshold at or above the limit counts as half the limit).
+func setWriteback(w node.Writeback) error {
+	for name, v := range map[string]int64{
+		"dirty_background_ratio": w.BackgroundRatio, "dirty_background_bytes": w.BackgroundBytes,
+		"dirty_ratio": w.Ratio, "dirty_bytes": w.Bytes,
+	} {
+		if v == 0 {
+			continue
 		}
-		d[name] = strings.TrimSpace(string(b))
-	}
-	return d, nil
-}
-
-// write sets the thresholds that are set (not 0): writing one of a pair
-// zeroes the other. The kernel takes them in any order (a background
-// threshold at or above the limit counts as half the limit).
-func (d vmDirty) write() error {
-	for _, name := range vmDirtyFiles {
-		if v, ok := d[name]; ok && v != "0" {
-			if err := os.WriteFile(filepath.Join("/proc/sys/vm", name), []byte(v), 0o644); err != nil {
-				return err
-			}
+		if err := os.WriteFile(filepath.Join(node.WritebackDir, name), []byte(strconv.FormatInt(v, 10)), 0o644); err != nil {
+			return err
 		}
 	}
 	return nil
