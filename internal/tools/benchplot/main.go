@@ -9,6 +9,10 @@
 //	go run ./internal/tools/benchplot -o docs/benchmarks-cold-vs-resume.png docs/results/h200-server-bench.jsonl
 //	go run ./internal/tools/benchplot -o docs/benchmarks-resume-speed.png docs/results/h200-resume-r2.jsonl docs/results/h200-resume-r3.jsonl
 //	go run ./internal/tools/benchplot -o docs/benchmarks-anywhere.png docs/results/h200-anywhere-view-plain-s14.jsonl docs/results/h200-anywhere-view-compiled-s14.jsonl
+//	go run ./internal/tools/benchplot -o /dev/null -timeline docs/benchmarks-anywhere-timeline.png docs/results/h200-anywhere-timeline-s16.jsonl
+//
+// With -timeline it also draws the anywhere benchmark's timelines (disk
+// reads and writes and dirty pages over a resume), one panel each.
 package main
 
 import (
@@ -23,11 +27,14 @@ import (
 	"log"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
+
+	"github.com/stasis-run/stasis/node"
 )
 
 type segment struct {
@@ -113,6 +120,8 @@ type anywhereRun struct {
 	Local       float64 `json:"local_s"`
 	FloorRead1S float64 `json:"floorRead1S"`
 	FloorRead8S float64 `json:"floorRead8S"`
+	// Writeback is the kernel's thresholds it ran under (since session 16).
+	Writeback *node.Writeback `json:"writeback"`
 }
 
 // anywhereBars are, per mode, the floor and the ways to the first token on
@@ -219,6 +228,7 @@ func table(b *serverBench) {
 
 func main() {
 	out := flag.String("o", "cold-vs-resume.png", "PNG to write")
+	timelineOut := flag.String("timeline", "", "also draw the anywhere benchmark's timelines into this PNG")
 	flag.Parse()
 	// The benchmarks record their results as they grow; the last record
 	// of each workload is the most complete.
@@ -227,7 +237,9 @@ func main() {
 	var resumes []*resumeVariant
 	anywhere := map[string]*anywhereRun{}
 	var modes []string
+	var timelines []*timeline
 	for _, path := range flag.Args() {
+		writeback := map[string]string{} // by mode, as the file's anywhere records say
 		f, err := os.Open(path)
 		if err != nil {
 			log.Fatal(err)
@@ -250,9 +262,27 @@ func main() {
 				if json.Unmarshal(sc.Bytes(), &r) == nil {
 					resumes = append(resumes, &r)
 				}
+			case "anywhere-timeline":
+				var r timeline
+				if json.Unmarshal(sc.Bytes(), &r) == nil && len(r.Samples) > 0 {
+					r.label = fmt.Sprintf("%s: %s", filepath.Base(path), r.Snapshot)
+					if r.Seeded {
+						r.label += " (seeded)"
+					}
+					if w := writeback[r.Mode]; w != "" {
+						r.label += ", write-back " + w
+					}
+					timelines = append(timelines, &r)
+				}
 			case "anywhere":
 				var r anywhereRun
-				if json.Unmarshal(sc.Bytes(), &r) == nil && r.Anywhere > 0 {
+				if json.Unmarshal(sc.Bytes(), &r) != nil {
+					continue
+				}
+				if r.Writeback != nil {
+					writeback[r.Mode] = writebackLabel(*r.Writeback)
+				}
+				if r.Anywhere > 0 {
 					if anywhere[r.Mode] == nil {
 						modes = append(modes, r.Mode)
 					}
@@ -266,6 +296,11 @@ func main() {
 			}
 		}
 		f.Close()
+	}
+	if *timelineOut != "" {
+		if err := drawTimelines(*timelineOut, timelines); err != nil {
+			log.Fatal(err)
+		}
 	}
 	if b == nil && len(synthetic) == 0 && len(resumes) == 0 && len(anywhere) == 0 {
 		log.Fatal("no server-bench, bench, resume-variant or anywhere record in the files given")
