@@ -169,3 +169,99 @@ func TestWeightsStoredGrouped(t *testing.T) {
 		restoresWhole(t, r, "s", src)
 	}
 }
+
+// TestUpgradeFormat2: a format 2 repository moved to format 3 in place
+// keeps its snapshots whole and stores new weights grouped; a format 3
+// one is left as it is, a format 1 one refused with what to do, and
+// nothing is changed while another process holds a lock.
+func TestUpgradeFormat2(t *testing.T) {
+	ctx := context.Background()
+	src := weightsFolder(t, 24)
+	_, root := newRepo(t)
+	cfgPath := filepath.Join(root, "config")
+	setVersion := func(from, to string) {
+		cfg, err := os.ReadFile(cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(cfg), from, to, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func() *store.Repository {
+		be, err := local.New(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := store.Open(ctx, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	setVersion(`"version": 3`, `"version": 2`)
+	r := open()
+	if _, err := archiver.Save(ctx, r, "before", src, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := r.DU(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Another process's lock: refused, the config unchanged.
+	other := open()
+	unlock, err := other.Lock(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Upgrade(ctx); err == nil || !strings.Contains(err.Error(), "lock") {
+		t.Fatalf("upgraded while a push held a lock: %v", err)
+	}
+	unlock()
+	if cfg, _ := os.ReadFile(cfgPath); !strings.Contains(string(cfg), `"version": 2`) {
+		t.Fatalf("a refused upgrade changed the config: %s", cfg)
+	}
+
+	up, err := r.Upgrade(ctx)
+	if err != nil || up != (store.Upgrade{From: 2, To: 3}) {
+		t.Fatalf("upgrade: %+v %v", up, err)
+	}
+	if cfg, _ := os.ReadFile(cfgPath); !strings.Contains(string(cfg), `"version": 3`) || !strings.Contains(string(cfg), `"chunking"`) {
+		t.Fatalf("config after the upgrade: %s", cfg)
+	}
+	if up, err := r.Upgrade(ctx); err != nil || up != (store.Upgrade{From: 3, To: 3}) {
+		t.Errorf("a second upgrade: %+v %v", up, err)
+	}
+
+	// Reopened: the old snapshot whole, new weights grouped (a chunk
+	// shared with the old snapshot is not stored again, so these are new
+	// weights).
+	r = open()
+	restoresWhole(t, r, "before", src)
+	src2 := weightsFolder(t, 25) // other values than src's
+	if _, err := archiver.Save(ctx, r, "after", src2, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := r.DU(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ratio := float64(after.Stored-before.Stored) / float64(after.Logical-before.Logical); ratio < 0.60 || ratio > 0.72 {
+		t.Errorf("new weights after the upgrade took %.3f of their bytes, want 0.60-0.72 (grouped)", ratio)
+	}
+	restoresWhole(t, r, "after", src2)
+
+	// Format 1: refused, unchanged.
+	r1, root1 := newFormat1Repo(t)
+	raw, err := os.ReadFile(filepath.Join(root1, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r1.Upgrade(ctx); err == nil || !strings.Contains(err.Error(), "make a new repository") {
+		t.Errorf("format 1 upgrade: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(root1, "config")); string(after) != string(raw) {
+		t.Errorf("a refused format 1 upgrade changed the config: %s", after)
+	}
+}
