@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -122,6 +123,24 @@ func weightsFolder(t *testing.T, mib int) string {
 	return commitFolder(t, data)
 }
 
+// setFormat puts version in place of have in the config of the repository
+// at root, as a build of that format would have written it.
+func setFormat(t *testing.T, root string, have, version int) {
+	t.Helper()
+	path := filepath.Join(root, "config")
+	cfg, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := fmt.Sprintf(`"version": %d`, have)
+	if !strings.Contains(string(cfg), from) {
+		t.Fatalf("the config is not format %d: %s", have, cfg)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(cfg), from, fmt.Sprintf(`"version": %d`, version), 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWeightsStoredGrouped: a format 3 repository stores bf16 weights in
 // about two thirds of their bytes and gives them back whole; a format 2
 // one, which older builds also read, stores them with zstd as before.
@@ -129,32 +148,15 @@ func TestWeightsStoredGrouped(t *testing.T) {
 	ctx := context.Background()
 	src := weightsFolder(t, 24)
 	for _, c := range []struct {
-		version  string
+		version  int
 		min, max float64 // stored bytes over the image's
 	}{
-		{`"version": 3`, 0.60, 0.72},
-		{`"version": 2`, 0.98, 1.02},
+		{3, 0.60, 0.72},
+		{2, 0.98, 1.02},
 	} {
 		_, root := newRepo(t)
-		cfgPath := filepath.Join(root, "config")
-		cfg, err := os.ReadFile(cfgPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(cfg), `"version": 3`) {
-			t.Fatalf("a new repository is not format 3: %s", cfg)
-		}
-		if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(cfg), `"version": 3`, c.version, 1)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		be, err := local.New(root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := store.Open(ctx, be)
-		if err != nil {
-			t.Fatal(err)
-		}
+		setFormat(t, root, 3, c.version)
+		r := openRepo(t, root)
 		if _, err := archiver.Save(ctx, r, "s", src, archiver.Options{}); err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +166,7 @@ func TestWeightsStoredGrouped(t *testing.T) {
 		}
 		ratio := float64(du.Stored) / float64(du.Logical)
 		if ratio < c.min || ratio > c.max {
-			t.Errorf("%s: stored %d bytes for %d (%.3f), want %.2f-%.2f", c.version, du.Stored, du.Logical, ratio, c.min, c.max)
+			t.Errorf("format %d: stored %d bytes for %d (%.3f), want %.2f-%.2f", c.version, du.Stored, du.Logical, ratio, c.min, c.max)
 		}
 		restoresWhole(t, r, "s", src)
 	}
@@ -179,28 +181,8 @@ func TestUpgradeFormat2(t *testing.T) {
 	src := weightsFolder(t, 24)
 	_, root := newRepo(t)
 	cfgPath := filepath.Join(root, "config")
-	setVersion := func(from, to string) {
-		cfg, err := os.ReadFile(cfgPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(cfg), from, to, 1)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	open := func() *store.Repository {
-		be, err := local.New(root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := store.Open(ctx, be)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	setVersion(`"version": 3`, `"version": 2`)
-	r := open()
+	setFormat(t, root, 3, 2)
+	r := openRepo(t, root)
 	if _, err := archiver.Save(ctx, r, "before", src, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +192,7 @@ func TestUpgradeFormat2(t *testing.T) {
 	}
 
 	// Another process's lock: refused, the config unchanged.
-	other := open()
+	other := openRepo(t, root)
 	unlock, err := other.Lock(ctx, false)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +219,7 @@ func TestUpgradeFormat2(t *testing.T) {
 	// Reopened: the old snapshot whole, new weights grouped (a chunk
 	// shared with the old snapshot is not stored again, so these are new
 	// weights).
-	r = open()
+	r = openRepo(t, root)
 	restoresWhole(t, r, "before", src)
 	src2 := weightsFolder(t, 25) // other values than src's
 	if _, err := archiver.Save(ctx, r, "after", src2, archiver.Options{}); err != nil {

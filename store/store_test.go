@@ -86,6 +86,20 @@ func newRepo(t testing.TB) (*store.Repository, string) {
 	return r, root
 }
 
+// openRepo opens the repository at root again, as another process would.
+func openRepo(t testing.TB, root string) *store.Repository {
+	t.Helper()
+	be, err := local.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.Open(context.Background(), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // sameFiles compares the image files byte for byte and the manifests by
 // content (the store keeps the manifest's JSON, not its spacing).
 func sameFiles(t *testing.T, a, b string) {

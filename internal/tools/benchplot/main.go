@@ -410,6 +410,10 @@ func drawBars(path string, bars []bar) error {
 		}
 		text(img, int(x)+6, y+barH/2+4, fmt.Sprintf("%.1f s", total), color.Black)
 	}
+	return writePNG(path, img)
+}
+
+func writePNG(path string, img image.Image) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err

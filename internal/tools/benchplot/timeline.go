@@ -5,8 +5,6 @@ import (
 	"image"
 	"image/color"
 	"image/draw"
-	"image/png"
-	"os"
 
 	"github.com/stasis-run/stasis/node"
 )
@@ -87,15 +85,7 @@ func drawTimelines(path string, runs []*timeline) error {
 		text(img, xOf(end)+4, y0+12, fmt.Sprintf("resumed %.2f s", end), color.Black)
 	}
 	text(img, width/2-30, height-12, "seconds since the pull began", color.Gray{0x40})
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writePNG(path, img)
 }
 
 // writebackLabel names the background threshold w sets.
