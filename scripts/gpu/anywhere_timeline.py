@@ -38,8 +38,10 @@ for path in sys.argv[1:]:
             continue
         samples = r["samples"]
         end = max((s["t"] for s in r["steps"]), default=samples[-1]["t"])
-        # Write-back has begun at the first sample that writes 100 MB/s.
-        began = next((s["t"] for s in samples if s["writeMBs"] > 100), None)
+        # Write-back has begun at the first of three samples in a row that
+        # write 100 MB/s (one such sample can be anything's).
+        began = next((samples[i]["t"] for i in range(len(samples) - 2)
+                      if all(s["writeMBs"] > 100 for s in samples[i:i + 3])), None)
         before = [s for s in samples if began is None or s["t"] <= began]
         after = [s for s in samples if began is not None and s["t"] > began and s["readMBs"] > 50]
         setting = settings.get(r["mode"], "the machine's")
