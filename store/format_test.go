@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/restic/chunker"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
@@ -197,7 +199,7 @@ func TestUpgradeFormat2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Upgrade(ctx); err == nil || !strings.Contains(err.Error(), "lock") {
+	if _, err := r.Upgrade(ctx); !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("upgraded while a push held a lock: %v", err)
 	}
 	unlock()
@@ -240,7 +242,7 @@ func TestUpgradeFormat2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r1.Upgrade(ctx); err == nil || !strings.Contains(err.Error(), "make a new repository") {
+	if _, err := r1.Upgrade(ctx); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "make a new repository") {
 		t.Errorf("format 1 upgrade: %v", err)
 	}
 	if after, _ := os.ReadFile(filepath.Join(root1, "config")); string(after) != string(raw) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/tick"
 )
 
@@ -30,8 +31,9 @@ type lockFile struct {
 	Time      time.Time `json:"time"`
 }
 
-// ErrLocked means another process holds a conflicting lock.
-var ErrLocked = errors.New("repository is locked")
+// ErrLocked means another process holds a conflicting lock: busy, retry
+// when it is done (the CLI exits 6).
+var ErrLocked = errdefs.New(errdefs.ErrBusy, "repository is locked")
 
 // Lock takes the repository's lock: shared for a writer of snapshots,
 // exclusive for GC. It fails with ErrLocked when a conflicting lock is

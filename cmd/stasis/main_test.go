@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/testkit/testactor"
@@ -104,5 +105,54 @@ func TestGlobalFlagsAreFew(t *testing.T) {
 	code := run(context.Background(), []string{"store", "verify", "--socket", "/nowhere", "--runsc", "/nowhere", "--repo", filepath.Join(t.TempDir(), "none")}, &stdout, &stderr)
 	if code != 3 {
 		t.Fatalf("store verify with the flags that were global: exit %d: %s", code, stderr.String())
+	}
+}
+
+// TestStoreUpgrade: stasis store upgrade moves a format 2 repository to
+// the current format and says so, says a current one is current, and
+// refuses a locked one as busy (exit 6), changing nothing.
+func TestStoreUpgrade(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "repo")
+	if _, err := runStasis(t, "store", "init", "--repo", repo); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(repo, "config")
+	setVersion := func(from, to string) {
+		data, err := os.ReadFile(config)
+		if err != nil || !strings.Contains(string(data), from) {
+			t.Fatalf("config %s: %v", data, err)
+		}
+		if err := os.WriteFile(config, []byte(strings.Replace(string(data), from, to, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setVersion(`"version": 3`, `"version": 2`)
+
+	// Another process's lock (a push in flight): busy, unchanged.
+	lock := filepath.Join(repo, "locks", "other")
+	if err := os.MkdirAll(filepath.Dir(lock), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	held := fmt.Sprintf(`{"exclusive": false, "host": "h", "pid": 1, "time": %q}`, time.Now().UTC().Format(time.RFC3339Nano))
+	if err := os.WriteFile(lock, []byte(held), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"store", "upgrade", "--repo", repo}, &stdout, &stderr); code != 6 || !strings.Contains(stderr.String(), "locked") {
+		t.Fatalf("upgrade of a locked repository: exit %d: %s", code, stderr.String())
+	}
+	if data, _ := os.ReadFile(config); !strings.Contains(string(data), `"version": 2`) {
+		t.Fatalf("a refused upgrade changed the config: %s", data)
+	}
+	os.Remove(lock)
+
+	out, err := runStasis(t, "store", "upgrade", "--repo", repo)
+	if err != nil || !strings.Contains(out, "format 2 -> 3") {
+		t.Fatalf("upgrade: %v\n%s", err, out)
+	}
+	out, err = runStasis(t, "store", "upgrade", "--repo", repo, "--json")
+	var up struct{ From, To int }
+	if err != nil || json.Unmarshal([]byte(out), &up) != nil || up.From != 3 || up.To != 3 {
+		t.Fatalf("a second upgrade: %v\n%s", err, out)
 	}
 }
