@@ -16,6 +16,8 @@ import (
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/backendtest"
 	"github.com/stasis-run/stasis/store/location"
+	"github.com/stasis-run/stasis/store/s3"
+	"github.com/stasis-run/stasis/testkit/faultproxy"
 	"github.com/stasis-run/stasis/testkit/s3test"
 )
 
@@ -126,4 +128,76 @@ func TestConformance(t *testing.T) {
 		}
 		return be
 	})
+}
+
+// TestBodyChecked: a PUT's body is checked by the server on the way in, by
+// a CRC32C trailer where the server takes one and by signed chunks where
+// it refuses trailers; a body damaged on the way is refused either way and
+// nothing is stored.
+func TestBodyChecked(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	proxy, err := faultproxy.Start("http://"+srv.Endpoint, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	payload := bytes.Repeat([]byte("stasis pack bytes "), 16<<10)
+	for _, tc := range []struct {
+		name   string
+		faults faultproxy.Faults
+		check  string
+	}{
+		{"trailer", faultproxy.Faults{}, "crc32c trailer"},
+		{"no-trailers", faultproxy.Faults{RefuseTrailers: true}, "signed chunks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy.Set(tc.faults)
+			be, err := s3.New(ctx, s3.Config{Endpoint: proxy.Addr, Insecure: true, Bucket: "body-" + tc.name, Prefix: "repo",
+				AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, CreateBucket: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := be.BodyCheck(); got != "" {
+				t.Fatalf("decided %q before the first write", got)
+			}
+			if err := be.Put(ctx, "data/00/whole", bytes.NewReader(payload), int64(len(payload))); err != nil {
+				t.Fatal(err)
+			}
+			if got := be.BodyCheck(); got != tc.check {
+				t.Fatalf("body check %q, want %q", got, tc.check)
+			}
+			rc, err := be.Get(ctx, "data/00/whole", 0, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			if err != nil || !bytes.Equal(got, payload) {
+				t.Fatalf("read back %d bytes (%v), wrote %d", len(got), err, len(payload))
+			}
+			// Only the object written is there: the test's object is gone.
+			var keys []string
+			if err := be.List(ctx, "", func(k string, _ int64) error { keys = append(keys, k); return nil }); err != nil || len(keys) != 1 {
+				t.Fatalf("objects %v %v", keys, err)
+			}
+
+			f := tc.faults
+			f.CorruptPuts = true
+			proxy.Set(f)
+			err = be.Put(ctx, "data/00/damaged", bytes.NewReader(payload), int64(len(payload)))
+			if proxy.Corrupted() == 0 {
+				t.Fatal("the proxy damaged no body")
+			}
+			if err == nil {
+				t.Fatal("a body damaged on the way was stored")
+			}
+			if _, err := be.Size(ctx, "data/00/damaged"); !errors.Is(err, store.ErrNotExist) {
+				t.Fatalf("the damaged object: %v", err)
+			}
+			if got := be.BodyCheck(); got != tc.check {
+				t.Fatalf("body check %q after a refused body, want %q", got, tc.check)
+			}
+		})
+	}
 }

@@ -44,6 +44,13 @@ type Faults struct {
 	// that resumes a broken read gets through, as on a link whose faults
 	// come and go.
 	OncePerObject bool
+	// CorruptPuts flips one bit in the middle of every PUT's body, as a
+	// link that damages what it carries.
+	CorruptPuts bool
+	// RefuseTrailers answers 501 Not Implemented to a request whose body
+	// ends in a trailer (x-amz-trailer), as an S3-compatible server that
+	// does not take them.
+	RefuseTrailers bool
 }
 
 // Proxy forwards to one server.
@@ -63,7 +70,7 @@ type Proxy struct {
 	// requests and bodies count requests and breakable responses.
 	requests, bodies atomic.Int64
 	// Counts says what it did.
-	resets, stalls, refused, unavailable atomic.Int64
+	resets, stalls, refused, unavailable, corrupted atomic.Int64
 }
 
 // Start proxies to target (http://HOST:PORT) on a free loopback port until
@@ -99,10 +106,31 @@ func (p *Proxy) Set(f Faults) {
 }
 
 // Counts is what the proxy did: connections reset, bodies stalled,
-// requests refused (down) and answered 503.
+// requests refused (down) and answered 503 or 501.
 func (p *Proxy) Counts() (resets, stalls, refused, unavailable int64) {
 	return p.resets.Load(), p.stalls.Load(), p.refused.Load(), p.unavailable.Load()
 }
+
+// Corrupted is how many PUT bodies it damaged (CorruptPuts).
+func (p *Proxy) Corrupted() int64 { return p.corrupted.Load() }
+
+// flipper flips the lowest bit of byte at of what it reads.
+type flipper struct {
+	r   io.ReadCloser
+	at  int64
+	pos int64
+}
+
+func (f *flipper) Read(b []byte) (int, error) {
+	n, err := f.r.Read(b)
+	if i := f.at - f.pos; i >= 0 && i < int64(n) {
+		b[i] ^= 1
+	}
+	f.pos += int64(n)
+	return n, err
+}
+
+func (f *flipper) Close() error { return f.r.Close() }
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
@@ -122,7 +150,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`)
 		return
 	}
+	if f.RefuseTrailers && r.Header.Get("X-Amz-Trailer") != "" {
+		p.unavailable.Add(1)
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusNotImplemented)
+		_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NotImplemented</Code><Message>A header you provided implies functionality that is not implemented.</Message></Error>`)
+		return
+	}
 	out := r.Clone(r.Context())
+	if f.CorruptPuts && r.Method == http.MethodPut && r.ContentLength > 0 {
+		p.corrupted.Add(1)
+		out.Body = &flipper{r: r.Body, at: r.ContentLength / 2}
+	}
 	out.URL.Scheme, out.URL.Host, out.RequestURI = p.target.Scheme, p.target.Host, ""
 	out.Host = hostFor(p.keepHost, r.Host, p.target.Host)
 	res, err := http.DefaultTransport.RoundTrip(out)
