@@ -4,8 +4,10 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -111,7 +113,9 @@ func TestGPUAnywhere(t *testing.T) {
 				g.obs.After(ev)
 			}}
 			stopSampling := sampleMachine(100 * time.Millisecond)
+			stopProfile := cpuProfile(t, mode, name, whole)
 			_, pulled, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs})
+			stopProfile()
 			samples := stopSampling()
 			marksMu.Lock()
 			defer marksMu.Unlock()
@@ -276,6 +280,33 @@ func TestGPUAnywhere(t *testing.T) {
 			g.record("anywhere", result)
 		}
 		os.RemoveAll(repoDir)
+	}
+}
+
+// cpuProfile profiles this process's CPU (the pull, the view's server)
+// into STASIS_ANYWHERE_CPUPROFILE/anywhere-MODE-NAME[-whole].pprof until
+// the returned stop, when that is set.
+func cpuProfile(t *testing.T, mode, name string, whole bool) (stop func()) {
+	dir := os.Getenv("STASIS_ANYWHERE_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	file := fmt.Sprintf("anywhere-%s-%s", mode, name)
+	if whole {
+		file += "-whole"
+	}
+	f, err := os.Create(filepath.Join(dir, file+".pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
 	}
 }
 

@@ -23,6 +23,11 @@ type machineSample struct {
 	WriteMBs     float64 `json:"writeMBs"`
 	BusyCores    float64 `json:"busyCores"`
 	IOWaitCores  float64 `json:"iowaitCores"`
+	// Commands is the cores each command (its processes' names, all
+	// their threads) kept busy, those above a tenth of a core: who the
+	// busy cores were. A process that ended within the interval is not
+	// counted.
+	Commands map[string]float64 `json:"commands,omitempty"`
 }
 
 // machineCounters is one reading of the counters behind a sample.
@@ -31,6 +36,13 @@ type machineCounters struct {
 	dirty, writeback    float64 // pages
 	readSect, writeSect float64 // 512-byte sectors, every disk
 	busy, iowait        float64 // clock ticks, every core
+	procs               map[int]procTicks
+}
+
+// procTicks is a process's name and the clock ticks its threads ran.
+type procTicks struct {
+	comm  string
+	ticks float64
 }
 
 // sampleMachine reads the machine's counters every interval until the
@@ -64,6 +76,7 @@ func sampleMachine(interval time.Duration) (stop func() []machineSample) {
 				WriteMBs:     (cur.writeSect - prev.writeSect) * 512 / 1e6 / dt,
 				BusyCores:    (cur.busy - prev.busy) / 100 / dt,
 				IOWaitCores:  (cur.iowait - prev.iowait) / 100 / dt,
+				Commands:     commandCores(prev.procs, cur.procs, dt),
 			})
 			prev = cur
 		}
@@ -97,7 +110,7 @@ func wholeDisks() map[string]bool {
 // readCounters reads /proc/vmstat, /proc/diskstats and /proc/stat; a
 // counter it cannot read stays zero (the benchmark is not about them).
 func readCounters(disks map[string]bool) machineCounters {
-	c := machineCounters{at: time.Now()}
+	c := machineCounters{at: time.Now(), procs: readProcs()}
 	eachLine("/proc/vmstat", func(f []string) {
 		if len(f) == 2 {
 			switch f[0] {
@@ -128,6 +141,54 @@ func readCounters(disks map[string]bool) machineCounters {
 		}
 	})
 	return c
+}
+
+// commandCores is the cores each command ran between two readings of
+// the processes, above a tenth of a core.
+func commandCores(prev, cur map[int]procTicks, dt float64) map[string]float64 {
+	by := map[string]float64{}
+	for pid, c := range cur {
+		if p, ok := prev[pid]; ok && p.comm == c.comm {
+			by[c.comm] += (c.ticks - p.ticks) / 100 / dt
+		}
+	}
+	for comm, cores := range by {
+		if cores < 0.1 {
+			delete(by, comm)
+		}
+	}
+	return by
+}
+
+// readProcs reads every process's name and clock ticks (user and
+// system, all its threads) from /proc/PID/stat.
+func readProcs() map[int]procTicks {
+	procs := map[int]procTicks{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ...: the name may hold spaces and parentheses.
+		open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(string(b[end+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		// After the name: state is field 0, utime 11, stime 12.
+		u, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		procs[pid] = procTicks{comm: string(b[open+1 : end]), ticks: u + st}
+	}
+	return procs
 }
 
 func eachLine(path string, use func([]string)) {

@@ -23,7 +23,8 @@
 # restore too, beside the default through a view), each 1 for every mode or a
 # list of modes, STASIS_ANYWHERE_DIRTY_GIB (N: vm.dirty_background_bytes N GiB
 # and vm.dirty_bytes 2N during the test, so that the pulled copy is not
-# written back while the pull reads),
+# written back while the pull reads), STASIS_ANYWHERE_PROFILE=1 (a CPU
+# profile of the test process over each remote resume, anywhere-*.pprof),
 # STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS and STASIS_PULL_WRITEBACK (anywhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -295,12 +296,14 @@ run_anywhere() {
 			echo $((2 * STASIS_ANYWHERE_DIRTY_GIB << 30)) >"$vm/dirty_bytes"
 			echo $((STASIS_ANYWHERE_DIRTY_GIB << 30)) >"$vm/dirty_background_bytes"
 		fi
+		if [ "${STASIS_ANYWHERE_PROFILE:-}" = 1 ]; then export STASIS_ANYWHERE_CPUPROFILE="$out"; fi
 		# Sandbox memory in huge pages, as stasisd sets them at start.
 		thp_runs TestGPUAnywhere || rc=$?
 		for f in $saved; do echo "${f#*=}" >"$vm/${f%%=*}"; done
 		[ "$rc" = 0 ] || return "$rc"
 	fi
 	python3 scripts/gpu/anywhere_summary.py "$out" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" | tee "$out/anywhere-summary.md"
+	if [ -f "$out/engine-gpu.jsonl" ]; then python3 scripts/gpu/anywhere_timeline.py "$out/engine-gpu.jsonl" | tee "$out/anywhere-timeline.md"; fi
 }
 
 resume_summary() {

@@ -3,7 +3,8 @@
 TestGPUAnywhere spent its time, from its "anywhere-timeline" records (the
 steps' ends and the machine sampled every 100 ms): how fast the disk read
 before and after the kernel began writing the pulled copy back, and the
-cores busy. One table row per resume."""
+cores busy. One table row per resume; then, where the samples name them,
+the core-seconds each command ran over each resume (its busiest five)."""
 import json
 import sys
 
@@ -22,6 +23,7 @@ def gb(samples, key):
     return total
 
 
+by_command = []
 print("| run | mode | snapshot | vm.dirty_background | resumed | write-back began | read before | read after | disk read | disk written | busy cores |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for path in sys.argv[1:]:
@@ -50,3 +52,19 @@ for path in sys.argv[1:]:
         after_s = "-" if not after else f"{rate(after, 'readMBs') / 1000:.2f} GB/s"
         print(f"| {path.rsplit('/', 1)[-1]} | {r['mode']} | {name} | {setting} | {end:.2f} s | {began_s} | "
               f"{rate(before, 'readMBs') / 1000:.2f} GB/s | {after_s} | {gb(samples, 'readMBs'):.1f} GB | {gb(samples, 'writeMBs'):.1f} GB | {rate(samples, 'busyCores'):.1f} |")
+        commands = {}
+        prev = 0.0
+        for s in samples:
+            for comm, cores in s.get("commands", {}).items():
+                commands[comm] = commands.get(comm, 0.0) + cores * (s["t"] - prev)
+            prev = s["t"]
+        if commands:
+            top = sorted(commands.items(), key=lambda kv: -kv[1])[:5]
+            by_command.append((r["mode"], name, end, top))
+
+if by_command:
+    print()
+    print("| mode | snapshot | resumed | core-seconds by command (the busiest five) |")
+    print("|---|---|---|---|")
+    for mode, name, end, top in by_command:
+        print(f"| {mode} | {name} | {end:.2f} s | " + ", ".join(f"{c} {v:.1f}" for c, v in top) + " |")
