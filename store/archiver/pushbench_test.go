@@ -26,7 +26,10 @@ import (
 // STASIS_PUSH_GIB sets the snapshot's size (default 2), STASIS_PUSH_RUNS
 // the runs (default 3), STASIS_BENCH_DIR the folder (default the system
 // temp folder), STASIS_PUSH_UPLOADS the packs written at once (default the
-// push's own). versitygw must be on PATH (scripts/install-versitygw.sh).
+// push's own). Each run pushes to S3 twice: the bodies checked by a CRC32C
+// trailer (the default) and signed every 64 KiB (trailer=false, the PUT
+// before session 17). versitygw must be on PATH
+// (scripts/install-versitygw.sh).
 func TestPushBench(t *testing.T) {
 	gib := envInt(t, "STASIS_PUSH_GIB", 2)
 	runs := envInt(t, "STASIS_PUSH_RUNS", 3)
@@ -50,7 +53,7 @@ func TestPushBench(t *testing.T) {
 		}
 		return time.Since(start).Seconds()
 	}
-	fmt.Printf("| run | snapshot | push, local folder | push, S3 (versitygw, loopback) | S3 / local |\n|---|---|---|---|---|\n")
+	fmt.Printf("| run | snapshot | push, local folder | push, S3 (versitygw, loopback), CRC32C trailer | signed pieces | S3 / local |\n|---|---|---|---|---|---|\n")
 	for run := 1; run <= runs; run++ {
 		be, err := local.New(filepath.Join(base, fmt.Sprintf("repo-%d", run)))
 		if err != nil {
@@ -62,15 +65,19 @@ func TestPushBench(t *testing.T) {
 		}
 		localS := push(repo)
 		os.RemoveAll(filepath.Join(base, fmt.Sprintf("repo-%d", run)))
-		sbe, err := location.Open(ctx, srv.Location(fmt.Sprintf("push-%d", run)), srv.Env)
-		if err != nil {
-			t.Fatal(err)
+		pushS3 := func(bucket, query string) float64 {
+			sbe, err := location.Open(ctx, srv.Location(bucket)+query, srv.Env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srepo, err := store.Init(ctx, sbe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return push(srepo)
 		}
-		srepo, err := store.Init(ctx, sbe)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s3S := push(srepo)
-		fmt.Printf("| %d | %d GiB | %.2f s | %.2f s | %.2fx |\n", run, gib, localS, s3S, s3S/localS)
+		s3S := pushS3(fmt.Sprintf("push-%d", run), "")
+		signedS := pushS3(fmt.Sprintf("push-signed-%d", run), "&trailer=false")
+		fmt.Printf("| %d | %d GiB | %.2f s | %.2f s | %.2f s | %.2fx, %.2fx |\n", run, gib, localS, s3S, signedS, s3S/localS, signedS/localS)
 	}
 }

@@ -70,6 +70,14 @@ func Open(ctx context.Context, loc string, getenv func(string) string) (store.Ba
 	default:
 		return nil, fmt.Errorf("store location %q: unknown scheme %q (want a folder path, s3:// or gs://)", loc, u.Scheme)
 	}
+	noTrailer := false
+	switch v := q.Get("trailer"); v {
+	case "", "true":
+	case "false":
+		noTrailer = true
+	default:
+		return nil, fmt.Errorf("store location %q: trailer=%q: want true or false", loc, v)
+	}
 	cfg := s3.Config{
 		Endpoint:     q.Get("endpoint"),
 		Insecure:     q.Get("insecure") == "true",
@@ -79,6 +87,7 @@ func Open(ctx context.Context, loc string, getenv func(string) string) (store.Ba
 		AccessKey:    getenv("AWS_ACCESS_KEY_ID"),
 		SecretKey:    getenv("AWS_SECRET_ACCESS_KEY"),
 		CreateBucket: q.Get("create") == "true",
+		NoTrailer:    noTrailer,
 	}
 	if cfg.Endpoint == "" {
 		cfg.Endpoint = "s3.amazonaws.com"

@@ -37,6 +37,11 @@ type Config struct {
 	SecretKey string
 	// CreateBucket makes the bucket when it does not exist.
 	CreateBucket bool
+	// NoTrailer sends PUTs without the CRC32C trailer, as for a server
+	// that refuses it (bodyCheck), without asking: for a server, or a
+	// proxy in front of one, that takes the first small body but not
+	// later ones.
+	NoTrailer bool
 }
 
 // Backend is a bucket.
@@ -110,6 +115,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("s3 store %s: %w", cfg.Endpoint, err)
 	}
 	b := &Backend{client: client, untrailed: untrailed, cfg: cfg}
+	if cfg.NoTrailer {
+		b.check = checkLegacy
+	}
 	exists, err := client.BucketExists(ctx, cfg.Bucket)
 	if err != nil {
 		err = b.wrap("open bucket", "", err)

@@ -144,28 +144,39 @@ func TestBodyChecked(t *testing.T) {
 	defer proxy.Close()
 	payload := bytes.Repeat([]byte("stasis pack bytes "), 16<<10)
 	for _, tc := range []struct {
-		name   string
-		faults faultproxy.Faults
-		check  string
+		name      string
+		faults    faultproxy.Faults
+		noTrailer bool // asked for in the location
+		check     string
 	}{
-		{"trailer", faultproxy.Faults{}, "crc32c trailer"},
-		{"no-trailers", faultproxy.Faults{RefuseTrailers: true}, "signed chunks"},
+		{"trailer", faultproxy.Faults{}, false, "crc32c trailer"},
+		{"no-trailers", faultproxy.Faults{RefuseTrailers: true}, false, "signed chunks"},
+		{"asked-no-trailer", faultproxy.Faults{RefuseTrailers: true}, true, "signed chunks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proxy.Set(tc.faults)
+			_, _, _, refusedBefore := proxy.Counts()
 			be, err := s3.New(ctx, s3.Config{Endpoint: proxy.Addr, Insecure: true, Bucket: "body-" + tc.name, Prefix: "repo",
-				AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, CreateBucket: true})
+				AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, CreateBucket: true, NoTrailer: tc.noTrailer})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := be.BodyCheck(); got != "" {
-				t.Fatalf("decided %q before the first write", got)
+			before := ""
+			if tc.noTrailer {
+				before = tc.check
+			}
+			if got := be.BodyCheck(); got != before {
+				t.Fatalf("body check %q before the first write, want %q", got, before)
 			}
 			if err := be.Put(ctx, "data/00/whole", bytes.NewReader(payload), int64(len(payload))); err != nil {
 				t.Fatal(err)
 			}
 			if got := be.BodyCheck(); got != tc.check {
 				t.Fatalf("body check %q, want %q", got, tc.check)
+			}
+			// Asked for no trailer, it sent none to be refused.
+			if _, _, _, refused := proxy.Counts(); tc.noTrailer && refused != refusedBefore {
+				t.Fatalf("%d requests with a trailer", refused-refusedBefore)
 			}
 			rc, err := be.Get(ctx, "data/00/whole", 0, -1)
 			if err != nil {
@@ -199,5 +210,16 @@ func TestBodyChecked(t *testing.T) {
 				t.Fatalf("body check %q after a refused body, want %q", got, tc.check)
 			}
 		})
+	}
+}
+
+func TestTrailerInLocation(t *testing.T) {
+	srv := s3test.Start(t)
+	_, err := location.Open(context.Background(), srv.Location("objects")+"&trailer=maybe", srv.Env)
+	if err == nil || !strings.Contains(err.Error(), `trailer="maybe": want true or false`) {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := location.Open(context.Background(), srv.Location("objects")+"&trailer=false", srv.Env); err != nil {
+		t.Fatal(err)
 	}
 }
