@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|writeback|anywhere|benchmarks|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|writeback|anywhere|push|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
 # ENGINE_TIMEOUT, ENGINE_TEST (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
@@ -306,6 +306,16 @@ run_anywhere() {
 	if [ -f "$out/engine-gpu.jsonl" ]; then python3 scripts/gpu/anywhere_timeline.py "$out/engine-gpu.jsonl" | tee "$out/anywhere-timeline.md"; fi
 }
 
+# The push to S3 (versitygw on loopback) beside the push into a local
+# folder, the S3 bodies checked by a CRC32C trailer and, in the same run,
+# signed in pieces (STASIS_PUSH_GIB, default 8; STASIS_PUSH_RUNS, default 3).
+run_push() {
+	unpack pullbench.test versitygw
+	mkdir -p "$PWD/.gpu-work"
+	STASIS_PUSH_GIB="${STASIS_PUSH_GIB:-8}" STASIS_BENCH_DIR="$PWD/.gpu-work" \
+		"$bin/pullbench.test" -test.run TestPushBench -test.v -test.timeout 30m 2>&1 | tee "$out/pushbench.txt"
+}
+
 resume_summary() {
 	python3 scripts/gpu/resume_summary.py "$out" "${STASIS_RESUME_DEFAULT:-auto}" "$(head -1 "$bundle/COMMIT" 2>/dev/null)" "$thp_last" | tee "$out/resume-summary.md"
 }
@@ -377,7 +387,8 @@ resume) run_resume ;;
 server-resume) run_server_resume ;;
 writeback) run_writeback ;;
 anywhere) run_anywhere ;;
+push) run_push ;;
 benchmarks) run_synthetic; run_server ;;
 all) run_node; run_service; ENGINE_RUN="TestGPUActor|TestGPUCompatAndPlan" run_engine; run_synthetic; run_server; run_cuda ;;
-*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, server-resume, writeback, anywhere, benchmarks or all" >&2; exit 2 ;;
+*) echo "unknown suite $what: want cuda, cuda-overhead, engine, node, service, synthetic, server, store, gvisor, paths, zero-pages, resume, server-resume, writeback, anywhere, push, benchmarks or all" >&2; exit 2 ;;
 esac
