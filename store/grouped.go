@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/klauspost/compress/huff0"
 )
@@ -166,13 +167,13 @@ func (g *groupedCoder) readStream(i int, src []byte, size int) (stream, rest []b
 }
 
 // split appends data's bytes at even offsets to even and those at odd
-// offsets to odd, sixteen bytes at a time.
+// offsets to odd: 32 bytes at a time by splitBlocks, the rest one by one.
 func split(data, even, odd []byte) ([]byte, []byte) {
-	for len(data) >= 16 {
-		lo, hi := binary.LittleEndian.Uint64(data[:8]), binary.LittleEndian.Uint64(data[8:16])
-		even = binary.LittleEndian.AppendUint64(even, uint64(gather(lo))|uint64(gather(hi))<<32)
-		odd = binary.LittleEndian.AppendUint64(odd, uint64(gather(lo>>8))|uint64(gather(hi>>8))<<32)
-		data = data[16:]
+	if n := len(data) / 32 * 32; n > 0 {
+		e, o := len(even), len(odd)
+		even, odd = slices.Grow(even, n/2)[:e+n/2], slices.Grow(odd, n/2)[:o+n/2]
+		splitBlocks(data[:n], even[e:], odd[o:])
+		data = data[n:]
 	}
 	for i, b := range data {
 		if i%2 == 0 {
@@ -184,21 +185,42 @@ func split(data, even, odd []byte) ([]byte, []byte) {
 	return even, odd
 }
 
+// splitWords is splitBlocks in portable Go, sixteen bytes at a time: data
+// holds a multiple of 32 bytes, even and odd half as many each.
+func splitWords(data, even, odd []byte) {
+	for len(data) >= 16 {
+		lo, hi := binary.LittleEndian.Uint64(data[:8]), binary.LittleEndian.Uint64(data[8:16])
+		binary.LittleEndian.PutUint64(even, uint64(gather(lo))|uint64(gather(hi))<<32)
+		binary.LittleEndian.PutUint64(odd, uint64(gather(lo>>8))|uint64(gather(hi>>8))<<32)
+		data, even, odd = data[16:], even[8:], odd[8:]
+	}
+}
+
 // interleave puts even's bytes at dst's even offsets and odd's at its odd
-// ones, sixteen bytes at a time; len(dst) is len(even)+len(odd), and even
-// holds as many bytes as odd or one more.
+// ones: 32 bytes at a time by interleaveBlocks, the rest one by one;
+// len(dst) is len(even)+len(odd), and even holds as many bytes as odd or
+// one more.
 func interleave(dst, even, odd []byte) {
-	for len(odd) >= 8 && len(even) >= 8 && len(dst) >= 16 {
-		e, o := binary.LittleEndian.Uint64(even[:8]), binary.LittleEndian.Uint64(odd[:8])
-		binary.LittleEndian.PutUint64(dst[:8], scatter(uint32(e))|scatter(uint32(o))<<8)
-		binary.LittleEndian.PutUint64(dst[8:16], scatter(uint32(e>>32))|scatter(uint32(o>>32))<<8)
-		dst, even, odd = dst[16:], even[8:], odd[8:]
+	if n := len(odd) / 16 * 16; n > 0 {
+		interleaveBlocks(dst[:2*n], even[:n], odd[:n])
+		dst, even, odd = dst[2*n:], even[n:], odd[n:]
 	}
 	for i := range odd {
 		dst[2*i], dst[2*i+1] = even[i], odd[i]
 	}
 	if len(even) > len(odd) {
 		dst[2*len(odd)] = even[len(odd)]
+	}
+}
+
+// interleaveWords is interleaveBlocks in portable Go, sixteen bytes at a
+// time: even and odd hold the same multiple of 16 bytes, dst twice that.
+func interleaveWords(dst, even, odd []byte) {
+	for len(odd) >= 8 {
+		e, o := binary.LittleEndian.Uint64(even[:8]), binary.LittleEndian.Uint64(odd[:8])
+		binary.LittleEndian.PutUint64(dst[:8], scatter(uint32(e))|scatter(uint32(o))<<8)
+		binary.LittleEndian.PutUint64(dst[8:16], scatter(uint32(e>>32))|scatter(uint32(o>>32))<<8)
+		dst, even, odd = dst[16:], even[8:], odd[8:]
 	}
 }
 
