@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -54,6 +55,9 @@ type Backend struct {
 
 	mu    sync.Mutex
 	check bodyCheck // decided at the first Put
+	// testing holds the one test of the server under way; a Put that
+	// waits for its answer gives up with its context.
+	testing chan struct{}
 }
 
 // bodyCheck is how the server checks a PUT's body on the way in. Over
@@ -114,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 store %s: %w", cfg.Endpoint, err)
 	}
-	b := &Backend{client: client, untrailed: untrailed, cfg: cfg}
+	b := &Backend{client: client, untrailed: untrailed, cfg: cfg, testing: make(chan struct{}, 1)}
 	if cfg.NoTrailer {
 		b.check = checkLegacy
 	}
@@ -207,14 +211,41 @@ func (b *Backend) put(ctx context.Context, check bodyCheck, key string, r io.Rea
 // with a CRC32C trailer: it writes a small object so, reads it back and
 // deletes it. Not every S3-compatible server does; one that refuses the
 // trailer, or stores the body still in its chunked encoding, gets the
-// legacy PUT. Until the test gets an answer (the network fails, the
-// server is busy) nothing is decided and the Put fails as it would.
+// PUT of before (checkLegacy). Until the test gets an answer (the network
+// fails, the server is busy or hangs) nothing is decided and the Put fails
+// as it would; Puts that wait for the test give up with their contexts.
 func (b *Backend) bodyCheck(ctx context.Context) (bodyCheck, error) {
+	if check := b.decided(); check != checkUndecided {
+		return check, nil
+	}
+	select {
+	case b.testing <- struct{}{}:
+		defer func() { <-b.testing }()
+	case <-ctx.Done():
+		return checkUndecided, ctx.Err()
+	}
+	// Another Put may have decided while this one waited.
+	if check := b.decided(); check != checkUndecided {
+		return check, nil
+	}
+	check, err := b.testBody(ctx)
+	if err == nil {
+		b.mu.Lock()
+		b.check = check
+		b.mu.Unlock()
+	}
+	return check, err
+}
+
+func (b *Backend) decided() bodyCheck {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.check != checkUndecided {
-		return b.check, nil
-	}
+	return b.check
+}
+
+// testBody writes a small object with a CRC32C trailer, reads it back and
+// deletes it, and says how later bodies are to be checked.
+func (b *Backend) testBody(ctx context.Context) (bodyCheck, error) {
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
 	// Beside the repository's folders, never listed; a test cut short
@@ -223,18 +254,21 @@ func (b *Backend) bodyCheck(ctx context.Context) (bodyCheck, error) {
 	body := []byte("stasis: does this server check a PUT's body by a CRC32C trailer?\n")
 	_, err := b.put(ctx, checkCRC32C, b.cfg.Prefix+key, bytes.NewReader(body), int64(len(body)))
 	if err != nil {
-		switch status := minio.ToErrorResponse(err).StatusCode; {
-		case status == http.StatusBadRequest || status == http.StatusLengthRequired || status == http.StatusNotImplemented:
+		switch minio.ToErrorResponse(err).StatusCode {
+		case http.StatusBadRequest, http.StatusLengthRequired, http.StatusNotImplemented:
 			// Refused as a request it does not take.
-			b.check = checkLegacy
-			return b.check, nil
-		default:
-			// No answer, or not about the trailer (credentials, a
-			// missing bucket, a busy server).
-			return checkUndecided, b.wrap("put", key, err)
+			return checkLegacy, nil
 		}
+		// No answer, or not about the trailer (credentials, a missing
+		// bucket, a busy server).
+		return checkUndecided, b.wrap("put", key, err)
 	}
-	defer func() { _ = b.client.RemoveObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.RemoveObjectOptions{}) }()
+	defer func() {
+		// Removed also when the caller has given up meanwhile.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = b.client.RemoveObject(rctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.RemoveObjectOptions{})
+	}()
 	obj, err := b.client.GetObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.GetObjectOptions{})
 	if err != nil {
 		return checkUndecided, b.wrap("get", key, err)
@@ -244,11 +278,10 @@ func (b *Backend) bodyCheck(ctx context.Context) (bodyCheck, error) {
 	if err != nil {
 		return checkUndecided, b.wrap("get", key, err)
 	}
-	b.check = checkLegacy
-	if bytes.Equal(got, body) {
-		b.check = checkCRC32C
+	if !bytes.Equal(got, body) {
+		return checkLegacy, nil
 	}
-	return b.check, nil
+	return checkCRC32C, nil
 }
 
 // countingReader counts what a Put read, and whether its source ended.

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
@@ -221,5 +223,79 @@ func TestTrailerInLocation(t *testing.T) {
 	}
 	if _, err := location.Open(context.Background(), srv.Location("objects")+"&trailer=false", srv.Env); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBodyCheckHangs: while the server hangs in the middle of the test of
+// its bodies, the Put that runs the test and those that wait for it give
+// up with their contexts, nothing is decided, and the next Put once the
+// server answers tests it again.
+func TestBodyCheckHangs(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	proxy, err := faultproxy.Start("http://"+srv.Endpoint, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	be, err := s3.New(ctx, s3.Config{Endpoint: proxy.Addr, Insecure: true, Bucket: "body-hangs", Prefix: "repo",
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, CreateBucket: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test's read of what it wrote never gets a byte.
+	proxy.Set(faultproxy.Faults{StallEvery: 1, Breakable: func(r *http.Request) bool { return strings.Contains(r.URL.Path, "stasis-body-check-") }})
+	payload := []byte("a pack")
+	put := func(ctx context.Context, i int, errs chan<- error) {
+		errs <- be.Put(ctx, fmt.Sprintf("data/00/p%d", i), bytes.NewReader(payload), int64(len(payload)))
+	}
+	// The first Put runs the test and hangs in it until cancelled.
+	testCtx, cancelTest := context.WithCancel(ctx)
+	defer cancelTest()
+	tested := make(chan error, 1)
+	go put(testCtx, 0, tested)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, stalls, _, _ := proxy.Counts(); stalls > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the test of the server's bodies did not reach its read")
+		}
+	}
+	// The others wait for its answer, until their deadlines.
+	waited := make(chan error, 2)
+	for i := 1; i <= 2; i++ {
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		go put(wctx, i, waited)
+	}
+	for range 2 {
+		select {
+		case err := <-waited:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a Put waiting on the test: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a Put waiting on a hung test did not give up with its context")
+		}
+	}
+	select {
+	case err := <-tested:
+		t.Fatalf("the Put that tests returned while the server hangs: %v", err)
+	default:
+	}
+	cancelTest()
+	if err := <-tested; err == nil {
+		t.Fatal("the Put that tests succeeded while the server hung")
+	}
+	if got := be.BodyCheck(); got != "" {
+		t.Fatalf("decided %q from a test that got no answer", got)
+	}
+	proxy.Set(faultproxy.Faults{})
+	if err := be.Put(ctx, "data/00/p", bytes.NewReader(payload), int64(len(payload))); err != nil {
+		t.Fatal(err)
+	}
+	if got := be.BodyCheck(); got != "crc32c trailer" {
+		t.Fatalf("body check %q once the server answered", got)
 	}
 }
