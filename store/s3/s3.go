@@ -263,12 +263,7 @@ func (b *Backend) testBody(ctx context.Context) (bodyCheck, error) {
 		// bucket, a busy server).
 		return checkUndecided, b.wrap("put", key, err)
 	}
-	defer func() {
-		// Removed also when the caller has given up meanwhile.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = b.client.RemoveObject(rctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.RemoveObjectOptions{})
-	}()
+	defer b.removeTestObject(ctx, b.cfg.Prefix+key)
 	obj, err := b.client.GetObject(ctx, b.cfg.Bucket, b.cfg.Prefix+key, minio.GetObjectOptions{})
 	if err != nil {
 		return checkUndecided, b.wrap("get", key, err)
@@ -282,6 +277,23 @@ func (b *Backend) testBody(ctx context.Context) (bodyCheck, error) {
 		return checkLegacy, nil
 	}
 	return checkCRC32C, nil
+}
+
+// removeTestObject removes the object of the body test; when the caller
+// has given up meanwhile, in the background, so as not to hold it up.
+func (b *Backend) removeTestObject(ctx context.Context, key string) {
+	remove := func(ctx context.Context) {
+		_ = b.client.RemoveObject(ctx, b.cfg.Bucket, key, minio.RemoveObjectOptions{})
+	}
+	if ctx.Err() == nil {
+		remove(ctx)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		remove(ctx)
+	}()
 }
 
 // countingReader counts what a Put read, and whether its source ended.
