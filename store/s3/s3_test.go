@@ -132,18 +132,34 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// proxied starts versitygw and a fault proxy in front of it.
+func proxied(t *testing.T) (*s3test.Server, *faultproxy.Proxy) {
+	srv := s3test.Start(t)
+	proxy, err := faultproxy.Start("http://"+srv.Endpoint, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	return srv, proxy
+}
+
+// openThrough opens bucket on srv through proxy.
+func openThrough(t *testing.T, srv *s3test.Server, proxy *faultproxy.Proxy, bucket string, noTrailer bool) *s3.Backend {
+	be, err := s3.New(context.Background(), s3.Config{Endpoint: proxy.Addr, Insecure: true, Bucket: bucket, Prefix: "repo",
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, CreateBucket: true, NoTrailer: noTrailer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be
+}
+
 // TestBodyChecked: a PUT's body is checked by the server on the way in, by
 // a CRC32C trailer where the server takes one and by signed chunks where
 // it refuses trailers; a body damaged on the way is refused either way and
 // nothing is stored.
 func TestBodyChecked(t *testing.T) {
 	ctx := context.Background()
-	srv := s3test.Start(t)
-	proxy, err := faultproxy.Start("http://"+srv.Endpoint, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	srv, proxy := proxied(t)
 	payload := bytes.Repeat([]byte("stasis pack bytes "), 16<<10)
 	for _, tc := range []struct {
 		name      string
@@ -158,11 +174,7 @@ func TestBodyChecked(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			proxy.Set(tc.faults)
 			_, _, _, refusedBefore := proxy.Counts()
-			be, err := s3.New(ctx, s3.Config{Endpoint: proxy.Addr, Insecure: true, Bucket: "body-" + tc.name, Prefix: "repo",
-				AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, CreateBucket: true, NoTrailer: tc.noTrailer})
-			if err != nil {
-				t.Fatal(err)
-			}
+			be := openThrough(t, srv, proxy, "body-"+tc.name, tc.noTrailer)
 			before := ""
 			if tc.noTrailer {
 				before = tc.check
@@ -232,17 +244,8 @@ func TestTrailerInLocation(t *testing.T) {
 // server answers tests it again.
 func TestBodyCheckHangs(t *testing.T) {
 	ctx := context.Background()
-	srv := s3test.Start(t)
-	proxy, err := faultproxy.Start("http://"+srv.Endpoint, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	be, err := s3.New(ctx, s3.Config{Endpoint: proxy.Addr, Insecure: true, Bucket: "body-hangs", Prefix: "repo",
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, CreateBucket: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, proxy := proxied(t)
+	be := openThrough(t, srv, proxy, "body-hangs", false)
 	// The test's read of what it wrote never gets a byte.
 	proxy.Set(faultproxy.Faults{StallEvery: 1, Breakable: func(r *http.Request) bool { return strings.Contains(r.URL.Path, "stasis-body-check-") }})
 	payload := []byte("a pack")
