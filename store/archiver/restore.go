@@ -57,8 +57,24 @@ const pullRun = 16 << 20
 
 // destination is where a chunk's bytes go: a file and an offset.
 type destination struct {
+	out *outFile
+	at  int64
+}
+
+// outFile is a file a restore writes, one writer at a time: the kernel
+// takes the file's lock for every buffered write, and writers that wait
+// for it spin (on the H200 machine 16 writers into one file spent 3.0
+// core-seconds a GB, one 0.19, and the one wrote faster).
+type outFile struct {
+	mu sync.Mutex
 	f  *os.File
-	at int64
+}
+
+func (o *outFile) writeAt(b []byte, at int64) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, err := o.f.WriteAt(b, at)
+	return err
 }
 
 // RestoreSnapshot is Restore of a stored manifest the caller read already
@@ -224,7 +240,7 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 	var mu sync.Mutex // guards pulled's counts and missed
 	write := func(id string, data []byte) error {
 		for _, d := range dests[id] {
-			if _, err := d.f.WriteAt(data, d.at); err != nil {
+			if err := d.out.writeAt(data, d.at); err != nil {
 				return err
 			}
 		}
@@ -455,6 +471,7 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 		if err := out.Truncate(sf.Size); err != nil {
 			return files, nil, nil, err
 		}
+		writer := &outFile{f: out}
 		fc := &fileChunks{starts: make([]int64, 0, len(sf.Chunks)+1), ids: sf.Chunks}
 		var at int64
 		for _, id := range sf.Chunks {
@@ -463,7 +480,7 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 				order = append(order, id)
 				f.done[id] = make(chan struct{})
 			}
-			dests[id] = append(dests[id], destination{f: out, at: at})
+			dests[id] = append(dests[id], destination{out: writer, at: at})
 			fc.starts = append(fc.starts, at)
 			at += c.Raw
 		}
