@@ -82,8 +82,9 @@ func (o *outFile) writeAt(b []byte, at int64) error {
 // can from opts.Seeds. The packs are read in large stretches
 // (Repository.PlanReads), opts.Downloads of them at once (the cores, and at
 // least 8, by default), each chunk decompressed, hash-checked and written
-// where the snapshot has it by the goroutine that read it; memory is
-// bounded by the stretches in flight (16 MiB each, with 8 MiB for a chunk).
+// where the snapshot has it by the goroutine that read it, one writer in a
+// file at a time (outFile); memory is bounded by the stretches in flight
+// (16 MiB each, with 8 MiB for a chunk).
 func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snapshot, dir string, opts Options) (Pulled, error) {
 	f, err := StartRestore(ctx, repo, s, dir, opts)
 	if err != nil {
