@@ -3,7 +3,6 @@ package fsutil
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,19 +21,9 @@ import (
 //
 //	STASIS_COPY_GIB=8 STASIS_COPY_DIR=/var/lib/stasis go test -run '^$' -bench CopyInto -benchtime 2x ./internal/fsutil
 func BenchmarkCopyInto(b *testing.B) {
-	gib := 0.5
-	if v := os.Getenv("STASIS_COPY_GIB"); v != "" {
-		var err error
-		if gib, err = strconv.ParseFloat(v, 64); err != nil {
-			b.Fatal(err)
-		}
-	}
 	const piece = 1 << 20
-	size := int(gib*(1<<30)) / piece * piece
-	dir := os.Getenv("STASIS_COPY_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
+	size := int(benchGiB(b, "STASIS_COPY_GIB", 0.5)*(1<<30)) / piece * piece
+	dir := benchDir(b, "STASIS_COPY_DIR")
 	src := make([]byte, piece)
 	for i := range src {
 		src[i] = byte(i*7 + i>>9)

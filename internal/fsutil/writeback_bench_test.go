@@ -23,18 +23,8 @@ import (
 //
 //	STASIS_WRITEBACK_GIB=8 STASIS_WRITEBACK_DIR=/var/lib/stasis go test -run '^$' -bench Writeback -benchtime 2x ./internal/fsutil
 func BenchmarkWriteback(b *testing.B) {
-	gib := 0.25
-	if v := os.Getenv("STASIS_WRITEBACK_GIB"); v != "" {
-		var err error
-		if gib, err = strconv.ParseFloat(v, 64); err != nil {
-			b.Fatal(err)
-		}
-	}
-	size := int64(gib*(1<<30)) / writeChunk * writeChunk
-	dir := os.Getenv("STASIS_WRITEBACK_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
+	size := int64(benchGiB(b, "STASIS_WRITEBACK_GIB", 0.25)*(1<<30)) / writeChunk * writeChunk
+	dir := benchDir(b, "STASIS_WRITEBACK_DIR")
 	ways := []struct {
 		name  string
 		start func(dir string) (stop func())
@@ -70,6 +60,28 @@ func BenchmarkWriteback(b *testing.B) {
 }
 
 const writeChunk = 256 << 10
+
+// benchGiB is the GiB the setting key asks for, def when unset.
+func benchGiB(b *testing.B, key string, def float64) float64 {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	gib, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		b.Fatalf("%s=%q: %v", key, v, err)
+	}
+	return gib
+}
+
+// benchDir is the folder the setting key names, a temporary one when
+// unset.
+func benchDir(b *testing.B, key string) string {
+	if dir := os.Getenv(key); dir != "" {
+		return dir
+	}
+	return b.TempDir()
+}
 
 func report(b *testing.B, size int64, write, sync time.Duration) {
 	n := float64(b.N)
