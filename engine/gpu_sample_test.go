@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stasis-run/stasis/internal/procfs"
 )
 
 // machineSample is what the machine did in one interval of a benchmark:
@@ -161,32 +163,12 @@ func commandCores(prev, cur map[int]procTicks, dt float64) map[string]float64 {
 }
 
 // readProcs reads every process's name and clock ticks (user and
-// system, all its threads) from /proc/PID/stat.
+// system, all its threads); none when /proc cannot be read.
 func readProcs() map[int]procTicks {
 	procs := map[int]procTicks{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ...: the name may hold spaces and parentheses.
-		open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(string(b[end+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		// After the name: state is field 0, utime 11, stime 12.
-		u, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		procs[pid] = procTicks{comm: string(b[open+1 : end]), ticks: u + st}
+	list, _ := procfs.List("/proc")
+	for _, p := range list {
+		procs[p.PID] = procTicks{comm: p.Comm, ticks: float64(p.CPUTicks)}
 	}
 	return procs
 }

@@ -16,6 +16,9 @@ type Proc struct {
 	PID  int
 	PPID int
 	Comm string
+	// CPUTicks is the clock ticks its threads have run, user and system
+	// (utime and stime; 0 where the stat line stops before them).
+	CPUTicks uint64
 }
 
 // List reads every process under dir (normally /proc). Processes that exit
@@ -59,7 +62,18 @@ func parseStat(pid int, stat string) (Proc, error) {
 	if err != nil {
 		return Proc{}, fmt.Errorf("process %d: parent pid %q: %w", pid, fields[1], err)
 	}
-	return Proc{PID: pid, PPID: ppid, Comm: stat[open+1 : end]}, nil
+	p := Proc{PID: pid, PPID: ppid, Comm: stat[open+1 : end]}
+	// After the name: state, ppid, ..., utime (12th), stime (13th).
+	if len(fields) >= 13 {
+		for _, f := range fields[11:13] {
+			n, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				return Proc{}, fmt.Errorf("process %d: CPU ticks %q: %w", pid, f, err)
+			}
+			p.CPUTicks += n
+		}
+	}
+	return p, nil
 }
 
 // Tree is root and every process descended from it.

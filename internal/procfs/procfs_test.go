@@ -16,7 +16,12 @@ func TestParseStat(t *testing.T) {
 	if p.PPID != 7 || p.Comm != "a (b) c" {
 		t.Fatalf("got %+v, want ppid 7 and comm %q", p, "a (b) c")
 	}
-	for _, bad := range []string{"", "42 comm S 7", "42 (x) S notanumber"} {
+	// A whole line: utime 5 and stime 3 are the 14th and 15th fields.
+	p, err = parseStat(42, "42 (a (b) c) S 7 42 42 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 77")
+	if err != nil || p.PPID != 7 || p.CPUTicks != 8 {
+		t.Fatalf("got %+v %v, want ppid 7 and 8 CPU ticks", p, err)
+	}
+	for _, bad := range []string{"", "42 comm S 7", "42 (x) S notanumber", "42 (x) S 7 42 42 0 -1 4194560 100 0 0 0 five 3"} {
 		if _, err := parseStat(42, bad); err == nil {
 			t.Errorf("stat %q: no error", bad)
 		}
