@@ -55,9 +55,9 @@ type Backend struct {
 
 	mu    sync.Mutex
 	check bodyCheck // decided at the first Put
-	// testing holds the one test of the server under way; a Put that
+	// testSlot holds the one test of the server under way; a Put that
 	// waits for its answer gives up with its context.
-	testing chan struct{}
+	testSlot chan struct{}
 }
 
 // bodyCheck is how the server checks a PUT's body on the way in. Over
@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 store %s: %w", cfg.Endpoint, err)
 	}
-	b := &Backend{client: client, untrailed: untrailed, cfg: cfg, testing: make(chan struct{}, 1)}
+	b := &Backend{client: client, untrailed: untrailed, cfg: cfg, testSlot: make(chan struct{}, 1)}
 	if cfg.NoTrailer {
 		b.check = checkLegacy
 	}
@@ -219,8 +219,8 @@ func (b *Backend) bodyCheck(ctx context.Context) (bodyCheck, error) {
 		return check, nil
 	}
 	select {
-	case b.testing <- struct{}{}:
-		defer func() { <-b.testing }()
+	case b.testSlot <- struct{}{}:
+		defer func() { <-b.testSlot }()
 	case <-ctx.Done():
 		return checkUndecided, ctx.Err()
 	}
