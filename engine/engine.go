@@ -256,9 +256,10 @@ type ResumeOptions struct {
 	// pull read through a view, transfer.PullAndResume): the runtime's
 	// restore loads memory in the background, as the bytes come, and once
 	// the sandbox is restored (its GPU state too) the engine runs Arriving
-	// as step StepArrived, before the probe: it returns once the folder is
-	// whole and nothing reads through the view, with what to report; its
-	// error fails the resume, and the new sandbox is removed.
+	// as step StepArrived, before the probe: it returns once every byte of
+	// the folder is there and checked and nothing reads through the view,
+	// with what to report; its error fails the resume, and the new sandbox
+	// is removed.
 	Arriving func(context.Context) (string, error)
 	Observer Observer
 }

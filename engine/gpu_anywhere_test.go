@@ -32,7 +32,9 @@ import (
 // folder, then resumed on "a node that never held it": the page cache
 // dropped, a fresh folder, the snapshot pulled from the store and resumed
 // as stasisd does (transfer.PullAndResume through a view while it pulls,
-// the copy not synced; with STASIS_ANYWHERE_WHOLE also pulled whole first),
+// the memory image held in memory and written into the folder after the
+// resume, not synced; with STASIS_ANYWHERE_WHOLE also pulled whole first,
+// with STASIS_ANYWHERE_UNSTAGED also written into the folder as it comes),
 // to its first token, which must equal the one before. Beside it, in the same
 // run: the page-cache resume on its own node, the disk's cold read of the
 // store's pack bytes with one and eight streams (the floor), and, with
@@ -94,13 +96,19 @@ func TestGPUAnywhere(t *testing.T) {
 		// With views (stasisd's way) the sandbox is restored while the
 		// pull goes on; the pull's time is then until the folder was whole
 		// (the steps up to "arrived").
+		// The image held in memory during the resume and written into the
+		// folder after it (stasisd's way), unless unstaged; the time until
+		// the folder is whole is returned last.
 		views := filepath.Join(g.work, "views")
-		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, seeds []archiver.Seed, whole bool) (float64, archiver.Pulled, float64) {
+		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, seeds []archiver.Seed, whole, unstaged bool) (float64, archiver.Pulled, float64, float64) {
 			g.takeEvents()
 			begin := time.Now()
 			to := transfer.Stored{Repo: from, Name: name, Options: archiver.Options{NoSync: true, Seeds: seeds}, Views: views}
 			if whole {
 				to.Views = ""
+			}
+			if !unstaged {
+				to.Options.Stage = transfer.StageMemory()
 			}
 			// Where the time went: each step's end, and the machine's
 			// disks, page cache and cores, every 100 ms.
@@ -114,20 +122,26 @@ func TestGPUAnywhere(t *testing.T) {
 			}}
 			stopSampling := sampleMachine(100 * time.Millisecond)
 			stopProfile := cpuProfile(t, mode, name, whole)
-			_, pulled, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs})
+			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs})
+			var got llmAnswer
+			var s, writtenS float64
+			if err == nil {
+				got, err = firstToken(a.ID)
+				s = time.Since(begin).Seconds()
+				if werr := pull.Written(); werr != nil && err == nil {
+					err = fmt.Errorf("the pulled folder was not written: %w", werr)
+				}
+				writtenS = time.Since(begin).Seconds()
+			}
 			stopProfile()
 			samples := stopSampling()
 			marksMu.Lock()
 			defer marksMu.Unlock()
-			g.record("anywhere-timeline", map[string]any{"mode": mode, "snapshot": name, "whole": whole, "seeded": len(seeds) > 0, "steps": marks, "samples": samples})
+			g.record("anywhere-timeline", map[string]any{"mode": mode, "snapshot": name, "whole": whole, "unstaged": unstaged, "seeded": len(seeds) > 0,
+				"steps": marks, "samples": samples, "first_token_s": s, "written_s": writtenS})
 			if err != nil {
 				t.Fatalf("%s pull and resume of %s: %v", mode, name, err)
 			}
-			got, err := firstToken(a.ID)
-			if err != nil {
-				t.Fatalf("%s first token after the pull: %v", mode, err)
-			}
-			s := time.Since(begin).Seconds()
 			if got.Token != want {
 				t.Errorf("%s: the first token after the pull is %d, before the suspend %d", mode, got.Token, want)
 			}
@@ -136,7 +150,7 @@ func TestGPUAnywhere(t *testing.T) {
 			if !whole {
 				pullS += st["resume/verify"] + st["resume/restore"] + st["resume/gpu-resume"] + st["resume/arrived"]
 			}
-			return s, pulled, pullS
+			return s, pull.Pulled, pullS, writtenS
 		}
 		stop := func(a engine.Actor) {
 			if err := g.rt.Stop(ctx, a.ID); err != nil {
@@ -210,8 +224,8 @@ func TestGPUAnywhere(t *testing.T) {
 		// A node that never held it.
 		g.dropCaches()
 		dirB := filepath.Join(g.work, "nodeb-"+mode+"-1")
-		anywhereS, pulled, pullS := pullAndResume(a, repo, name, dirB, first.Token, nil, false)
-		result["anywhere_s"], result["pull_s"], result["pulledBytes"] = anywhereS, pullS, pulled.Fetched
+		anywhereS, pulled, pullS, writtenS := pullAndResume(a, repo, name, dirB, first.Token, nil, false, false)
+		result["anywhere_s"], result["pull_s"], result["pulledBytes"], result["written_s"] = anywhereS, pullS, pulled.Fetched, writtenS
 		result["pull_over_floor"] = floorRead / pullS
 		result["ratio"] = coldS / anywhereS
 		result["anywhere_over_floor"] = anywhereS / result["floor_s"].(float64)
@@ -221,9 +235,20 @@ func TestGPUAnywhere(t *testing.T) {
 			// The same, pulled whole before the restore (no view).
 			os.RemoveAll(dirB)
 			g.dropCaches()
-			wholeS, _, wholePullS := pullAndResume(a, repo, name, dirB, first.Token, nil, true)
+			wholeS, _, wholePullS, _ := pullAndResume(a, repo, name, dirB, first.Token, nil, true, false)
 			result["anywhere_whole_s"], result["pull_whole_s"] = wholeS, wholePullS
 			result["pull_whole_over_floor"] = floorRead / wholePullS
+			stop(a)
+			g.record("anywhere", result)
+		}
+		if forMode("STASIS_ANYWHERE_UNSTAGED", mode) {
+			// The same, the image written into the folder as it arrives
+			// (the copy's write-back then shares the disk with the pull).
+			os.RemoveAll(dirB)
+			g.dropCaches()
+			unstagedS, _, unstagedPullS, _ := pullAndResume(a, repo, name, dirB, first.Token, nil, false, true)
+			result["anywhere_unstaged_s"], result["pull_unstaged_s"] = unstagedS, unstagedPullS
+			result["unstaged_ratio"] = coldS / unstagedS
 			stop(a)
 			g.record("anywhere", result)
 		}
@@ -242,7 +267,7 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatal(err)
 			}
 			dirB2 := filepath.Join(g.work, "nodeb-"+mode+"-2")
-			secondS, pulled2, _ := pullAndResume(b, repo, name2, dirB2, firstB.Token, []archiver.Seed{{Dir: dirB, Snapshot: seed}}, false)
+			secondS, pulled2, _, _ := pullAndResume(b, repo, name2, dirB2, firstB.Token, []archiver.Seed{{Dir: dirB, Snapshot: seed}}, false, false)
 			result["second_s"] = secondS
 			result["second_actor_fetched_fraction"] = float64(pulled2.Fetched) / float64(pulled2.Bytes)
 			result["second_actor_over_local"] = secondS / result["local_s"].(float64)

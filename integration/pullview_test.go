@@ -11,6 +11,7 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
@@ -72,6 +73,76 @@ func TestKilledWhileResumingThroughAView(t *testing.T) {
 	if left, _ := os.ReadDir(views); len(left) != 0 {
 		t.Fatalf("after a resume through a view, views holds %v", left)
 	}
+}
+
+// TestPulledCopyWrittenAfterTheResume: a resume that pulls its snapshot
+// through a view holds the memory image in memory while the sandbox is
+// restored, and writes it into the node's copy after the actor runs: the
+// history says so, the actor counts on, a second actor of the template
+// started from the same stored snapshot copies every chunk from that copy
+// (waiting for it to be written rather than fetching again), and deleting
+// the actor removes the copy.
+func TestPulledCopyWrittenAfterTheResume(t *testing.T) {
+	ctx := context.Background()
+	d := newDaemon(t)
+	d.start("")
+	bundle := testactor.Bundle(t, t.TempDir(), testactor.Options{Ballast: []string{"0", "32", "0", "3"}})
+	if _, err := d.api.CreateTemplate(ctx, api.Template{Name: "counter", Bundle: bundle, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}); err != nil {
+		t.Fatal(err)
+	}
+	d.run("counter", "v1")
+	inst, _, _ := strings.Cut(d.execCounter("v1", "incr"), " ")
+	s := d.op("Suspend", "v1")
+	if s.State != api.Suspended || s.Snapshot == nil || s.Snapshot.Stored == "" {
+		t.Fatalf("suspended: %+v; want it stored", s)
+	}
+	copyDir := filepath.Join(d.data, "snapshots", s.Snapshot.ID)
+	if err := os.RemoveAll(copyDir); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.op("Resume", "v1"); r.State != api.Running {
+		t.Fatalf("resumed: %+v", r)
+	}
+	if got := d.execCounter("v1", "incr"); got != inst+" 2" {
+		t.Fatalf("after the resume v1 counts %q; want %s 2", got, inst)
+	}
+	if msg := stepMessage(t, d, "v1", "arrived"); !strings.Contains(msg, "held in memory, is being written into "+copyDir) {
+		t.Fatalf("the resume's arrived step says %q; want the image written from memory after it", msg)
+	}
+
+	r, err := d.api.Run(ctx, api.RunRequest{Template: "counter", ID: "v2", FromStored: s.Snapshot.Stored})
+	if err != nil || r.State != api.Running {
+		t.Fatalf("v2 from %s: %+v %v", s.Snapshot.Stored, r, err)
+	}
+	if got := d.execCounter("v2", "incr"); got != inst+" 2" {
+		t.Fatalf("v2 counts %q; want %s 2", got, inst)
+	}
+	if msg := stepMessage(t, d, "v2", "arrived"); !strings.Contains(msg, ": 0 B fetched from") || !strings.Contains(msg, "copied from this node's copies") {
+		t.Fatalf("v2's pull ended with %q; want every chunk copied from v1's copy", msg)
+	}
+	if _, err := os.Stat(filepath.Join(copyDir, snapshot.ManifestName)); err != nil {
+		t.Fatalf("v1's pulled copy is not whole: %v", err)
+	}
+	d.op("Delete", "v1")
+	if _, err := os.Stat(copyDir); !os.IsNotExist(err) {
+		t.Fatalf("v1 deleted, its pulled copy: %v; want it gone", err)
+	}
+}
+
+// stepMessage is the message of the last event of step on actor id.
+func stepMessage(t *testing.T, d *daemon, id, step string) string {
+	t.Helper()
+	events, err := d.api.Events(context.Background(), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := ""
+	for _, e := range events.Events {
+		if e.Step == step && e.Message != "" {
+			msg = e.Message
+		}
+	}
+	return msg
 }
 
 // mounted tells whether dir is a mount point, from /proc/self/mountinfo.

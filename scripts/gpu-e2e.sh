@@ -20,8 +20,9 @@
 # STASIS_WRITEBACK_GIB and STASIS_WRITEBACK_RUNS (writeback);
 # STASIS_ANYWHERE_MODES (plain,compiled), STASIS_ANYWHERE_SECOND (a second
 # actor of the template) and STASIS_ANYWHERE_WHOLE (the pull whole before the
-# restore too, beside the default through a view), each 1 for every mode or a
-# list of modes, STASIS_ANYWHERE_DIRTY_GIB (N: vm.dirty_background_bytes N GiB
+# restore too, beside the default through a view) and STASIS_ANYWHERE_UNSTAGED
+# (the image written into the folder as it arrives too, beside the default held
+# in memory during the resume), each 1 for every mode or a list of modes, STASIS_ANYWHERE_DIRTY_GIB (N: vm.dirty_background_bytes N GiB
 # and vm.dirty_bytes 2N during the test, so that the pulled copy is not
 # written back while the pull reads), STASIS_ANYWHERE_PROFILE=1 (a CPU
 # profile of the test process over each remote resume, anywhere-*.pprof),

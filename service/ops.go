@@ -134,6 +134,8 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	opts := engine.ResumeOptions{Probe: probeOf(p), Verify: engine.VerifyWhileRestoring, Observer: o.observer()}
 	dir := snap.Dir
 	if dir != "" {
+		// A copy pulled here a moment ago may still be being written.
+		s.pulled.wait(ctx, dir)
 		// The engine reads the manifest (once); a copy it finds missing or
 		// corrupt is fetched again where the store holds the snapshot: a
 		// copy of a stored snapshot is a cache (a pull does not wait for
@@ -166,21 +168,31 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		return nil, "", fmt.Errorf("snapshot %s is not on this node: %w", snap.ID, err)
 	}
 	dir = s.snapshotDir(snap.ID)
-	if err := removeDir(dir); err != nil {
+	if err := s.removeDir(dir); err != nil {
 		return nil, "", err
 	}
 	from := s.stored(repo, o, snap.Stored, transfer.StepPull)
 	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, repo, snap)
 	if !s.cfg.PullWhole {
 		from.Views = s.viewsDir()
+		from.Options.Stage = transfer.StageMemory()
 	}
-	m, _, err := transfer.PullAndResume(ctx, s.engineOf(o.actor), a, dir, from, opts)
-	if m == nil {
+	pull, err := transfer.PullAndResume(ctx, s.engineOf(o.actor), a, dir, from, opts)
+	if pull == nil {
 		// Nothing a later resume could take is left behind.
-		_ = removeDir(dir)
+		_ = s.removeDir(dir)
+		return nil, "", err
 	}
-	if m != nil && recordCopy {
-		// The pulled copy is whole: later resumes use it.
+	// The memory image may still be being written from memory: until its
+	// manifest is there, a resume from the folder finds it incomplete and
+	// pulls again.
+	s.pulled.add(dir, pull, func(werr error) {
+		if werr != nil {
+			s.cfg.Log.Warn("a pulled copy was not written; a later resume pulls it again", "snapshot", snap.ID, "folder", dir, "err", werr)
+		}
+	})
+	if recordCopy {
+		// Later resumes use the pulled copy.
 		snap.Dir = dir
 		if jerr := s.journal.PutSnapshot(context.WithoutCancel(ctx), snap); jerr != nil && err == nil {
 			err = jerr
@@ -189,7 +201,7 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	if err != nil {
 		return nil, "", err
 	}
-	return m, dir, nil
+	return pull.Manifest, dir, nil
 }
 
 // maxSeeds bounds the local copies a pull copies from: each costs a read
@@ -213,6 +225,9 @@ func (s *Service) seeds(ctx context.Context, repo *store.Repository, snap journa
 		if c.Template != snap.Template || c.Dir == "" || c.Stored == "" || c.ID == snap.ID {
 			continue
 		}
+		// A copy still being written from memory is there in a moment;
+		// its chunks are not fetched again.
+		s.pulled.wait(ctx, c.Dir)
 		if st, err := repo.Snapshot(ctx, c.Stored); err == nil {
 			seeds = append(seeds, archiver.Seed{Dir: c.Dir, Snapshot: st})
 		}
@@ -397,7 +412,7 @@ func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope 
 	a := s.engineActor(t, o.actor)
 	m, err := s.engineOf(o.actor).Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.observer()})
 	if m == nil {
-		_ = removeDir(o.args.Dir)
+		_ = s.removeDir(o.args.Dir)
 		return journal.Snapshot{}, nil, err
 	}
 	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: t.Name, Kind: string(o.kind.snapshot), Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
@@ -422,7 +437,7 @@ func (s *Service) adopt(ctx context.Context, snap journal.Snapshot) error {
 		if old.ID == snap.ID || old.Kind == string(api.KindGolden) || old.Dir == "" {
 			continue
 		}
-		if err := removeDir(old.Dir); err != nil {
+		if err := s.removeDir(old.Dir); err != nil {
 			return err
 		}
 		old.Dir = ""
@@ -536,7 +551,7 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 			if snap.Kind == string(api.KindGolden) {
 				continue
 			}
-			if err := removeDir(snap.Dir); err != nil {
+			if err := s.removeDir(snap.Dir); err != nil {
 				return "", err
 			}
 			// Purge deletes what this actor pushed (named ACTOR.SNAPSHOT),
@@ -604,10 +619,13 @@ func resumable(a journal.Actor) string {
 	return "; delete it"
 }
 
-func removeDir(dir string) error {
+// removeDir removes a snapshot folder, stopping first a pull's writing of
+// it that goes on after its resume (pulledFolders).
+func (s *Service) removeDir(dir string) error {
 	if dir == "" {
 		return nil
 	}
+	s.pulled.stop(dir)
 	return os.RemoveAll(dir)
 }
 

@@ -219,7 +219,7 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, st runtime.
 		}
 		return outcome{state: o.kind.target, reason: at + "; the snapshot was committed, the operation was finished" + onlyHere}, nil
 	}
-	_ = removeDir(o.args.Dir)
+	_ = s.removeDir(o.args.Dir)
 	if running(st) {
 		if err := s.thaw(ctx, o); err != nil {
 			return outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the snapshot was not committed and the workload could not be thawed: %v", at, err)}, nil

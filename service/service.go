@@ -99,6 +99,7 @@ type Service struct {
 	store   *storeConn
 	events  *eventFeed
 	stager  *stager
+	pulled  *pulledFolders
 	// lostViews are the sandboxes restored through a view (a pull that
 	// went on during the resume) that a stopped stasisd left mounted:
 	// Reconcile removes them rather than keeping them.
@@ -141,7 +142,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		j.Close()
 		return nil, err
 	}
-	s := &Service{cfg: cfg, eng: cfg.Engine, microVM: newMicroVMEngine(cfg), journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg), events: newEventFeed(), stager: st}
+	s := &Service{cfg: cfg, eng: cfg.Engine, microVM: newMicroVMEngine(cfg), journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg), events: newEventFeed(), stager: st, pulled: newPulledFolders()}
 	if err := s.lease.load(ctx, j); err != nil {
 		j.Close()
 		return nil, err
@@ -150,8 +151,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Close closes the journal.
-func (s *Service) Close() error { return s.journal.Close() }
+// Close stops the writing of pulled copies still going on (they are pulled
+// again when needed) and closes the journal.
+func (s *Service) Close() error {
+	s.pulled.stopAll()
+	return s.journal.Close()
+}
 
 // Journal is the service's journal, for inspection.
 func (s *Service) Journal() *journal.Journal { return s.journal }

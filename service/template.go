@@ -164,7 +164,7 @@ func (s *Service) dropSnapshot(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := removeDir(snap.Dir); err != nil {
+	if err := s.removeDir(snap.Dir); err != nil {
 		return err
 	}
 	if snap.Stored != "" && s.store.configured() {

@@ -44,7 +44,7 @@ func (s *Service) Warm(ctx context.Context, req api.WarmRequest) (api.Template, 
 func (s *Service) takeGolden(ctx context.Context, o *operation, t api.Template) (outcome, error) {
 	m, err := s.engineOf(o.actor).Suspend(ctx, s.engineActor(t, o.actor), engine.SuspendOptions{Dir: o.args.Dir, Scope: "Full", Observer: o.observer()})
 	if m == nil {
-		_ = removeDir(o.args.Dir)
+		_ = s.removeDir(o.args.Dir)
 		return s.afterFailure(ctx, o, err), err
 	}
 	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: t.Name, Kind: string(api.KindGolden), Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}

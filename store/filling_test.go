@@ -129,3 +129,101 @@ func TestAwaitFailsWithTheRestore(t *testing.T) {
 		t.Fatalf("a failed restore left %d entries in its folder", len(entries))
 	}
 }
+
+// TestStagedFileWrittenOnceFetched: a restore that may hold its largest
+// file in memory (Options.Stage) fills it there: the folder does not have
+// it while the chunks arrive, a reader opens it through the Filling and
+// reads the stored bytes from memory; once every chunk is fetched the
+// file is written into the folder, whole, before the manifest. A stage
+// smaller than the file fills it in the folder, as without one.
+func TestStagedFileWrittenOnceFetched(t *testing.T) {
+	ctx := context.Background()
+	r, root := newRepo(t)
+	src := makeFolderZeros(t, 24, 0, 1, 0)
+	if _, err := archiver.Save(ctx, r, "a", src, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(src, "image", "pages.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := local.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stage := range []int64{int64(len(want)), int64(len(want)) - 1} {
+		gate := &gatedBackend{Backend: be, waiting: make(chan string, 1000), tokens: make(chan struct{})}
+		gated, err := store.Open(ctx, gate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "out")
+		f, err := archiver.StartRestore(ctx, gated, mustSnapshot(t, gated, "a"), out, archiver.Options{Downloads: 1, NoSync: true, Stage: stage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		staged := stage >= int64(len(want))
+		<-gate.waiting // the one worker is at its first stretch
+		_, statErr := os.Stat(filepath.Join(out, "image", "pages.img"))
+		if staged != os.IsNotExist(statErr) || f.Staged() != staged {
+			t.Fatalf("stage %d for %d bytes: during the pull the folder's image: %v, Staged %v", stage, len(want), statErr, f.Staged())
+		}
+		reader, err := f.Open("image/pages.img")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.HasPrefix(reader.Name(), "memfd:"); got != staged {
+			t.Fatalf("stage %d: the image opened during the pull is %s", stage, reader.Name())
+		}
+		close(gate.tokens)
+		if _, err := f.Fetched(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Await(ctx, "image/pages.img", 0, int64(len(want))); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(want))
+		if _, err := reader.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("stage %d: the image read through the Filling differs from the stored one (%v)", stage, err)
+		}
+		reader.Close()
+		if _, err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		sameFiles(t, src, out)
+		after, err := f.Open("image/pages.img")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Name() != filepath.Join(out, "image", "pages.img") {
+			t.Fatalf("stage %d: once written the image opens as %s, not the folder's", stage, after.Name())
+		}
+		after.Close()
+	}
+}
+
+// TestStagedFileStopped: a restore stopped once every chunk is fetched,
+// while its staged file may still be being written, leaves the folder
+// whole or empty, never a folder with a manifest and part of a file.
+func TestStagedFileStopped(t *testing.T) {
+	r, _ := newRepo(t)
+	src := makeFolderZeros(t, 24, 0, 1, 0)
+	if _, err := archiver.Save(context.Background(), r, "a", src, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := filepath.Join(t.TempDir(), "out")
+	f, err := archiver.StartRestore(ctx, r, mustSnapshot(t, r, "a"), out, archiver.Options{NoSync: true, Stage: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Fetched(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := f.Wait(); err == nil {
+		sameFiles(t, src, out)
+	} else if entries, _ := os.ReadDir(out); !errors.Is(err, context.Canceled) || len(entries) != 0 {
+		t.Fatalf("stopped while writing: %v, and %d entries left; want the folder empty", err, len(entries))
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/lazyfs"
+	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
@@ -62,48 +63,85 @@ func Push(ctx context.Context, obs engine.Observer, actor, opName, dir string, m
 	})
 }
 
+// Pull is what PullAndResume pulled: the snapshot's manifest, what moved,
+// and the folder it was pulled into, which may still be being written.
+type Pull struct {
+	Manifest *snapshot.Manifest
+	Pulled   archiver.Pulled
+	// filling is the restore into the folder; stop ends it.
+	filling *archiver.Filling
+	stop    context.CancelFunc
+}
+
+// Written waits until the pulled folder is whole, its manifest written,
+// and says why not when it never will be (the folder is then empty; the
+// store holds the snapshot). A pull through a view that held the memory
+// image in memory (archiver.Options.Stage) writes it into the folder after
+// the resume; otherwise the folder is whole already.
+func (p *Pull) Written() error {
+	if p.filling == nil {
+		return nil
+	}
+	_, err := p.filling.Wait()
+	return err
+}
+
+// Stop stops writing the folder, if it is still being written, and
+// waits: the folder is then empty, or whole.
+func (p *Pull) Stop() {
+	if p.filling == nil {
+		return
+	}
+	p.stop()
+	_, _ = p.filling.Wait()
+}
+
 // PullAndResume resumes actor a from a stored snapshot: its stored manifest
 // is read once and checked against this node (engine.CheckRestore) before
 // any byte moves, the snapshot is pulled into dir (empty or absent), every
 // chunk checked against its hash as it arrives, and the engine resumes it,
-// checking the folder by size only. The manifest is returned once the
-// folder is whole, with the error of a later step if one failed: a caller
-// may keep the pulled folder as a copy of the stored snapshot. What the pull
-// moved is returned too.
-func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir string, from Stored, opts engine.ResumeOptions) (*snapshot.Manifest, archiver.Pulled, error) {
-	var pulled archiver.Pulled
+// checking the folder by size only. The Pull is returned once every chunk
+// is checked, with the error of a later step if one failed: a caller may
+// keep the pulled folder as a copy of the stored snapshot, once it is
+// written (Pull.Written; it then outlives ctx, and Pull.Stop ends it).
+// Without a Pull, nothing is left in dir.
+func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir string, from Stored, opts engine.ResumeOptions) (*Pull, error) {
 	name := a.Name
 	if name == "" {
 		name = a.ID
 	}
 	stored, err := from.Repo.Snapshot(ctx, from.Name)
 	if err != nil {
-		return nil, pulled, err
+		return nil, err
 	}
 	m, err := snapshot.Parse(stored.Meta)
 	if err != nil {
-		return nil, pulled, errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", from.Name, err), errdefs.ErrCorrupt)
+		return nil, errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", from.Name, err), errdefs.ErrCorrupt)
 	}
 	if opts.DeviceMap, err = eng.CheckRestore(ctx, a, m, opts); err != nil {
-		return nil, pulled, err
+		return nil, err
 	}
 	if from.Views != "" && m.Scope == snapshot.ScopeFull && eng.Runtime.Capabilities().LazyImage {
 		return pullWhileResuming(ctx, eng, a, name, dir, stored, m, from, opts)
 	}
+	pull := &Pull{Manifest: m}
+	// Pulled whole first: nothing to hold in memory.
+	whole := from.Options
+	whole.Stage = 0
 	err = opts.Observer.Step(name, "resume", StepPull, func() (string, error) {
-		p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options)
-		pulled = p
+		p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, whole)
+		pull.Pulled = p
 		if err != nil {
 			return "", err
 		}
 		return pulledMessage(from, p), nil
 	})
 	if err != nil {
-		return nil, pulled, err
+		return nil, err
 	}
 	opts.Checked = m
 	_, err = eng.Resume(ctx, a, dir, opts)
-	return m, pulled, err
+	return pull, err
 }
 
 func pulledMessage(from Stored, p archiver.Pulled) string {
@@ -114,20 +152,31 @@ func pulledMessage(from Stored, p archiver.Pulled) string {
 	return msg + ", every chunk hash-checked"
 }
 
-// viewCloseTimeout bounds how long a resume waits, once its pull is whole,
-// for the runtime to close the image it opened through the view (runsc
+// viewCloseTimeout bounds how long a resume waits, once every chunk of its
+// pull is checked, for the runtime to close the image it opened through the view (runsc
 // reads the rest of the memory from the page cache by then).
 const viewCloseTimeout = time.Minute
 
 // pullWhileResuming is PullAndResume through a view (Stored.Views): the
 // pull starts, the engine restores from the view while it goes on, and
-// the resume is over (the actor running, its probe passed) only once the
-// folder is whole and the runtime has closed what it read through the view,
-// so that nothing the sandbox runs on depends on this process after.
-func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, name, dir string, stored *store.Snapshot, m *snapshot.Manifest, from Stored, opts engine.ResumeOptions) (*snapshot.Manifest, archiver.Pulled, error) {
+// the resume is over (the actor running, its probe passed) only once every
+// chunk is checked and the runtime has closed what it read through the
+// view, so that nothing the sandbox runs on depends on this process after.
+// A file the pull holds in memory (archiver.Options.Stage) is written into
+// the folder after that: the pull's reads do not share the disk with the
+// write-back of its copy.
+func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, name, dir string, stored *store.Snapshot, m *snapshot.Manifest, from Stored, opts engine.ResumeOptions) (*Pull, error) {
 	var pulled archiver.Pulled
-	pctx, stop := context.WithCancel(ctx)
-	defer stop()
+	// The pull ends with ctx until the resume is over; the writing of the
+	// folder after it, with Pull.Stop.
+	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	detach := context.AfterFunc(ctx, stop)
+	kept := false
+	defer func() {
+		if !kept {
+			stop()
+		}
+	}()
 	var filling *archiver.Filling
 	var view *lazyfs.View
 	// Named after the sandbox, so that a stasisd that restarts knows
@@ -156,12 +205,12 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 		return fmt.Sprintf("%s (%s) from %s: restored through %s while it pulls, each chunk hash-checked before it is read", from.Name, units.Bytes(stored.Size()), from.Repo.Backend().Location(), mnt), nil
 	})
 	if err != nil {
-		return nil, pulled, err
+		return nil, err
 	}
 	opts.Checked = m
 	if view == nil {
 		_, err = eng.Resume(ctx, a, dir, opts)
-		return m, pulled, err
+		return &Pull{Manifest: m, Pulled: pulled}, err
 	}
 	closeView := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, viewCloseTimeout)
@@ -172,12 +221,15 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 		return os.Remove(mnt)
 	}
 	opts.Arriving = func(ctx context.Context) (string, error) {
-		p, err := filling.Wait()
+		p, err := filling.Fetched()
 		pulled = p
 		if err != nil {
 			return "", err
 		}
-		msg := fmt.Sprintf("%s; whole %.1f s after the pull began", pulledMessage(from, p), time.Since(started).Seconds())
+		msg := fmt.Sprintf("%s; every chunk checked %.1f s after the pull began", pulledMessage(from, p), time.Since(started).Seconds())
+		if filling.Staged() {
+			msg += "; the memory image, held in memory, is being written into " + dir
+		}
 		if err := closeView(ctx); err != nil {
 			// The folder is whole: what is still open through the view is
 			// served from it while this process runs.
@@ -196,9 +248,13 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 			err = fmt.Errorf("%w (the pull it was restored from failed: %v)", err, perr)
 		}
 		_ = closeView(context.WithoutCancel(ctx))
-		return nil, pulled, err
+		return nil, err
 	}
-	return m, pulled, nil
+	// From here the folder's writing ends with Pull.Stop (or has ended
+	// with ctx, which Written then says).
+	detach()
+	kept = true
+	return &Pull{Manifest: m, Pulled: pulled, filling: filling, stop: stop}, nil
 }
 
 // mountView shows the files of stored snapshot s, being restored into dir
@@ -227,4 +283,25 @@ func mountView(mnt, dir string, s *store.Snapshot, f *archiver.Filling) (*lazyfs
 		return nil, err
 	}
 	return v, nil
+}
+
+// StageMemory is how much of a pull through a view may be held in memory
+// (archiver.Options.Stage) on this node now: the restored image is then in
+// memory twice, the pulled copy and the sandbox's own memory, and a
+// quarter of the node's memory must stay available with both counted; the
+// pulled copy is charged to this process's cgroup, of whose room (under a
+// limit) a quarter must stay too. 0 when the memory cannot be read.
+func StageMemory() int64 {
+	m, err := procfs.Meminfo("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	available, total := m["MemAvailable"], m["MemTotal"]
+	stage := (available - min(available, total/4)) / 2
+	if room, limited, err := procfs.CgroupMemoryRoom("/proc", "/sys/fs/cgroup", os.Getpid()); err != nil {
+		return 0
+	} else if limited {
+		stage = min(stage, room-room/4)
+	}
+	return int64(stage)
 }

@@ -53,9 +53,12 @@ func newResume(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				_, _, err = transfer.PullAndResume(cmd.Context(), eng, af.actor(args[0]), dir, transfer.Stored{Repo: r, Name: pull, Options: g.transferProgress("pull")}, opts)
+				p, err := transfer.PullAndResume(cmd.Context(), eng, af.actor(args[0]), dir, transfer.Stored{Repo: r, Name: pull, Options: g.transferProgress("pull")}, opts)
 				if err != nil {
 					return err
+				}
+				if err := p.Written(); err != nil {
+					return fmt.Errorf("resumed, but the pulled copy in %s was not written (the store holds the snapshot): %w", dir, err)
 				}
 			} else if _, err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
 				return err

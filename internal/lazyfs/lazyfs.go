@@ -31,6 +31,13 @@ type Source interface {
 	Await(ctx context.Context, path string, off, n int64) error
 }
 
+// Opener is a Source that says where a file's bytes are being written,
+// when not (or not yet) in the folder: the view reads a file opened
+// through it from Open (a file filled in memory first).
+type Opener interface {
+	Open(path string) (*os.File, error)
+}
+
 // File is one file the view shows: its slash path in the folder, its size
 // (the size it has once whole) and its permission bits. Direct serves it
 // without the kernel's page cache: for a file its reader reads in large
@@ -224,7 +231,13 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	f, err := os.Open(n.backing)
+	var f *os.File
+	var err error
+	if o, ok := n.src.(Opener); ok {
+		f, err = o.Open(n.path)
+	} else {
+		f, err = os.Open(n.backing)
+	}
 	if err != nil {
 		return nil, 0, fs.ToErrno(err)
 	}

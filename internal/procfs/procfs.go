@@ -1,12 +1,13 @@
 // Package procfs reads /proc: the process tree (which host processes belong
 // to a sandbox, whether a named daemon runs), a process's memory fields and
-// the memory figures of /proc/meminfo.
+// the memory figures of /proc/meminfo and of a process's cgroup.
 package procfs
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -148,4 +149,64 @@ func Meminfo(path string) (map[string]uint64, error) {
 		return nil, fmt.Errorf("%s: no MemTotal", path)
 	}
 	return fields, nil
+}
+
+// CgroupMemoryRoom says how much more memory the cgroup of process pid may
+// charge before its limit: its limit less its use, read under cgroupRoot
+// (normally /sys/fs/cgroup) for the cgroup dir/PID/cgroup names: v2's
+// memory.max and memory.current, or v1's memory controller. limited is
+// false when the cgroup has no limit, or no cgroup is there to read.
+func CgroupMemoryRoom(dir, cgroupRoot string, pid int) (room uint64, limited bool, err error) {
+	data, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return 0, false, err
+	}
+	var folder, maxName, usedName string
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if slices.Contains(strings.Split(parts[1], ","), "memory") {
+			folder, maxName, usedName = filepath.Join(cgroupRoot, "memory", filepath.FromSlash(parts[2])), "memory.limit_in_bytes", "memory.usage_in_bytes"
+			break
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			folder, maxName, usedName = filepath.Join(cgroupRoot, filepath.FromSlash(parts[2])), "memory.max", "memory.current"
+		}
+	}
+	if folder == "" {
+		return 0, false, nil
+	}
+	read := func(name string) (uint64, bool, error) {
+		b, err := os.ReadFile(filepath.Join(folder, name))
+		if os.IsNotExist(err) {
+			return 0, false, nil
+		}
+		if err != nil {
+			return 0, false, err
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "max" {
+			return 0, false, nil
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("cgroup %s: %s %q: %w", folder, name, v, err)
+		}
+		return n, true, nil
+	}
+	limit, ok, err := read(maxName)
+	// v1 says "no limit" by a limit near 2^63.
+	if err != nil || !ok || limit >= 1<<62 {
+		return 0, false, err
+	}
+	used, ok, err := read(usedName)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if used >= limit {
+		return 0, true, nil
+	}
+	return limit - used, true, nil
 }

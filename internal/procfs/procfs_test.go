@@ -74,3 +74,45 @@ func TestMeminfo(t *testing.T) {
 		t.Fatalf("meminfo without MemTotal: %v", err)
 	}
 }
+
+func TestCgroupMemoryRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name, cgroup string
+		files        map[string]string
+		room         uint64
+		limited      bool
+	}{
+		{"v2 limited", "0::/pods/stasisd\n", map[string]string{"pods/stasisd/memory.max": "1000\n", "pods/stasisd/memory.current": "400\n"}, 600, true},
+		{"v2 over", "0::/a\n", map[string]string{"a/memory.max": "1000\n", "a/memory.current": "1200\n"}, 0, true},
+		{"v2 unlimited", "0::/a\n", map[string]string{"a/memory.max": "max\n", "a/memory.current": "1\n"}, 0, false},
+		{"v1", "9:pids:/\n4:memory:/b\n0::/\n", map[string]string{"memory/b/memory.limit_in_bytes": "2048\n", "memory/b/memory.usage_in_bytes": "48\n"}, 2000, true},
+		{"v1 unlimited", "4:memory:/b\n", map[string]string{"memory/b/memory.limit_in_bytes": "9223372036854771712\n", "memory/b/memory.usage_in_bytes": "48\n"}, 0, false},
+		{"no files", "0::/gone\n", nil, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proc, cg := t.TempDir(), t.TempDir()
+			if err := os.MkdirAll(filepath.Join(proc, "7"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(proc, "7", "cgroup"), []byte(tc.cgroup), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for name, v := range tc.files {
+				path := filepath.Join(cg, name)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			room, limited, err := CgroupMemoryRoom(proc, cg, 7)
+			if err != nil || room != tc.room || limited != tc.limited {
+				t.Fatalf("got room %d limited %v err %v; want %d %v", room, limited, err, tc.room, tc.limited)
+			}
+		})
+	}
+	if _, _, err := CgroupMemoryRoom("/proc", "/sys/fs/cgroup", os.Getpid()); err != nil {
+		t.Fatalf("this process's cgroup: %v", err)
+	}
+}

@@ -28,7 +28,8 @@ rows = json.load(open(bench)) if os.path.exists(bench) else []
 summary["pull_over_floor"] = statistics.median(r["pullOverFloor"] for r in rows) if rows else None
 for mode in ("compiled", "plain"):
     r = modes.get(mode)
-    summary[mode] = None if r is None else {k: r.get(k) for k in ("cold_s", "anywhere_s", "ratio", "local_s", "floor_s", "pull_s", "pull_over_floor", "push_s")}
+    summary[mode] = None if r is None else {k: r.get(k) for k in ("cold_s", "anywhere_s", "ratio", "local_s", "floor_s", "pull_s", "pull_over_floor", "push_s",
+                                                       "written_s", "anywhere_unstaged_s", "unstaged_ratio")}
 plain = modes.get("plain", {})
 for key in ("second_actor_fetched_fraction", "second_actor_over_local", "s3_over_local"):
     summary[key] = plain.get(key, modes.get("compiled", {}).get(key))
@@ -44,3 +45,5 @@ for mode in ("compiled", "plain"):
     r = modes.get(mode)
     if r and "anywhere_s" in r:
         print(f"| {mode} | {r['cold_s']:.1f} s | {r['anywhere_s']:.2f} s | {r['ratio']:.1f}x | {r['floor_s']:.2f} s | {r['local_s']:.2f} s | {r['pull_s']:.2f} s | {r['pull_over_floor']:.2f}x |")
+    if r and "anywhere_unstaged_s" in r:
+        print(f"| {mode}, written as it came | {r['cold_s']:.1f} s | {r['anywhere_unstaged_s']:.2f} s | {r['unstaged_ratio']:.1f}x | | | {r['pull_unstaged_s']:.2f} s | |")

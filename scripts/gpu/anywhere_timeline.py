@@ -47,7 +47,8 @@ for path in sys.argv[1:]:
         before = [s for s in samples if began is None or s["t"] <= began]
         after = [s for s in samples if began is not None and s["t"] > began and s["readMBs"] > 50]
         setting = settings.get(r["mode"], "the machine's")
-        name = r["snapshot"] + (" (seeded)" if r.get("seeded") else "")
+        name = r["snapshot"] + (" (seeded)" if r.get("seeded") else "") + (" (pulled whole)" if r.get("whole") else "") + \
+            (" (written as it came)" if r.get("unstaged") else "")
         began_s = "not" if began is None else f"{began:.1f} s"
         after_s = "-" if not after else f"{rate(after, 'readMBs') / 1000:.2f} GB/s"
         print(f"| {path.rsplit('/', 1)[-1]} | {r['mode']} | {name} | {setting} | {end:.2f} s | {began_s} | "

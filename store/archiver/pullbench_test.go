@@ -16,8 +16,11 @@
 // STASIS_PULL_WRITEBACK takes turns, run by run, between write-back
 // settings: "kernel" (the machine's; the default) and "deferred"
 // (vm.dirty_background_bytes above the snapshot's size, so that the kernel
-// does not write the pulled copy back while the pull reads); the
-// machine's settings are put back at the end.
+// does not write the pulled copy back while the pull reads), and "staged"
+// (the machine's, the memory image held in memory and written into the
+// folder once every chunk is fetched: Options.Stage); the machine's
+// settings are put back at the end. The pull's time is until every chunk
+// is fetched and checked; the folder's, until it is whole.
 package archiver_test
 
 import (
@@ -49,6 +52,7 @@ type pullRow struct {
 	Floor8S       float64        `json:"floor8S"`
 	PullS         float64        `json:"pullS"`
 	PullOverFloor float64        `json:"pullOverFloor"`
+	WrittenS      float64        `json:"writtenS"`
 	PeakRSSMiB    float64        `json:"peakRssMiB"`
 	Writeback     writeback      `json:"writeback"`
 	Settings      node.Writeback `json:"settings"`
@@ -120,11 +124,23 @@ func TestPullBench(t *testing.T) {
 		r.Floor8S = coldRead(t, packs, 8)
 		dropCaches(t)
 		out := filepath.Join(base, "out")
+		opts := archiver.Options{NoSync: true, Downloads: downloads}
+		if r.Writeback == writebackStaged {
+			opts.Stage = stored.Size()
+		}
 		start := time.Now()
-		if _, err := archiver.RestoreSnapshot(ctx, repo, stored, out, archiver.Options{NoSync: true, Downloads: downloads}); err != nil {
+		f, err := archiver.StartRestore(ctx, repo, stored, out, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Fetched(); err != nil {
 			t.Fatal(err)
 		}
 		r.PullS = time.Since(start).Seconds()
+		if _, err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		r.WrittenS = time.Since(start).Seconds()
 		r.PullOverFloor = min(r.Floor1S, r.Floor8S) / r.PullS
 		if peak, err := procfs.StatusBytes("/proc", os.Getpid(), "VmHWM"); err == nil {
 			r.PeakRSSMiB = float64(peak) / (1 << 20)
@@ -134,13 +150,13 @@ func TestPullBench(t *testing.T) {
 		}
 		os.RemoveAll(out)
 		rows = append(rows, r)
-		t.Logf("run %d (write-back %s): floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s: %.2fx the floor", run, r.Writeback, r.Floor1S, r.Floor8S, r.PullS, r.PullOverFloor)
+		t.Logf("run %d (write-back %s): floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s: %.2fx the floor; folder whole %.2f s", run, r.Writeback, r.Floor1S, r.Floor8S, r.PullS, r.PullOverFloor, r.WrittenS)
 	}
-	fmt.Printf("| run | write-back | logical | stored (read) | cold read, 1 stream | cold read, 8 streams | pull | pull / floor | peak RSS |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| run | write-back | logical | stored (read) | cold read, 1 stream | cold read, 8 streams | pull | pull / floor | folder whole | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Printf("| %d | %s | %.2f GB | %.2f GB | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2fx | %.0f MiB |\n", r.Run, r.Writeback,
+		fmt.Printf("| %d | %s | %.2f GB | %.2f GB | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2fx | %.2f s | %.0f MiB |\n", r.Run, r.Writeback,
 			float64(r.LogicalBytes)/1e9, float64(r.StoredBytes)/1e9, r.Floor1S, float64(r.StoredBytes)/1e9/r.Floor1S, r.Floor8S, float64(r.StoredBytes)/1e9/r.Floor8S,
-			r.PullS, float64(r.StoredBytes)/1e9/r.PullS, r.PullOverFloor, r.PeakRSSMiB)
+			r.PullS, float64(r.StoredBytes)/1e9/r.PullS, r.PullOverFloor, r.WrittenS, r.PeakRSSMiB)
 	}
 	if dir := os.Getenv("STASIS_BENCH_OUT"); dir != "" {
 		data, _ := json.MarshalIndent(rows, "", "  ")
@@ -226,6 +242,7 @@ type writeback string
 const (
 	writebackKernel   writeback = "kernel"
 	writebackDeferred writeback = "deferred"
+	writebackStaged   writeback = "staged"
 )
 
 func parseWriteback(list string) ([]writeback, error) {
@@ -235,19 +252,19 @@ func parseWriteback(list string) ([]writeback, error) {
 	var out []writeback
 	for _, w := range strings.Split(list, ",") {
 		switch writeback(w) {
-		case writebackKernel, writebackDeferred:
+		case writebackKernel, writebackDeferred, writebackStaged:
 			out = append(out, writeback(w))
 		default:
-			return nil, fmt.Errorf("STASIS_PULL_WRITEBACK: %q is neither kernel nor deferred", w)
+			return nil, fmt.Errorf("STASIS_PULL_WRITEBACK: %q is not kernel, deferred or staged", w)
 		}
 	}
 	return out, nil
 }
 
-// apply sets the machine's settings (kernel) or thresholds that a pull of
-// size bytes stays under (deferred).
+// apply sets the machine's settings (kernel, staged) or thresholds that a
+// pull of size bytes stays under (deferred).
 func (w writeback) apply(machine node.Writeback, size int64) error {
-	if w == writebackKernel {
+	if w != writebackDeferred {
 		return setWriteback(machine)
 	}
 	return setWriteback(node.Writeback{BackgroundBytes: 2 * size, Bytes: 4 * size})

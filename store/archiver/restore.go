@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/snapshot"
@@ -94,11 +95,14 @@ func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snaps
 }
 
 // Filling is a restore under way (StartRestore): its files exist at their
-// sizes, and Await says when a part of one holds the snapshot's bytes, so
-// that a reader can use the folder before it is whole.
+// sizes (in the folder, or a staged one in memory: Options.Stage), and
+// Await says when a part of one holds the snapshot's bytes, so that a
+// reader can use the folder (Open) before it is whole.
 type Filling struct {
 	dir   string
 	files map[string]*fileChunks
+	// staged holds the files filled in memory, by slash path.
+	staged map[string]*stagedFile
 	// done holds a channel per chunk, closed once the chunk is written
 	// wherever the snapshot has it.
 	done map[string]chan struct{}
@@ -110,9 +114,25 @@ type Filling struct {
 	err     error
 	errOnce sync.Once
 
+	fetched     chan struct{} // closed with fetchResult set
+	fetchOnce   sync.Once
+	fetchPulled Pulled
+	fetchResult error
+
 	finished chan struct{} // closed with pulled and result set
 	pulled   Pulled
 	result   error
+}
+
+// stagedFile is a file of the snapshot filled in memory, written into the
+// folder once every chunk is fetched.
+type stagedFile struct {
+	path string      // in the folder
+	mode os.FileMode // its permission bits
+	size int64
+
+	mu  sync.Mutex
+	mem *os.File // nil once the folder holds the file
 }
 
 // fileChunks is where a file's chunks lie: chunk i holds bytes
@@ -147,32 +167,136 @@ func StartRestore(ctx context.Context, repo *store.Repository, s *store.Snapshot
 	if len(entries) > 0 {
 		return nil, wrap(fmt.Errorf("restore into %s: the folder holds %d entries; restore into an empty folder", dir, len(entries)))
 	}
-	f = &Filling{dir: dir, files: map[string]*fileChunks{}, done: map[string]chan struct{}{},
-		failed: make(chan struct{}), finished: make(chan struct{})}
-	files, dests, order, err := f.createFiles(repo, s, dir)
+	f = &Filling{dir: dir, files: map[string]*fileChunks{}, staged: map[string]*stagedFile{}, done: map[string]chan struct{}{},
+		failed: make(chan struct{}), fetched: make(chan struct{}), finished: make(chan struct{})}
+	files, dests, order, err := f.createFiles(repo, s, dir, opts.Stage)
 	if err != nil {
 		for _, out := range files {
 			out.Close()
 		}
+		f.closeStaged()
 		_ = fsutil.RemoveContents(dir)
 		return nil, wrap(err)
 	}
 	go func() {
 		f.pulled, f.result = f.fill(ctx, repo, s, files, dests, order, opts)
+		f.closeStaged()
 		if f.result != nil {
 			f.fail(f.result)
 			_ = fsutil.RemoveContents(dir)
 			f.result = wrap(f.result)
 		}
+		f.fetchEnded(f.pulled, f.result)
 		close(f.finished)
 	}()
 	return f, nil
 }
 
-// Wait waits for the restore to end and says what it moved.
+// Wait waits for the restore to end, the folder whole, and says what it
+// moved.
 func (f *Filling) Wait() (Pulled, error) {
 	<-f.finished
 	return f.pulled, f.result
+}
+
+// Fetched waits until every chunk is fetched and checked, and Await no
+// longer waits; the folder may still be being written from memory (a
+// staged file, Options.Stage), which Wait waits for.
+func (f *Filling) Fetched() (Pulled, error) {
+	<-f.fetched
+	return f.fetchPulled, f.fetchResult
+}
+
+// Staged says whether a file is filled in memory and written into the
+// folder after the fetches.
+func (f *Filling) Staged() bool { return len(f.staged) > 0 }
+
+func (f *Filling) fetchEnded(p Pulled, err error) {
+	f.fetchOnce.Do(func() {
+		f.fetchPulled, f.fetchResult = p, err
+		close(f.fetched)
+	})
+}
+
+// Open opens the file at path (a slash path, as in the manifest) for
+// reading, wherever its bytes are being written: a staged file in memory
+// until the folder holds it. Reads of it must Await their bytes first.
+func (f *Filling) Open(path string) (*os.File, error) {
+	if sf, ok := f.staged[path]; ok {
+		sf.mu.Lock()
+		defer sf.mu.Unlock()
+		if sf.mem != nil {
+			fd, err := unix.FcntlInt(sf.mem.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				return nil, fmt.Errorf("restore into %s: %s in memory: %w", f.dir, path, err)
+			}
+			return os.NewFile(uintptr(fd), sf.mem.Name()), nil
+		}
+	}
+	return os.Open(filepath.Join(f.dir, filepath.FromSlash(path)))
+}
+
+// writeStaged writes the staged files into the folder, one after another
+// (one writer a file: outFile), each from memory by the kernel.
+func (f *Filling) writeStaged(ctx context.Context, sync bool) error {
+	for _, sf := range f.staged {
+		if err := sf.write(ctx, sync); err != nil {
+			return fmt.Errorf("write %s from memory: %w", sf.path, err)
+		}
+	}
+	return nil
+}
+
+// stagedPiece is what one sendfile copies: ctx is checked between pieces.
+const stagedPiece = 64 << 20
+
+func (sf *stagedFile) write(ctx context.Context, sync bool) error {
+	out, err := os.OpenFile(sf.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, sf.mode)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	in := int(sf.mem.Fd())
+	var off int64
+	for off < sf.size {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := unix.Sendfile(int(out.Fd()), in, &off, int(min(stagedPiece, sf.size-off)))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("%d of %d bytes in memory", off, sf.size)
+		}
+	}
+	if sync {
+		if err := out.Sync(); err != nil {
+			return err
+		}
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	mem := sf.mem
+	sf.mem = nil
+	return mem.Close()
+}
+
+// closeStaged lets go of the memory of files not written into the folder
+// (a restore that failed): readers that opened one keep it until they
+// close it.
+func (f *Filling) closeStaged() {
+	for _, sf := range f.staged {
+		sf.mu.Lock()
+		if sf.mem != nil {
+			sf.mem.Close()
+			sf.mem = nil
+		}
+		sf.mu.Unlock()
+	}
 }
 
 // Await returns once bytes [off, off+n) of the snapshot's file path (a
@@ -313,6 +437,10 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 	}
 	rep.add(0, 0, len(s.Files))
 	rep.finish()
+	f.fetchEnded(pulled, nil)
+	if err := f.writeStaged(ctx, !opts.NoSync); err != nil {
+		return pulled, err
+	}
 	if !opts.NoSync {
 		for _, out := range files {
 			if err := out.Sync(); err != nil {
@@ -447,11 +575,12 @@ func (q *jobQueue) hurry(id string) {
 	}
 }
 
-// createFiles makes the snapshot's files in dir at their sizes, and says
-// where each chunk goes, and the chunks in the order they are needed (the
-// files from the smallest, each in order), each once; it records where
-// each file's chunks lie, for Await.
-func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir string) ([]*os.File, map[string][]destination, []string, error) {
+// createFiles makes the snapshot's files in dir at their sizes (the
+// largest in memory when it fits in stage bytes), and says where each
+// chunk goes, and the chunks in the order they are needed (the files from
+// the smallest, each in order), each once; it records where each file's
+// chunks lie, for Await. The files it returns are those in the folder.
+func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir string, stage int64) ([]*os.File, map[string][]destination, []string, error) {
 	var files []*os.File
 	dests := map[string][]destination{}
 	var order []string
@@ -459,16 +588,28 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 	// whole before anything else, and the memory image as it needs it.
 	sorted := slices.Clone(s.Files)
 	slices.SortStableFunc(sorted, func(a, b store.File) int { return cmp.Compare(a.Size, b.Size) })
-	for _, sf := range sorted {
+	for i, sf := range sorted {
 		path := filepath.Join(dir, filepath.FromSlash(sf.Path))
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return files, nil, nil, err
 		}
-		out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(sf.Mode)&0o777)
+		mode := os.FileMode(sf.Mode) & 0o777
+		var out *os.File
+		var err error
+		if i == len(sorted)-1 && sf.Size > 0 && sf.Size <= stage {
+			out, err = memoryFile(sf.Path)
+			if err == nil {
+				f.staged[sf.Path] = &stagedFile{path: path, mode: mode, size: sf.Size, mem: out}
+			}
+		} else {
+			out, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err == nil {
+				files = append(files, out)
+			}
+		}
 		if err != nil {
 			return files, nil, nil, err
 		}
-		files = append(files, out)
 		if err := out.Truncate(sf.Size); err != nil {
 			return files, nil, nil, err
 		}
@@ -489,6 +630,15 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 		f.files[sf.Path] = fc
 	}
 	return files, dests, order, nil
+}
+
+// memoryFile is an anonymous file in memory (memfd) for a staged file.
+func memoryFile(path string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("stasis-pull", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("%s in memory: %w", path, err)
+	}
+	return os.NewFile(uintptr(fd), "memfd:stasis-pull:"+path), nil
 }
 
 // seededChunk is a chunk a seed holds: in file path at offset at.

@@ -57,6 +57,16 @@ type Options struct {
 	// resumed at once, and hash-checked on every later use): waiting for
 	// its bytes to reach the disk would double the pull's time (Restore).
 	NoSync bool
+	// Stage is memory a restore may hold its largest file in (the memory
+	// image): when the file is no larger, its chunks are written into an
+	// anonymous memory file, from which readers of the folder being filled
+	// are served (Filling.Open), and the file is written into the folder
+	// only once every chunk is fetched and checked (Filling.Fetched, then
+	// Wait). A restore that shares the disk with the store it reads then
+	// reads it alone: the kernel's write-back of the copy, which starts
+	// once the dirty pages pass its threshold, would otherwise take half
+	// the disk while the restored sandbox waits on the reads (Restore).
+	Stage int64
 }
 
 type progressReporter struct {
