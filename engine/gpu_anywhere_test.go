@@ -121,7 +121,7 @@ func TestGPUAnywhere(t *testing.T) {
 				g.obs.After(ev)
 			}}
 			stopSampling := sampleMachine(100 * time.Millisecond)
-			stopProfile := cpuProfile(t, mode, name, whole)
+			stopProfile := cpuProfile(t, mode, name, whole, unstaged)
 			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs})
 			var got llmAnswer
 			var s, writtenS float64
@@ -309,9 +309,9 @@ func TestGPUAnywhere(t *testing.T) {
 }
 
 // cpuProfile profiles this process's CPU (the pull, the view's server)
-// into STASIS_ANYWHERE_CPUPROFILE/anywhere-MODE-NAME[-whole].pprof until
+// into STASIS_ANYWHERE_CPUPROFILE/anywhere-MODE-NAME[-whole][-unstaged].pprof until
 // the returned stop, when that is set.
-func cpuProfile(t *testing.T, mode, name string, whole bool) (stop func()) {
+func cpuProfile(t *testing.T, mode, name string, whole, unstaged bool) (stop func()) {
 	dir := os.Getenv("STASIS_ANYWHERE_CPUPROFILE")
 	if dir == "" {
 		return func() {}
@@ -319,6 +319,9 @@ func cpuProfile(t *testing.T, mode, name string, whole bool) (stop func()) {
 	file := fmt.Sprintf("anywhere-%s-%s", mode, name)
 	if whole {
 		file += "-whole"
+	}
+	if unstaged {
+		file += "-unstaged"
 	}
 	f, err := os.Create(filepath.Join(dir, file+".pprof"))
 	if err != nil {

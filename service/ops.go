@@ -187,7 +187,9 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	// manifest is there, a resume from the folder finds it incomplete and
 	// pulls again.
 	s.pulled.add(dir, pull, func(werr error) {
-		if werr != nil {
+		// A folder removed while it was written (its actor deleted) is
+		// no news.
+		if werr != nil && !errors.Is(werr, context.Canceled) {
 			s.cfg.Log.Warn("a pulled copy was not written; a later resume pulls it again", "snapshot", snap.ID, "folder", dir, "err", werr)
 		}
 	})
