@@ -277,7 +277,7 @@ func mountView(mnt, dir string, s *store.Snapshot, f *archiver.Filling) (*lazyfs
 	if len(files) > 0 {
 		files[largest].Direct = true
 	}
-	v, err := lazyfs.Mount(mnt, dir, files, f)
+	v, err := lazyfs.Mount(mnt, dir, files, viewSource{f})
 	if err != nil {
 		_ = os.Remove(mnt)
 		return nil, err
@@ -305,3 +305,12 @@ func StageMemory() int64 {
 	}
 	return int64(stage)
 }
+
+// viewSource is a restore as the view reads it: each read waits for its
+// bytes (Await) and a file is read where the restore writes it (Open: a
+// file held in memory until the folder has it).
+type viewSource struct{ *archiver.Filling }
+
+func (v viewSource) Open(path string) (lazyfs.Reader, error) { return v.Filling.Open(path) }
+
+var _ lazyfs.Opener = viewSource{}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	iofs "io/fs"
 	"os"
 	"path"
@@ -35,7 +36,14 @@ type Source interface {
 // when not (or not yet) in the folder: the view reads a file opened
 // through it from Open (a file filled in memory first).
 type Opener interface {
-	Open(path string) (*os.File, error)
+	Open(path string) (Reader, error)
+}
+
+// Reader is a file the view reads from: an *os.File, or what an Opener
+// opens.
+type Reader interface {
+	io.ReaderAt
+	io.Closer
 }
 
 // File is one file the view shows: its slash path in the folder, its size
@@ -231,7 +239,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	var f *os.File
+	var f Reader
 	var err error
 	if o, ok := n.src.(Opener); ok {
 		f, err = o.Open(n.path)
@@ -251,7 +259,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 
 type handle struct {
 	node *fileNode
-	f    *os.File
+	f    Reader
 }
 
 var (

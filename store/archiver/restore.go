@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,7 +16,6 @@ import (
 	"sync"
 
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/snapshot"
@@ -58,8 +58,13 @@ const pullRun = 16 << 20
 
 // destination is where a chunk's bytes go: a file and an offset.
 type destination struct {
-	out *outFile
+	out writerAt
 	at  int64
+}
+
+// writerAt is a file a restore writes: outFile, or a stagedFile.
+type writerAt interface {
+	writeAt(b []byte, at int64) error
 }
 
 // outFile is a file a restore writes, one writer at a time: the kernel
@@ -122,17 +127,6 @@ type Filling struct {
 	finished chan struct{} // closed with pulled and result set
 	pulled   Pulled
 	result   error
-}
-
-// stagedFile is a file of the snapshot filled in memory, written into the
-// folder once every chunk is fetched.
-type stagedFile struct {
-	path string      // in the folder
-	mode os.FileMode // its permission bits
-	size int64
-
-	mu  sync.Mutex
-	mem *os.File // nil once the folder holds the file
 }
 
 // fileChunks is where a file's chunks lie: chunk i holds bytes
@@ -221,23 +215,22 @@ func (f *Filling) fetchEnded(p Pulled, err error) {
 // Open opens the file at path (a slash path, as in the manifest) for
 // reading, wherever its bytes are being written: a staged file in memory
 // until the folder holds it. Reads of it must Await their bytes first.
-func (f *Filling) Open(path string) (*os.File, error) {
+func (f *Filling) Open(path string) (ReaderAtCloser, error) {
 	if sf, ok := f.staged[path]; ok {
-		sf.mu.Lock()
-		defer sf.mu.Unlock()
-		if sf.mem != nil {
-			fd, err := unix.FcntlInt(sf.mem.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-			if err != nil {
-				return nil, fmt.Errorf("restore into %s: %s in memory: %w", f.dir, path, err)
-			}
-			return os.NewFile(uintptr(fd), sf.mem.Name()), nil
+		if r := sf.open(); r != nil {
+			return r, nil
 		}
 	}
 	return os.Open(filepath.Join(f.dir, filepath.FromSlash(path)))
 }
 
-// writeStaged writes the staged files into the folder, one after another
-// (one writer a file: outFile), each from memory by the kernel.
+// ReaderAtCloser is a file open for reading (Filling.Open).
+type ReaderAtCloser interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// writeStaged writes the staged files into the folder, one after another.
 func (f *Filling) writeStaged(ctx context.Context, sync bool) error {
 	for _, sf := range f.staged {
 		if err := sf.write(ctx, sync); err != nil {
@@ -247,55 +240,12 @@ func (f *Filling) writeStaged(ctx context.Context, sync bool) error {
 	return nil
 }
 
-// stagedPiece is what one sendfile copies: ctx is checked between pieces.
-const stagedPiece = 64 << 20
-
-func (sf *stagedFile) write(ctx context.Context, sync bool) error {
-	out, err := os.OpenFile(sf.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, sf.mode)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	in := int(sf.mem.Fd())
-	var off int64
-	for off < sf.size {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n, err := unix.Sendfile(int(out.Fd()), in, &off, int(min(stagedPiece, sf.size-off)))
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("%d of %d bytes in memory", off, sf.size)
-		}
-	}
-	if sync {
-		if err := out.Sync(); err != nil {
-			return err
-		}
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	sf.mu.Lock()
-	defer sf.mu.Unlock()
-	mem := sf.mem
-	sf.mem = nil
-	return mem.Close()
-}
-
-// closeStaged lets go of the memory of files not written into the folder
-// (a restore that failed): readers that opened one keep it until they
-// close it.
+// closeStaged lets go of the restore's hold on the files it staged: the
+// memory of one not written into the folder (a restore that failed) is
+// freed once the readers that opened it close it.
 func (f *Filling) closeStaged() {
 	for _, sf := range f.staged {
-		sf.mu.Lock()
-		if sf.mem != nil {
-			sf.mem.Close()
-			sf.mem = nil
-		}
-		sf.mu.Unlock()
+		sf.release()
 	}
 }
 
@@ -594,26 +544,25 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 			return files, nil, nil, err
 		}
 		mode := os.FileMode(sf.Mode) & 0o777
-		var out *os.File
-		var err error
+		var writer writerAt
 		if i == len(sorted)-1 && sf.Size > 0 && sf.Size <= stage {
-			out, err = memoryFile(sf.Path)
-			if err == nil {
-				f.staged[sf.Path] = &stagedFile{path: path, mode: mode, size: sf.Size, mem: out}
+			staged, err := newStagedFile(path, mode, sf.Size, stageSegment)
+			if err != nil {
+				return files, nil, nil, err
 			}
+			f.staged[sf.Path] = staged
+			writer = staged
 		} else {
-			out, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-			if err == nil {
-				files = append(files, out)
+			out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err != nil {
+				return files, nil, nil, err
 			}
+			files = append(files, out)
+			if err := out.Truncate(sf.Size); err != nil {
+				return files, nil, nil, err
+			}
+			writer = &outFile{f: out}
 		}
-		if err != nil {
-			return files, nil, nil, err
-		}
-		if err := out.Truncate(sf.Size); err != nil {
-			return files, nil, nil, err
-		}
-		writer := &outFile{f: out}
 		fc := &fileChunks{starts: make([]int64, 0, len(sf.Chunks)+1), ids: sf.Chunks}
 		var at int64
 		for _, id := range sf.Chunks {
@@ -630,15 +579,6 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 		f.files[sf.Path] = fc
 	}
 	return files, dests, order, nil
-}
-
-// memoryFile is an anonymous file in memory (memfd) for a staged file.
-func memoryFile(path string) (*os.File, error) {
-	fd, err := unix.MemfdCreate("stasis-pull", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("%s in memory: %w", path, err)
-	}
-	return os.NewFile(uintptr(fd), "memfd:stasis-pull:"+path), nil
 }
 
 // seededChunk is a chunk a seed holds: in file path at offset at.
