@@ -269,6 +269,11 @@ func main() {
 					if r.Seeded {
 						r.label += " (seeded)"
 					}
+					if r.Unstaged != nil && *r.Unstaged {
+						r.label += ", image written as it came"
+					} else if r.Unstaged != nil {
+						r.label += ", image held in memory"
+					}
 					if w := writeback[r.Mode]; w != "" {
 						r.label += ", write-back " + w
 					}

@@ -15,6 +15,9 @@ type timeline struct {
 	Mode     string `json:"mode"`
 	Snapshot string `json:"snapshot"`
 	Seeded   bool   `json:"seeded"`
+	// Unstaged is unset in records from before the image was held in
+	// memory during the resume (session 18).
+	Unstaged *bool `json:"unstaged"`
 	Steps    []struct {
 		T    float64 `json:"t"`
 		Step string  `json:"step"`
