@@ -100,6 +100,7 @@ func TestGPUAnywhere(t *testing.T) {
 		// folder after it (stasisd's way), unless unstaged; the time until
 		// the folder is whole is returned last.
 		views := filepath.Join(g.work, "views")
+		var pullMemory transfer.PullMemory
 		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, seeds []archiver.Seed, whole, unstaged bool) (float64, archiver.Pulled, float64, float64) {
 			g.takeEvents()
 			begin := time.Now()
@@ -108,7 +109,7 @@ func TestGPUAnywhere(t *testing.T) {
 				to.Views = ""
 			}
 			if !unstaged {
-				to.Options.Stage = transfer.StageMemory()
+				to.Options.Stage = pullMemory.Stage
 			}
 			// Where the time went: each step's end, and the machine's
 			// disks, page cache and cores, every 100 ms.

@@ -175,7 +175,7 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 	from.Options.NoSync, from.Options.Seeds = true, s.seeds(ctx, repo, snap)
 	if !s.cfg.PullWhole {
 		from.Views = s.viewsDir()
-		from.Options.Stage = transfer.StageMemory()
+		from.Options.Stage = s.pullMemory.Stage
 	}
 	pull, err := transfer.PullAndResume(ctx, s.engineOf(o.actor), a, dir, from, opts)
 	if pull == nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/transfer"
 )
 
 // Config is what a Service runs on.
@@ -100,6 +101,8 @@ type Service struct {
 	events  *eventFeed
 	stager  *stager
 	pulled  *pulledFolders
+	// pullMemory lends memory to pulls that hold their image in memory.
+	pullMemory transfer.PullMemory
 	// lostViews are the sandboxes restored through a view (a pull that
 	// went on during the resume) that a stopped stasisd left mounted:
 	// Reconcile removes them rather than keeping them.

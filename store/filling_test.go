@@ -158,7 +158,7 @@ func TestStagedFileWrittenOnceFetched(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := filepath.Join(t.TempDir(), "out")
-		f, err := archiver.StartRestore(ctx, gated, mustSnapshot(t, gated, "a"), out, archiver.Options{Downloads: 1, NoSync: true, Stage: stage})
+		f, err := archiver.StartRestore(ctx, gated, mustSnapshot(t, gated, "a"), out, archiver.Options{Downloads: 1, NoSync: true, Stage: upTo(stage)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestStagedFileStopped(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := filepath.Join(t.TempDir(), "out")
-	f, err := archiver.StartRestore(ctx, r, mustSnapshot(t, r, "a"), out, archiver.Options{NoSync: true, Stage: 1 << 30})
+	f, err := archiver.StartRestore(ctx, r, mustSnapshot(t, r, "a"), out, archiver.Options{NoSync: true, Stage: upTo(1 << 30)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,5 +225,16 @@ func TestStagedFileStopped(t *testing.T) {
 		sameFiles(t, src, out)
 	} else if entries, _ := os.ReadDir(out); !errors.Is(err, context.Canceled) || len(entries) != 0 {
 		t.Fatalf("stopped while writing: %v, and %d entries left; want the folder empty", err, len(entries))
+	}
+}
+
+// upTo lends a restore memory for a file of at most limit bytes
+// (archiver.Options.Stage).
+func upTo(limit int64) func(int64) func() {
+	return func(size int64) func() {
+		if size > limit {
+			return nil
+		}
+		return func() {}
 	}
 }

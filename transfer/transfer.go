@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/stasis-run/stasis/engine"
@@ -127,7 +128,7 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 	pull := &Pull{Manifest: m}
 	// Pulled whole first: nothing to hold in memory.
 	whole := from.Options
-	whole.Stage = 0
+	whole.Stage = nil
 	err = opts.Observer.Step(name, "resume", StepPull, func() (string, error) {
 		p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, whole)
 		pull.Pulled = p
@@ -285,25 +286,52 @@ func mountView(mnt, dir string, s *store.Snapshot, f *archiver.Filling) (*lazyfs
 	return v, nil
 }
 
-// StageMemory is how much of a pull through a view may be held in memory
-// (archiver.Options.Stage) on this node now: the restored image is then in
-// memory twice, the pulled copy and the sandbox's own memory, and a
-// quarter of the node's memory must stay available with both counted; the
-// pulled copy is charged to this process's cgroup, of whose room (under a
-// limit) a quarter must stay too. 0 when the memory cannot be read.
-func StageMemory() int64 {
+// PullMemory lends this node's memory to pulls that hold their memory
+// image in memory while the resume reads it (archiver.Options.Stage: set
+// it to Stage). An image is held there when, with the images lent before
+// and not yet given back counted, a quarter of the node's memory stays
+// available with each counted twice (the held copy and the sandbox's own
+// memory), and a quarter of this process's cgroup's room where it has a
+// limit (the held copy is charged to it). Its zero value is ready; it is
+// safe for concurrent use.
+type PullMemory struct {
+	mu   sync.Mutex
+	lent int64
+}
+
+// Stage lends size bytes, or says nil when they are not there.
+func (m *PullMemory) Stage(size int64) (release func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if size+m.lent > stageRoom() {
+		return nil
+	}
+	m.lent += size
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.lent -= size
+		})
+	}
+}
+
+// stageRoom is the bytes of images the node can hold in memory now, by
+// PullMemory's rule; 0 when its memory cannot be read.
+func stageRoom() int64 {
 	m, err := procfs.Meminfo("/proc/meminfo")
 	if err != nil {
 		return 0
 	}
 	available, total := m["MemAvailable"], m["MemTotal"]
-	stage := (available - min(available, total/4)) / 2
-	if room, limited, err := procfs.CgroupMemoryRoom("/proc", "/sys/fs/cgroup", os.Getpid()); err != nil {
+	room := (available - min(available, total/4)) / 2
+	if cg, limited, err := procfs.CgroupMemoryRoom("/proc", "/sys/fs/cgroup", os.Getpid()); err != nil {
 		return 0
 	} else if limited {
-		stage = min(stage, room-room/4)
+		room = min(room, cg-cg/4)
 	}
-	return int64(stage)
+	return int64(room)
 }
 
 // viewSource is a restore as the view reads it: each read waits for its

@@ -126,7 +126,7 @@ func TestPullBench(t *testing.T) {
 		out := filepath.Join(base, "out")
 		opts := archiver.Options{NoSync: true, Downloads: downloads}
 		if r.Writeback == writebackStaged {
-			opts.Stage = stored.Size()
+			opts.Stage = func(int64) func() { return func() {} }
 		}
 		start := time.Now()
 		f, err := archiver.StartRestore(ctx, repo, stored, out, opts)

@@ -526,11 +526,11 @@ func (q *jobQueue) hurry(id string) {
 }
 
 // createFiles makes the snapshot's files in dir at their sizes (the
-// largest in memory when it fits in stage bytes), and says where each
+// largest in memory when stage lends the memory), and says where each
 // chunk goes, and the chunks in the order they are needed (the files from
 // the smallest, each in order), each once; it records where each file's
 // chunks lie, for Await. The files it returns are those in the folder.
-func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir string, stage int64) ([]*os.File, map[string][]destination, []string, error) {
+func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir string, stage func(int64) func()) ([]*os.File, map[string][]destination, []string, error) {
 	var files []*os.File
 	dests := map[string][]destination{}
 	var order []string
@@ -545,8 +545,12 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 		}
 		mode := os.FileMode(sf.Mode) & 0o777
 		var writer writerAt
-		if i == len(sorted)-1 && sf.Size > 0 && sf.Size <= stage {
-			staged, err := newStagedFile(path, mode, sf.Size, stageSegment)
+		var release func()
+		if i == len(sorted)-1 && sf.Size > 0 && stage != nil {
+			release = stage(sf.Size)
+		}
+		if release != nil {
+			staged, err := newStagedFile(path, mode, sf.Size, stageSegment, release)
 			if err != nil {
 				return files, nil, nil, err
 			}

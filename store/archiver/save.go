@@ -57,16 +57,18 @@ type Options struct {
 	// resumed at once, and hash-checked on every later use): waiting for
 	// its bytes to reach the disk would double the pull's time (Restore).
 	NoSync bool
-	// Stage is memory a restore may hold its largest file in (the memory
-	// image): when the file is no larger, its chunks are written into an
-	// anonymous memory file, from which readers of the folder being filled
-	// are served (Filling.Open), and the file is written into the folder
-	// only once every chunk is fetched and checked (Filling.Fetched, then
-	// Wait). A restore that shares the disk with the store it reads then
-	// reads it alone: the kernel's write-back of the copy, which starts
-	// once the dirty pages pass its threshold, would otherwise take half
-	// the disk while the restored sandbox waits on the reads (Restore).
-	Stage int64
+	// Stage, when set, is asked whether a restore may hold its largest
+	// file (the memory image), of size bytes, in memory: it returns nil to
+	// refuse, or a release that the restore calls once that memory is
+	// freed. A file held in memory is filled in anonymous memory files,
+	// from which readers of the folder being filled are served
+	// (Filling.Open), and written into the folder only once every chunk is
+	// fetched and checked (Filling.Fetched, then Wait). A restore that
+	// shares the disk with the store it reads then reads it alone: the
+	// kernel's write-back of the copy, which starts once the dirty pages
+	// pass its threshold, would otherwise take half the disk while the
+	// restored sandbox waits on the reads (Restore).
+	Stage func(size int64) (release func())
 }
 
 type progressReporter struct {

@@ -30,10 +30,13 @@ type stagedFile struct {
 	mu      sync.Mutex
 	refs    int  // the restore's, and one per reader open
 	written bool // the folder holds the file
+	freed   func()
 }
 
-func newStagedFile(path string, mode os.FileMode, size, seg int64) (*stagedFile, error) {
-	sf := &stagedFile{path: path, mode: mode, size: size, seg: seg, refs: 1}
+// newStagedFile makes a file of size bytes in memory; freed is called
+// once its memory is (Options.Stage's release), or at once on failure.
+func newStagedFile(path string, mode os.FileMode, size, seg int64, freed func()) (*stagedFile, error) {
+	sf := &stagedFile{path: path, mode: mode, size: size, seg: seg, refs: 1, freed: freed}
 	for at := int64(0); at < size; at += seg {
 		fd, err := unix.MemfdCreate("stasis-pull", unix.MFD_CLOEXEC)
 		if err != nil {
@@ -106,6 +109,7 @@ func (sf *stagedFile) release() {
 	for _, seg := range sf.segs {
 		seg.f.Close()
 	}
+	sf.freed()
 }
 
 // stagedPiece is what one sendfile copies: ctx is checked between pieces.

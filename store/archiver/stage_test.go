@@ -23,7 +23,8 @@ func TestStagedFileSegments(t *testing.T) {
 		want[i] = byte(rng.Uint32())
 	}
 	path := filepath.Join(t.TempDir(), "pages.img")
-	sf, err := newStagedFile(path, 0o600, size, seg)
+	freed := false
+	sf, err := newStagedFile(path, 0o600, size, seg, func() { freed = true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +64,13 @@ func TestStagedFileSegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	sf.release() // the restore's hold
-	if n, err := r.ReadAt(got, 0); n != size || err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("the open reader, once the restore let go: %d bytes (%v)", n, err)
+	if n, err := r.ReadAt(got, 0); n != size || err != nil || !bytes.Equal(got, want) || freed {
+		t.Fatalf("the open reader, once the restore let go: %d bytes (%v), memory freed %v", n, err, freed)
 	}
 	r.Close()
+	if !freed {
+		t.Fatal("the memory was not given back once the restore and the reader let go")
+	}
 	written, err := os.ReadFile(path)
 	if err != nil || !bytes.Equal(written, want) {
 		t.Fatalf("the folder's copy: %d bytes (%v), equal %v", len(written), err, bytes.Equal(written, want))
