@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -35,20 +34,6 @@ func TestSandboxHugePages(t *testing.T) {
 	t.Cleanup(func() { set(saved.ShmemEnabled, saved.Defrag) })
 	set("never", "madvise")
 
-	restoreMessage := func(d *daemon, id string) string {
-		t.Helper()
-		events, err := d.api.Events(context.Background(), id, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := ""
-		for _, e := range events.Events {
-			if e.Step == "restore" {
-				msg = e.Message
-			}
-		}
-		return msg
-	}
 	cycle := func(d *daemon, id string) string {
 		t.Helper()
 		d.template("counter", nil)
@@ -59,7 +44,7 @@ func TestSandboxHugePages(t *testing.T) {
 		if got := d.counter(id, "incr"); got != inst+" 2" {
 			t.Fatalf("after pause and resume the counter says %q, want %q", got, inst+" 2")
 		}
-		return restoreMessage(d, id)
+		return stepMessage(t, d, id, "restore")
 	}
 
 	kept := newDaemon(t, "--sandbox-huge-pages", "keep", "--keep-paused", "never")

@@ -26,21 +26,7 @@ func TestKilledWhileResumingThroughAView(t *testing.T) {
 	ctx := context.Background()
 	d := newDaemon(t)
 	d.start("")
-	// 32 MiB of its own, so that the pull reads several stretches.
-	bundle := testactor.Bundle(t, t.TempDir(), testactor.Options{Ballast: []string{"0", "32", "0", "3"}})
-	if _, err := d.api.CreateTemplate(ctx, api.Template{Name: "counter", Bundle: bundle, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}); err != nil {
-		t.Fatal(err)
-	}
-	d.run("counter", "v1")
-	inst, _, _ := strings.Cut(d.execCounter("v1", "incr"), " ")
-	s := d.op("Suspend", "v1")
-	if s.State != api.Suspended || s.Snapshot == nil || s.Snapshot.Stored == "" {
-		t.Fatalf("suspended: %+v; want it stored", s)
-	}
-	// The node's copy goes, so that the resume pulls the stored snapshot.
-	if err := os.RemoveAll(filepath.Join(d.data, "snapshots", s.Snapshot.ID)); err != nil {
-		t.Fatal(err)
-	}
+	inst, _ := storedCounter(t, d)
 	d.stop()
 	d.start(service.Failpoint(service.KindResume, engine.StepArrived, false))
 	if _, err := d.api.Resume(ctx, api.OpRequest{ID: "v1"}); err == nil {
@@ -86,20 +72,8 @@ func TestPulledCopyWrittenAfterTheResume(t *testing.T) {
 	ctx := context.Background()
 	d := newDaemon(t)
 	d.start("")
-	bundle := testactor.Bundle(t, t.TempDir(), testactor.Options{Ballast: []string{"0", "32", "0", "3"}})
-	if _, err := d.api.CreateTemplate(ctx, api.Template{Name: "counter", Bundle: bundle, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}); err != nil {
-		t.Fatal(err)
-	}
-	d.run("counter", "v1")
-	inst, _, _ := strings.Cut(d.execCounter("v1", "incr"), " ")
-	s := d.op("Suspend", "v1")
-	if s.State != api.Suspended || s.Snapshot == nil || s.Snapshot.Stored == "" {
-		t.Fatalf("suspended: %+v; want it stored", s)
-	}
-	copyDir := filepath.Join(d.data, "snapshots", s.Snapshot.ID)
-	if err := os.RemoveAll(copyDir); err != nil {
-		t.Fatal(err)
-	}
+	inst, snap := storedCounter(t, d)
+	copyDir := filepath.Join(d.data, "snapshots", snap.ID)
 	if r := d.op("Resume", "v1"); r.State != api.Running {
 		t.Fatalf("resumed: %+v", r)
 	}
@@ -110,9 +84,9 @@ func TestPulledCopyWrittenAfterTheResume(t *testing.T) {
 		t.Fatalf("the resume's arrived step says %q; want the image written from memory after it", msg)
 	}
 
-	r, err := d.api.Run(ctx, api.RunRequest{Template: "counter", ID: "v2", FromStored: s.Snapshot.Stored})
+	r, err := d.api.Run(ctx, api.RunRequest{Template: "counter", ID: "v2", FromStored: snap.Stored})
 	if err != nil || r.State != api.Running {
-		t.Fatalf("v2 from %s: %+v %v", s.Snapshot.Stored, r, err)
+		t.Fatalf("v2 from %s: %+v %v", snap.Stored, r, err)
 	}
 	if got := d.execCounter("v2", "incr"); got != inst+" 2" {
 		t.Fatalf("v2 counts %q; want %s 2", got, inst)
@@ -127,6 +101,28 @@ func TestPulledCopyWrittenAfterTheResume(t *testing.T) {
 	if _, err := os.Stat(copyDir); !os.IsNotExist(err) {
 		t.Fatalf("v1 deleted, its pulled copy: %v; want it gone", err)
 	}
+}
+
+// storedCounter makes a counter template on d (32 MiB of its own, so that
+// a pull reads several stretches), runs v1, counts once and suspends it
+// into the store; v1's copy on the node goes, so that its resume pulls the
+// stored snapshot. It returns v1's instance and that snapshot.
+func storedCounter(t *testing.T, d *daemon) (string, *api.Snapshot) {
+	t.Helper()
+	bundle := testactor.Bundle(t, t.TempDir(), testactor.Options{Ballast: []string{"0", "32", "0", "3"}})
+	if _, err := d.api.CreateTemplate(context.Background(), api.Template{Name: "counter", Bundle: bundle, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}); err != nil {
+		t.Fatal(err)
+	}
+	d.run("counter", "v1")
+	inst, _, _ := strings.Cut(d.execCounter("v1", "incr"), " ")
+	s := d.op("Suspend", "v1")
+	if s.State != api.Suspended || s.Snapshot == nil || s.Snapshot.Stored == "" {
+		t.Fatalf("suspended: %+v; want it stored", s)
+	}
+	if err := os.RemoveAll(filepath.Join(d.data, "snapshots", s.Snapshot.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return inst, s.Snapshot
 }
 
 // stepMessage is the message of the last event of step on actor id.

@@ -153,9 +153,10 @@ func pulledMessage(from Stored, p archiver.Pulled) string {
 	return msg + ", every chunk hash-checked"
 }
 
-// viewCloseTimeout bounds how long a resume waits, once every chunk of its
-// pull is checked, for the runtime to close the image it opened through the view (runsc
-// reads the rest of the memory from the page cache by then).
+// viewCloseTimeout bounds how long a resume waits, once every chunk of
+// its pull is checked, for the runtime to close the image it opened
+// through the view (runsc reads the rest of the memory from the page cache
+// by then).
 const viewCloseTimeout = time.Minute
 
 // pullWhileResuming is PullAndResume through a view (Stored.Views): the

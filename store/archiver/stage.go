@@ -112,12 +112,9 @@ func (sf *stagedFile) release() {
 	sf.freed()
 }
 
-// stagedPiece is what one sendfile copies: ctx is checked between pieces.
-const stagedPiece = 64 << 20
-
 // write writes the file into the folder from memory (by the kernel, one
-// segment after another), and lets go of the restore's hold on it: new
-// readers open the folder's copy.
+// segment after another, ctx checked between them): readers opened after
+// it read the folder's copy.
 func (sf *stagedFile) write(ctx context.Context, sync bool) error {
 	out, err := os.OpenFile(sf.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, sf.mode)
 	if err != nil {
@@ -132,7 +129,7 @@ func (sf *stagedFile) write(ctx context.Context, sync bool) error {
 				return err
 			}
 			// sendfile writes at out's position, which follows on.
-			got, err := unix.Sendfile(int(out.Fd()), in, &off, int(min(stagedPiece, n-off)))
+			got, err := unix.Sendfile(int(out.Fd()), in, &off, int(n-off))
 			if err != nil {
 				return err
 			}
