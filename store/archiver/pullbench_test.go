@@ -10,7 +10,7 @@
 // snapshot's size (default 4), STASIS_PULL_RUNS the runs (default 3),
 // STASIS_BENCH_DIR the folder on the disk to measure (default the system
 // temp folder), STASIS_PULL_DOWNLOADS the stretches read at once (default
-// the pull's own); with STASIS_BENCH_OUT it writes pullbench.json there. The
+// the pull's own; a list such as 16,32 takes turns run by run); with STASIS_BENCH_OUT it writes pullbench.json there. The
 // snapshot is weights-like: bf16 values whose high bytes (sign and
 // exponent) take few values and whose low bytes are random, as a model's.
 // STASIS_PULL_WRITEBACK takes turns, run by run, between write-back
@@ -45,17 +45,22 @@ import (
 )
 
 type pullRow struct {
-	Run           int            `json:"run"`
-	StoredBytes   int64          `json:"storedBytes"`
-	LogicalBytes  int64          `json:"logicalBytes"`
-	Floor1S       float64        `json:"floor1S"`
-	Floor8S       float64        `json:"floor8S"`
-	PullS         float64        `json:"pullS"`
-	PullOverFloor float64        `json:"pullOverFloor"`
-	WrittenS      float64        `json:"writtenS"`
-	PeakRSSMiB    float64        `json:"peakRssMiB"`
-	Writeback     writeback      `json:"writeback"`
-	Settings      node.Writeback `json:"settings"`
+	Run           int     `json:"run"`
+	StoredBytes   int64   `json:"storedBytes"`
+	LogicalBytes  int64   `json:"logicalBytes"`
+	Floor1S       float64 `json:"floor1S"`
+	Floor8S       float64 `json:"floor8S"`
+	PullS         float64 `json:"pullS"`
+	PullOverFloor float64 `json:"pullOverFloor"`
+	WrittenS      float64 `json:"writtenS"`
+	// FirstReadS is when the pull had read its first stretch; Progress is
+	// the bytes read from the store, every quarter second.
+	FirstReadS float64        `json:"firstReadS"`
+	Progress   [][2]float64   `json:"progress"`
+	Downloads  int            `json:"downloads"`
+	PeakRSSMiB float64        `json:"peakRssMiB"`
+	Writeback  writeback      `json:"writeback"`
+	Settings   node.Writeback `json:"settings"`
 }
 
 func TestPullBench(t *testing.T) {
@@ -64,9 +69,16 @@ func TestPullBench(t *testing.T) {
 	}
 	gib := envInt(t, "STASIS_PULL_GIB", 4)
 	runs := envInt(t, "STASIS_PULL_RUNS", 3)
-	downloads := 0 // the pull's default
-	if os.Getenv("STASIS_PULL_DOWNLOADS") != "" {
-		downloads = envInt(t, "STASIS_PULL_DOWNLOADS", 0)
+	downloads := []int{0} // the pull's default
+	if list := os.Getenv("STASIS_PULL_DOWNLOADS"); list != "" {
+		downloads = downloads[:0]
+		for _, v := range strings.Split(list, ",") {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				t.Fatalf("STASIS_PULL_DOWNLOADS=%q: want positive numbers", list)
+			}
+			downloads = append(downloads, n)
+		}
 	}
 	base, err := os.MkdirTemp(os.Getenv("STASIS_BENCH_DIR"), "pullbench-")
 	if err != nil {
@@ -113,7 +125,8 @@ func TestPullBench(t *testing.T) {
 	})
 	var rows []pullRow
 	for run := 1; run <= runs; run++ {
-		r := pullRow{Run: run, StoredBytes: storedBytes, LogicalBytes: stored.Size(), Writeback: writeback[(run-1)%len(writeback)]}
+		r := pullRow{Run: run, StoredBytes: storedBytes, LogicalBytes: stored.Size(), Writeback: writeback[(run-1)%len(writeback)],
+			Downloads: downloads[(run-1)%len(downloads)]}
 		if err := r.Writeback.apply(machineDirty, stored.Size()); err != nil {
 			t.Fatal(err)
 		}
@@ -124,11 +137,18 @@ func TestPullBench(t *testing.T) {
 		r.Floor8S = coldRead(t, packs, 8)
 		dropCaches(t)
 		out := filepath.Join(base, "out")
-		opts := archiver.Options{NoSync: true, Downloads: downloads}
+		start := time.Now()
+		opts := archiver.Options{NoSync: true, Downloads: r.Downloads, ProgressEvery: 250 * time.Millisecond,
+			Progress: func(p archiver.Progress) {
+				at := time.Since(start).Seconds()
+				if p.Stored > 0 && r.FirstReadS == 0 {
+					r.FirstReadS = at
+				}
+				r.Progress = append(r.Progress, [2]float64{at, float64(p.Stored)})
+			}}
 		if r.Writeback == writebackStaged {
 			opts.Stage = func(int64) func() { return func() {} }
 		}
-		start := time.Now()
 		f, err := archiver.StartRestore(ctx, repo, stored, out, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -150,13 +170,14 @@ func TestPullBench(t *testing.T) {
 		}
 		os.RemoveAll(out)
 		rows = append(rows, r)
-		t.Logf("run %d (write-back %s): floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s: %.2fx the floor; folder whole %.2f s", run, r.Writeback, r.Floor1S, r.Floor8S, r.PullS, r.PullOverFloor, r.WrittenS)
+		t.Logf("run %d (write-back %s, %d downloads): floor 1 stream %.2f s, 8 streams %.2f s, pull %.2f s (first read %.2f s): %.2fx the floor; folder whole %.2f s",
+			run, r.Writeback, r.Downloads, r.Floor1S, r.Floor8S, r.PullS, r.FirstReadS, r.PullOverFloor, r.WrittenS)
 	}
-	fmt.Printf("| run | write-back | logical | stored (read) | cold read, 1 stream | cold read, 8 streams | pull | pull / floor | folder whole | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| run | write-back | downloads | logical | stored (read) | cold read, 1 stream | cold read, 8 streams | pull | first read | pull / floor | folder whole | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Printf("| %d | %s | %.2f GB | %.2f GB | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2fx | %.2f s | %.0f MiB |\n", r.Run, r.Writeback,
+		fmt.Printf("| %d | %s | %d | %.2f GB | %.2f GB | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2f s (%.2f GB/s) | %.2f s | %.2fx | %.2f s | %.0f MiB |\n", r.Run, r.Writeback, r.Downloads,
 			float64(r.LogicalBytes)/1e9, float64(r.StoredBytes)/1e9, r.Floor1S, float64(r.StoredBytes)/1e9/r.Floor1S, r.Floor8S, float64(r.StoredBytes)/1e9/r.Floor8S,
-			r.PullS, float64(r.StoredBytes)/1e9/r.PullS, r.PullOverFloor, r.WrittenS, r.PeakRSSMiB)
+			r.PullS, float64(r.StoredBytes)/1e9/r.PullS, r.FirstReadS, r.PullOverFloor, r.WrittenS, r.PeakRSSMiB)
 	}
 	if dir := os.Getenv("STASIS_BENCH_OUT"); dir != "" {
 		data, _ := json.MarshalIndent(rows, "", "  ")
