@@ -61,6 +61,60 @@ func TestKilledWhileResumingThroughAView(t *testing.T) {
 	}
 }
 
+// TestKilledWhileWritingThePulledCopy: stasisd killed once a resume
+// through a view has arrived, while the memory image it held in memory is
+// being written into the node's copy, leaves that copy without its
+// manifest (the kill took the image with it). The next stasisd keeps the
+// running actor, removes the incomplete copy rather than leave it on the
+// disk, says so in the actor's history, and a later start from the same
+// stored snapshot pulls it again.
+func TestKilledWhileWritingThePulledCopy(t *testing.T) {
+	ctx := context.Background()
+	d := newDaemon(t)
+	d.start("")
+	inst, snap := storedCounter(t, d)
+	copyDir := filepath.Join(d.data, "snapshots", snap.ID)
+	d.stop()
+	d.start(service.Failpoint(service.KindResume, engine.StepArrived, true))
+	if _, err := d.api.Resume(ctx, api.OpRequest{ID: "v1"}); err == nil {
+		t.Fatal("the resume answered although stasisd should have died after its arrived step")
+	}
+	d.crashed()
+	// The image of this small actor may have been written before the
+	// kill; without its manifest the copy is what a kill in the middle of
+	// the writing leaves.
+	if err := os.Remove(filepath.Join(copyDir, snapshot.ManifestName)); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(copyDir); err != nil {
+		t.Fatalf("before the restart the pulled copy is not there: %v", err)
+	}
+
+	d.start("")
+	if a := d.inspect("v1"); a.State != api.Running {
+		t.Fatalf("after the restart: %+v; want v1 RUNNING, its resume finished", a)
+	}
+	if got := d.execCounter("v1", "incr"); got != inst+" 2" {
+		t.Fatalf("after the restart v1 counts %q; want %s 2", got, inst)
+	}
+	if _, err := os.Stat(copyDir); !os.IsNotExist(err) {
+		t.Fatalf("after the restart the incomplete copy: %v; want it removed", err)
+	}
+	if msg := stepMessage(t, d, "v1", "reconcile"); !strings.Contains(msg, "removed the incomplete copy of stored snapshot "+snap.ID) {
+		t.Fatalf("v1's history says %q; want the incomplete copy's removal", msg)
+	}
+	r, err := d.api.Run(ctx, api.RunRequest{Template: "counter", ID: "v2", FromStored: snap.Stored})
+	if err != nil || r.State != api.Running {
+		t.Fatalf("v2 from %s: %+v %v", snap.Stored, r, err)
+	}
+	if got := d.execCounter("v2", "incr"); got != inst+" 2" {
+		t.Fatalf("v2 counts %q; want %s 2", got, inst)
+	}
+	if msg := stepMessage(t, d, "v2", "arrived"); strings.Contains(msg, ": 0 B fetched from") {
+		t.Fatalf("v2's pull ended with %q; want its chunks fetched from the store", msg)
+	}
+}
+
 // TestPulledCopyWrittenAfterTheResume: a resume that pulls its snapshot
 // through a view holds the memory image in memory while the sandbox is
 // restored, and writes it into the node's copy after the actor runs: the

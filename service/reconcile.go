@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
@@ -20,7 +23,8 @@ import (
 // RUNNING, PAUSED, SUSPENDED or CRASHED with the reason. Then every stable
 // actor is checked against its sandbox: a RUNNING actor whose sandbox
 // vanished is CRASHED, a leftover sandbox of a stopped actor is removed.
-// A runtime that cannot say where a sandbox stands (it does not answer, or
+// Last, a copy of a stored snapshot that has no manifest (a pulled copy
+// whose writing the stop cut short) is removed. A runtime that cannot say where a sandbox stands (it does not answer, or
 // cannot tell the sandbox from another) has not said that it is gone: its
 // actor is left where it stood, with the reason, and nothing is removed. An
 // operation that cannot be settled otherwise leaves its actor CRASHED with
@@ -54,6 +58,40 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			s.cfg.Log.Error("reconcile: an actor could not be checked against its sandbox", "actor", a.ID, "error", err.Error())
 			s.event(a.ID, "", "reconcile", fmt.Sprintf("stasisd could not check sandbox %s when it started; the actor was left %s", a.Sandbox, a.State), 0, err)
 		}
+	}
+	return s.dropCutCopies(ctx)
+}
+
+// dropCutCopies removes this node's copies of stored snapshots that have
+// no manifest: pulled copies whose writing ended when stasisd stopped (the
+// memory image is written into the folder after the resume). No resume can
+// take such a copy, which would only hold the disk; the next resume pulls
+// the stored snapshot again.
+func (s *Service) dropCutCopies(ctx context.Context) error {
+	snaps, err := s.journal.Snapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, snap := range snaps {
+		if snap.Dir == "" || snap.Stored == "" {
+			continue
+		}
+		if _, err := os.Stat(snap.Dir); err != nil {
+			continue // gone already, or for a resume to say why
+		}
+		if _, err := os.Stat(filepath.Join(snap.Dir, snapshot.ManifestName)); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		dir := snap.Dir
+		if err := s.removeDir(dir); err != nil {
+			s.cfg.Log.Error("reconcile: an incomplete copy of a stored snapshot could not be removed", "snapshot", snap.ID, "folder", dir, "error", err.Error())
+			continue
+		}
+		snap.Dir = ""
+		if err := s.journal.PutSnapshot(ctx, snap); err != nil {
+			return err
+		}
+		s.event(snap.Actor, "", "reconcile", fmt.Sprintf("removed the incomplete copy of stored snapshot %s at %s (stasisd stopped while it was written); the next resume pulls the snapshot from the store", snap.ID, dir), 0, nil)
 	}
 	return nil
 }
