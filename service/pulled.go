@@ -71,13 +71,8 @@ func (w *pulledFolders) wait(ctx context.Context, dir string) {
 	if p == nil {
 		return
 	}
-	written := make(chan struct{})
-	go func() {
-		_ = p.Written()
-		close(written)
-	}()
 	select {
-	case <-written:
+	case <-p.Done():
 	case <-ctx.Done():
 	}
 }

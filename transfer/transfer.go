@@ -87,6 +87,23 @@ func (p *Pull) Written() error {
 	return err
 }
 
+// Done is closed once the folder's writing has ended (Written then
+// returns at once).
+func (p *Pull) Done() <-chan struct{} {
+	if p.filling == nil {
+		return closed
+	}
+	return p.filling.Done()
+}
+
+// closed is a channel that is closed: a Pull whose folder was whole when
+// it was returned is done.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 // Stop stops writing the folder, if it is still being written, and
 // waits: the folder is then empty, or whole.
 func (p *Pull) Stop() {

@@ -193,6 +193,9 @@ func (f *Filling) Wait() (Pulled, error) {
 	return f.pulled, f.result
 }
 
+// Done is closed when the restore has ended (Wait then returns at once).
+func (f *Filling) Done() <-chan struct{} { return f.finished }
+
 // Fetched waits until every chunk is fetched and checked, and Await no
 // longer waits; the folder may still be being written from memory (a
 // staged file, Options.Stage), which Wait waits for.
