@@ -103,14 +103,7 @@ func TestKilledWhileWritingThePulledCopy(t *testing.T) {
 	if msg := stepMessage(t, d, "v1", "reconcile"); !strings.Contains(msg, "removed the incomplete copy of stored snapshot "+snap.ID) {
 		t.Fatalf("v1's history says %q; want the incomplete copy's removal", msg)
 	}
-	r, err := d.api.Run(ctx, api.RunRequest{Template: "counter", ID: "v2", FromStored: snap.Stored})
-	if err != nil || r.State != api.Running {
-		t.Fatalf("v2 from %s: %+v %v", snap.Stored, r, err)
-	}
-	if got := d.execCounter("v2", "incr"); got != inst+" 2" {
-		t.Fatalf("v2 counts %q; want %s 2", got, inst)
-	}
-	if msg := stepMessage(t, d, "v2", "arrived"); strings.Contains(msg, ": 0 B fetched from") {
+	if msg := runFromStored(t, d, "v2", snap.Stored, inst); strings.Contains(msg, ": 0 B fetched from") {
 		t.Fatalf("v2's pull ended with %q; want its chunks fetched from the store", msg)
 	}
 }
@@ -123,7 +116,6 @@ func TestKilledWhileWritingThePulledCopy(t *testing.T) {
 // (waiting for it to be written rather than fetching again), and deleting
 // the actor removes the copy.
 func TestPulledCopyWrittenAfterTheResume(t *testing.T) {
-	ctx := context.Background()
 	d := newDaemon(t)
 	d.start("")
 	inst, snap := storedCounter(t, d)
@@ -138,14 +130,7 @@ func TestPulledCopyWrittenAfterTheResume(t *testing.T) {
 		t.Fatalf("the resume's arrived step says %q; want the image written from memory after it", msg)
 	}
 
-	r, err := d.api.Run(ctx, api.RunRequest{Template: "counter", ID: "v2", FromStored: snap.Stored})
-	if err != nil || r.State != api.Running {
-		t.Fatalf("v2 from %s: %+v %v", snap.Stored, r, err)
-	}
-	if got := d.execCounter("v2", "incr"); got != inst+" 2" {
-		t.Fatalf("v2 counts %q; want %s 2", got, inst)
-	}
-	if msg := stepMessage(t, d, "v2", "arrived"); !strings.Contains(msg, ": 0 B fetched from") || !strings.Contains(msg, "copied from this node's copies") {
+	if msg := runFromStored(t, d, "v2", snap.Stored, inst); !strings.Contains(msg, ": 0 B fetched from") || !strings.Contains(msg, "copied from this node's copies") {
 		t.Fatalf("v2's pull ended with %q; want every chunk copied from v1's copy", msg)
 	}
 	if _, err := os.Stat(filepath.Join(copyDir, snapshot.ManifestName)); err != nil {
@@ -177,6 +162,21 @@ func storedCounter(t *testing.T, d *daemon) (string, *api.Snapshot) {
 		t.Fatal(err)
 	}
 	return inst, s.Snapshot
+}
+
+// runFromStored starts actor id of the counter template from the stored
+// snapshot stored, checks that it counts on from instance inst's first
+// count, and returns what its pull's arrived step said.
+func runFromStored(t *testing.T, d *daemon, id, stored, inst string) string {
+	t.Helper()
+	r, err := d.api.Run(context.Background(), api.RunRequest{Template: "counter", ID: id, FromStored: stored})
+	if err != nil || r.State != api.Running {
+		t.Fatalf("%s from %s: %+v %v", id, stored, r, err)
+	}
+	if got := d.execCounter(id, "incr"); got != inst+" 2" {
+		t.Fatalf("%s counts %q; want %s 2", id, got, inst)
+	}
+	return stepMessage(t, d, id, "arrived")
 }
 
 // stepMessage is the message of the last event of step on actor id.
