@@ -26,7 +26,8 @@
 # and vm.dirty_bytes 2N during the test, so that the pulled copy is not
 # written back while the pull reads), STASIS_ANYWHERE_PROFILE=1 (a CPU
 # profile of the test process over each remote resume, anywhere-*.pprof),
-# STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS and STASIS_PULL_WRITEBACK (anywhere).
+# STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS, STASIS_PULL_WRITEBACK and
+# STASIS_PULL_DOWNLOADS (anywhere; lists take turns run by run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
