@@ -24,9 +24,10 @@ import (
 // actor is checked against its sandbox: a RUNNING actor whose sandbox
 // vanished is CRASHED, a leftover sandbox of a stopped actor is removed.
 // Last, a copy of a stored snapshot that has no manifest (a pulled copy
-// whose writing the stop cut short) is removed. A runtime that cannot say where a sandbox stands (it does not answer, or
-// cannot tell the sandbox from another) has not said that it is gone: its
-// actor is left where it stood, with the reason, and nothing is removed. An
+// whose writing the stop cut short) is removed. A runtime that cannot say
+// where a sandbox stands (it does not answer, or cannot tell the sandbox
+// from another) has not said that it is gone: its actor is left where it
+// stood, with the reason, and nothing is removed. An
 // operation that cannot be settled otherwise leaves its actor CRASHED with
 // the reason, and the others are settled all the same: the daemon always
 // starts. Only a journal that cannot be read is an error.

@@ -10,8 +10,8 @@
 // snapshot's size (default 4), STASIS_PULL_RUNS the runs (default 3),
 // STASIS_BENCH_DIR the folder on the disk to measure (default the system
 // temp folder), STASIS_PULL_DOWNLOADS the stretches read at once (default
-// the pull's own; a list such as 16,32 takes turns run by run); with STASIS_BENCH_OUT it writes pullbench.json there. The
-// snapshot is weights-like: bf16 values whose high bytes (sign and
+// the pull's own; a list such as 16,32 takes turns run by run); with
+// STASIS_BENCH_OUT it writes pullbench.json there. The snapshot is weights-like: bf16 values whose high bytes (sign and
 // exponent) take few values and whose low bytes are random, as a model's.
 // STASIS_PULL_WRITEBACK takes turns, run by run, between write-back
 // settings: "kernel" (the machine's; the default) and "deferred"
@@ -53,8 +53,9 @@ type pullRow struct {
 	PullS         float64 `json:"pullS"`
 	PullOverFloor float64 `json:"pullOverFloor"`
 	WrittenS      float64 `json:"writtenS"`
-	// FirstReadS is when the pull had read its first stretch; Progress is
-	// the bytes read from the store, every quarter second.
+	// FirstReadS is when the pull first reported bytes read (its reports
+	// come every quarter second); Progress is the bytes read from the
+	// store at each report.
 	FirstReadS float64        `json:"firstReadS"`
 	Progress   [][2]float64   `json:"progress"`
 	Downloads  int            `json:"downloads"`
