@@ -77,11 +77,11 @@ func (s *Service) dropCutCopies(ctx context.Context) error {
 		if snap.Dir == "" || snap.Stored == "" {
 			continue
 		}
-		if _, err := os.Stat(snap.Dir); err != nil {
-			continue // gone already, or for a resume to say why
-		}
 		if _, err := os.Stat(filepath.Join(snap.Dir, snapshot.ManifestName)); !errors.Is(err, fs.ErrNotExist) {
 			continue
+		}
+		if _, err := os.Stat(snap.Dir); err != nil {
+			continue // gone already, or for a resume to say why
 		}
 		dir := snap.Dir
 		if err := s.removeDir(dir); err != nil {

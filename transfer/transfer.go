@@ -91,18 +91,13 @@ func (p *Pull) Written() error {
 // returns at once).
 func (p *Pull) Done() <-chan struct{} {
 	if p.filling == nil {
-		return closed
+		// The folder was whole when the Pull was returned.
+		done := make(chan struct{})
+		close(done)
+		return done
 	}
 	return p.filling.Done()
 }
-
-// closed is a channel that is closed: a Pull whose folder was whole when
-// it was returned is done.
-var closed = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
 
 // Stop stops writing the folder, if it is still being written, and
 // waits: the folder is then empty, or whole.
