@@ -3,12 +3,15 @@
 package engine_test
 
 import (
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -101,15 +104,19 @@ func TestGPUAnywhere(t *testing.T) {
 		// the folder is whole is returned last.
 		views := filepath.Join(g.work, "views")
 		var pullMemory transfer.PullMemory
-		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, seeds []archiver.Seed, whole, unstaged bool) (float64, archiver.Pulled, float64, float64) {
+		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, v pullVariant) (float64, archiver.Pulled, float64, float64) {
 			g.takeEvents()
 			begin := time.Now()
-			to := transfer.Stored{Repo: from, Name: name, Options: archiver.Options{NoSync: true, Seeds: seeds}, Views: views}
-			if whole {
+			to := transfer.Stored{Repo: from, Name: name, Options: archiver.Options{NoSync: true, Seeds: v.seeds, Downloads: v.downloads}, Views: views}
+			if v.whole {
 				to.Views = ""
 			}
-			if !unstaged {
+			if !v.unstaged {
 				to.Options.Stage = pullMemory.Stage
+			}
+			traces := newTraceFile(t, mode, name, v)
+			if traces.f != nil {
+				to.Options.Trace = traces.add
 			}
 			// Where the time went: each step's end, and the machine's
 			// disks, page cache and cores, every 100 ms.
@@ -122,7 +129,7 @@ func TestGPUAnywhere(t *testing.T) {
 				g.obs.After(ev)
 			}}
 			stopSampling := sampleMachine(100 * time.Millisecond)
-			stopProfile := cpuProfile(t, mode, name, whole, unstaged)
+			stopProfile := cpuProfile(t, mode, name, v)
 			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs})
 			var got llmAnswer
 			var s, writtenS float64
@@ -135,11 +142,12 @@ func TestGPUAnywhere(t *testing.T) {
 				writtenS = time.Since(begin).Seconds()
 			}
 			stopProfile()
+			traces.close()
 			samples := stopSampling()
 			marksMu.Lock()
 			defer marksMu.Unlock()
-			g.record("anywhere-timeline", map[string]any{"mode": mode, "snapshot": name, "whole": whole, "unstaged": unstaged, "seeded": len(seeds) > 0,
-				"steps": marks, "samples": samples, "first_token_s": s, "written_s": writtenS})
+			g.record("anywhere-timeline", map[string]any{"mode": mode, "snapshot": name, "whole": v.whole, "unstaged": v.unstaged, "seeded": len(v.seeds) > 0,
+				"downloads": v.downloads, "steps": marks, "samples": samples, "first_token_s": s, "written_s": writtenS})
 			if err != nil {
 				t.Fatalf("%s pull and resume of %s: %v", mode, name, err)
 			}
@@ -148,7 +156,7 @@ func TestGPUAnywhere(t *testing.T) {
 			}
 			st := steps(g.takeEvents())
 			pullS := st["resume/pull"]
-			if !whole {
+			if !v.whole {
 				pullS += st["resume/verify"] + st["resume/restore"] + st["resume/gpu-resume"] + st["resume/arrived"]
 			}
 			return s, pull.Pulled, pullS, writtenS
@@ -225,7 +233,7 @@ func TestGPUAnywhere(t *testing.T) {
 		// A node that never held it.
 		g.dropCaches()
 		dirB := filepath.Join(g.work, "nodeb-"+mode+"-1")
-		anywhereS, pulled, pullS, writtenS := pullAndResume(a, repo, name, dirB, first.Token, nil, false, false)
+		anywhereS, pulled, pullS, writtenS := pullAndResume(a, repo, name, dirB, first.Token, pullVariant{})
 		result["anywhere_s"], result["pull_s"], result["pulledBytes"], result["written_s"] = anywhereS, pullS, pulled.Fetched, writtenS
 		result["pull_over_floor"] = floorRead / pullS
 		result["ratio"] = coldS / anywhereS
@@ -234,16 +242,16 @@ func TestGPUAnywhere(t *testing.T) {
 		g.record("anywhere", result)
 		// again is the same pull and resume into a fresh dirB, the page
 		// cache dropped: its time to the first token and its pull's.
-		again := func(whole, unstaged bool) (float64, float64) {
+		again := func(v pullVariant) (float64, float64) {
 			os.RemoveAll(dirB)
 			g.dropCaches()
-			s, _, pullS, _ := pullAndResume(a, repo, name, dirB, first.Token, nil, whole, unstaged)
+			s, _, pullS, _ := pullAndResume(a, repo, name, dirB, first.Token, v)
 			stop(a)
 			return s, pullS
 		}
 		if forMode("STASIS_ANYWHERE_WHOLE", mode) {
 			// Pulled whole before the restore (no view).
-			wholeS, wholePullS := again(true, false)
+			wholeS, wholePullS := again(pullVariant{whole: true})
 			result["anywhere_whole_s"], result["pull_whole_s"] = wholeS, wholePullS
 			result["pull_whole_over_floor"] = floorRead / wholePullS
 			g.record("anywhere", result)
@@ -251,9 +259,24 @@ func TestGPUAnywhere(t *testing.T) {
 		if forMode("STASIS_ANYWHERE_UNSTAGED", mode) {
 			// The image written into the folder as it arrives (the copy's
 			// write-back then shares the disk with the pull).
-			unstagedS, unstagedPullS := again(false, true)
+			unstagedS, unstagedPullS := again(pullVariant{unstaged: true})
 			result["anywhere_unstaged_s"], result["pull_unstaged_s"] = unstagedS, unstagedPullS
 			result["unstaged_ratio"] = coldS / unstagedS
+			g.record("anywhere", result)
+		}
+		// The same resume with other numbers of stretches read at once
+		// (STASIS_ANYWHERE_DOWNLOADS, a list), each after the default's.
+		if list := os.Getenv("STASIS_ANYWHERE_DOWNLOADS"); list != "" {
+			var runs []map[string]any
+			for _, d := range strings.Split(list, ",") {
+				n, err := strconv.Atoi(d)
+				if err != nil || n <= 0 {
+					t.Fatalf("STASIS_ANYWHERE_DOWNLOADS=%q: want positive numbers", list)
+				}
+				s, pullS := again(pullVariant{downloads: n})
+				runs = append(runs, map[string]any{"downloads": n, "anywhere_s": s, "pull_s": pullS, "ratio": coldS / s, "pull_over_floor": floorRead / pullS})
+			}
+			result["downloads"] = runs
 			g.record("anywhere", result)
 		}
 		t.Logf("%s: cold %.1f s, anywhere %.2f s (%.1fx; pull %.2f s, %.2fx the disk's cold read), floor %.2f s, own node %.2f s",
@@ -271,7 +294,7 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatal(err)
 			}
 			dirB2 := filepath.Join(g.work, "nodeb-"+mode+"-2")
-			secondS, pulled2, _, _ := pullAndResume(b, repo, name2, dirB2, firstB.Token, []archiver.Seed{{Dir: dirB, Snapshot: seed}}, false, false)
+			secondS, pulled2, _, _ := pullAndResume(b, repo, name2, dirB2, firstB.Token, pullVariant{seeds: []archiver.Seed{{Dir: dirB, Snapshot: seed}}})
 			result["second_s"] = secondS
 			result["second_actor_fetched_fraction"] = float64(pulled2.Fetched) / float64(pulled2.Bytes)
 			result["second_actor_over_local"] = secondS / result["local_s"].(float64)
@@ -312,22 +335,40 @@ func TestGPUAnywhere(t *testing.T) {
 	}
 }
 
+// pullVariant is how a remote resume pulls: whole before the restore (no
+// view), the memory image written into the folder as it comes rather
+// than held in memory, the stretches read at once (0: the pull's default),
+// and the seeds it copies from.
+type pullVariant struct {
+	whole, unstaged bool
+	downloads       int
+	seeds           []archiver.Seed
+}
+
+// name is the variant's part of a file name.
+func (v pullVariant) name() string {
+	var s string
+	if v.whole {
+		s += "-whole"
+	}
+	if v.unstaged {
+		s += "-unstaged"
+	}
+	if v.downloads > 0 {
+		s += fmt.Sprintf("-d%d", v.downloads)
+	}
+	return s
+}
+
 // cpuProfile profiles this process's CPU (the pull, the view's server)
-// into STASIS_ANYWHERE_CPUPROFILE/anywhere-MODE-NAME[-whole][-unstaged].pprof until
+// into STASIS_ANYWHERE_CPUPROFILE/anywhere-MODE-NAME[-VARIANT].pprof until
 // the returned stop, when that is set.
-func cpuProfile(t *testing.T, mode, name string, whole, unstaged bool) (stop func()) {
+func cpuProfile(t *testing.T, mode, name string, v pullVariant) (stop func()) {
 	dir := os.Getenv("STASIS_ANYWHERE_CPUPROFILE")
 	if dir == "" {
 		return func() {}
 	}
-	file := fmt.Sprintf("anywhere-%s-%s", mode, name)
-	if whole {
-		file += "-whole"
-	}
-	if unstaged {
-		file += "-unstaged"
-	}
-	f, err := os.Create(filepath.Join(dir, file+".pprof"))
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("anywhere-%s-%s%s.pprof", mode, name, v.name())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,6 +380,46 @@ func cpuProfile(t *testing.T, mode, name string, whole, unstaged bool) (stop fun
 		if err := f.Close(); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// traceFile writes a pull's trace (archiver.Options.Trace), one JSON line
+// a piece, gzipped, into STASIS_ANYWHERE_TRACEDIR/anywhere-MODE-NAME[-VARIANT].trace.jsonl.gz
+// when that is set.
+type traceFile struct {
+	t   *testing.T
+	f   *os.File
+	gz  *gzip.Writer
+	enc *json.Encoder
+}
+
+func newTraceFile(t *testing.T, mode, name string, v pullVariant) *traceFile {
+	tf := &traceFile{t: t}
+	dir := os.Getenv("STASIS_ANYWHERE_TRACEDIR")
+	if dir == "" {
+		return tf
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("anywhere-%s-%s%s.trace.jsonl.gz", mode, name, v.name())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf.f, tf.gz = f, gzip.NewWriter(f)
+	tf.enc = json.NewEncoder(tf.gz)
+	return tf
+}
+
+// add is the pull's Trace (set only where there is a file).
+func (tf *traceFile) add(tr archiver.Trace) { _ = tf.enc.Encode(tr) }
+
+func (tf *traceFile) close() {
+	if tf.f == nil {
+		return
+	}
+	if err := tf.gz.Close(); err != nil {
+		tf.t.Error(err)
+	}
+	if err := tf.f.Close(); err != nil {
+		tf.t.Error(err)
 	}
 }
 

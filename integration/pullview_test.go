@@ -130,7 +130,7 @@ func TestPulledCopyWrittenAfterTheResume(t *testing.T) {
 		t.Fatalf("the resume's arrived step says %q; want the image written from memory after it", msg)
 	}
 
-	if msg := runFromStored(t, d, "v2", snap.Stored, inst); !strings.Contains(msg, ": 0 B fetched from") || !strings.Contains(msg, "copied from this node's copies") {
+	if msg := runFromStored(t, d, "v2", snap.Stored, inst); !strings.Contains(msg, ": 0 B fetched from") || !strings.Contains(msg, "taken from this node's copies") {
 		t.Fatalf("v2's pull ended with %q; want every chunk copied from v1's copy", msg)
 	}
 	if _, err := os.Stat(filepath.Join(copyDir, snapshot.ManifestName)); err != nil {

@@ -26,6 +26,9 @@
 # and vm.dirty_bytes 2N during the test, so that the pulled copy is not
 # written back while the pull reads), STASIS_ANYWHERE_PROFILE=1 (a CPU
 # profile of the test process over each remote resume, anywhere-*.pprof),
+# STASIS_ANYWHERE_TRACE=1 (each remote resume's pull traced piece by piece,
+# anywhere-*.trace.jsonl.gz: archiver.Trace), STASIS_ANYWHERE_DOWNLOADS (a
+# list: the remote resume again with that many stretches read at once),
 # STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS, STASIS_PULL_WRITEBACK and
 # STASIS_PULL_DOWNLOADS (anywhere; lists take turns run by run).
 set -euo pipefail
@@ -299,6 +302,7 @@ run_anywhere() {
 			echo $((STASIS_ANYWHERE_DIRTY_GIB << 30)) >"$vm/dirty_background_bytes"
 		fi
 		if [ "${STASIS_ANYWHERE_PROFILE:-}" = 1 ]; then export STASIS_ANYWHERE_CPUPROFILE="$out"; fi
+		if [ "${STASIS_ANYWHERE_TRACE:-}" = 1 ]; then export STASIS_ANYWHERE_TRACEDIR="$out"; fi
 		# Sandbox memory in huge pages, as stasisd sets them at start.
 		thp_runs TestGPUAnywhere || rc=$?
 		for f in $saved; do echo "${f#*=}" >"$vm/${f%%=*}"; done

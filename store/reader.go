@@ -75,10 +75,11 @@ func (c *ChunkReader) Read(ctx context.Context, id string, use func([]byte) erro
 	if err != nil {
 		return err
 	}
-	return c.ReadRun(ctx, runs[0], func(_ RunChunk, data []byte) error {
+	_, err = c.ReadRun(ctx, runs[0], func(_ RunChunk, data []byte) error {
 		if use == nil {
 			return nil
 		}
 		return use(data)
 	})
+	return err
 }

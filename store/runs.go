@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Run is a stretch of one pack that holds chunks a restore needs, read
@@ -30,6 +31,15 @@ type RunChunk struct {
 // maxRunGap is the most bytes between two needed chunks of a pack that a
 // run reads through: cheaper than a second request.
 const maxRunGap = 256 << 10
+
+// PackRead is the most bytes of one pack worth reading with one request:
+// a whole pack, which closes at the first chunk that takes it past the
+// pack size, so it holds at most that and one more chunk. (A bound of the
+// pack size alone split nearly every pack into a run and a last chunk read
+// on its own, twice the requests.)
+func (r *Repository) PackRead() int64 {
+	return r.cfg.PackSize + int64(r.maxChunk())
+}
 
 // PlanReads groups chunks (each named once) into runs of at most maxRun
 // bytes, in pack and offset order, so that a pull reads each pack front to
@@ -71,20 +81,31 @@ func (r *Repository) PlanReads(ids []string, maxRun int64) ([]Run, error) {
 	return runs, nil
 }
 
+// RunTimes is where the time of one ReadRun went: waiting for the stretch's
+// bytes from the backend, decompressing its chunks, and hashing them.
+type RunTimes struct {
+	Read, Decode, Check time.Duration
+}
+
 // ReadRun fetches run with one request and passes each of its chunks,
 // decompressed and checked against its id, to use, in order; the bytes are
 // valid during the call only. A read the network breaks is resumed where
-// it stopped by the retrying backend (WithRetry).
-func (c *ChunkReader) ReadRun(ctx context.Context, run Run, use func(RunChunk, []byte) error) error {
+// it stopped by the retrying backend (WithRetry). It says where its own
+// time went (use's not counted).
+func (c *ChunkReader) ReadRun(ctx context.Context, run Run, use func(RunChunk, []byte) error) (RunTimes, error) {
+	var times RunTimes
 	b, err := c.bufs.get(ctx)
 	if err != nil {
-		return err
+		return times, err
 	}
 	defer c.bufs.put(b)
 	b.compressed = slices.Grow(b.compressed[:0], int(run.Length))[:run.Length]
+	began := time.Now()
 	if err := c.r.readFull(ctx, run.Pack, run.Offset, b.compressed); err != nil {
-		return err
+		return times, err
 	}
+	mark := time.Now()
+	times.Read = mark.Sub(began)
 	for _, ch := range run.Chunks {
 		stored := b.compressed[ch.At : ch.At+ch.Stored]
 		var data []byte
@@ -94,16 +115,21 @@ func (c *ChunkReader) ReadRun(ctx context.Context, run Run, use func(RunChunk, [
 			data, err = c.dec.DecodeAll(stored, slices.Grow(b.raw[:0], int(ch.Raw)))
 		}
 		if err != nil {
-			return fmt.Errorf("chunk %s in pack %s does not decompress (corrupt): %w", ch.ID, run.Pack, err)
+			return times, fmt.Errorf("chunk %s in pack %s does not decompress (corrupt): %w", ch.ID, run.Pack, err)
 		}
 		b.raw = data[:0]
+		decoded := time.Now()
 		sum := sha256.Sum256(data)
+		checked := time.Now()
+		times.Decode += decoded.Sub(mark)
+		times.Check += checked.Sub(decoded)
 		if hex.EncodeToString(sum[:]) != ch.ID || int64(len(data)) != ch.Raw {
-			return corrupt("chunk %s in pack %s does not match its hash", ch.ID, run.Pack)
+			return times, corrupt("chunk %s in pack %s does not match its hash", ch.ID, run.Pack)
 		}
 		if err := use(ch, data); err != nil {
-			return err
+			return times, err
 		}
+		mark = time.Now()
 	}
-	return nil
+	return times, nil
 }

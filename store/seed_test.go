@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -68,4 +69,69 @@ func mustSnapshot(t *testing.T, r *store.Repository, name string) *store.Snapsho
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestStagedPullServesWhatTheNodeHoldsInPlace: a pull that holds its image
+// in memory (Options.Stage) does not copy the chunks a seed holds: its
+// readers are served them from the seed, checked, beside the fetched ones
+// from memory, and the folder is written whole from both, even once the
+// seed's folder is gone (its files stay open until then).
+func TestStagedPullServesWhatTheNodeHoldsInPlace(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRepo(t)
+	a, b := makeFolder(t, 24, 2, 1), makeFolder(t, 24, 2, 2)
+	for name, dir := range map[string]string{"a": a, "b": b} {
+		if _, err := archiver.Save(ctx, r, name, dir, archiver.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	here := filepath.Join(t.TempDir(), "a")
+	if _, err := archiver.RestoreSnapshot(ctx, r, mustSnapshot(t, r, "a"), here, archiver.Options{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(b, "image", "pages.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "b")
+	f, err := archiver.StartRestore(ctx, r, mustSnapshot(t, r, "b"), out, archiver.Options{NoSync: true, Stage: upTo(1 << 30),
+		Seeds: []archiver.Seed{{Dir: here, Snapshot: mustSnapshot(t, r, "a")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := f.Open("image/pages.img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	p, err := f.Fetched()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Seeded < 20<<20 || p.Fetched > p.Bytes/4 {
+		t.Fatalf("pulled %+v: want the template's 24 MiB taken from this node, the rest fetched", p)
+	}
+	// The seed's folder goes (its actor removed) while the pull's image
+	// is still served and written from it.
+	if err := os.RemoveAll(here); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Await(ctx, "image/pages.img", 0, int64(len(want))); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	// Pieces that cross from seeded chunks into fetched ones and back.
+	for at := 0; at < len(got); at += 777 << 10 {
+		end := min(at+777<<10, len(got))
+		if n, err := reader.ReadAt(got[at:end], int64(at)); n != end-at {
+			t.Fatalf("read %d bytes at %d: %d, %v", end-at, at, n, err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the image read during the pull differs from the stored one")
+	}
+	if _, err := f.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, b, out)
 }

@@ -160,7 +160,7 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 func pulledMessage(from Stored, p archiver.Pulled) string {
 	msg := fmt.Sprintf("%s (%s): %s fetched from %s (%s stored)", from.Name, units.Bytes(p.Bytes), units.Bytes(p.Fetched), from.Repo.Backend().Location(), units.Bytes(p.Stored))
 	if p.Seeded > 0 {
-		msg += fmt.Sprintf(", %s copied from this node's copies", units.Bytes(p.Seeded))
+		msg += fmt.Sprintf(", %s taken from this node's copies", units.Bytes(p.Seeded))
 	}
 	return msg + ", every chunk hash-checked"
 }

@@ -272,3 +272,43 @@ func ForEachFile(dir string, fn func(path string, f *os.File) error) error {
 		return fn(path, f)
 	})
 }
+
+// CopyRange copies n bytes of src from srcAt into dst at dstAt, in the
+// kernel where it can (copy_file_range, which shares the extents on file
+// systems that can), else through a buffer. A src that ends first is an
+// error.
+func CopyRange(dst *os.File, dstAt int64, src *os.File, srcAt, n int64) error {
+	for n > 0 {
+		got, err := unix.CopyFileRange(int(src.Fd()), &srcAt, int(dst.Fd()), &dstAt, int(min(n, 1<<30)), 0)
+		if err != nil {
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+				return copyRangeBuffered(dst, dstAt, src, srcAt, n)
+			}
+			return fmt.Errorf("copy %d bytes of %s at %d into %s at %d: %w", n, src.Name(), srcAt, dst.Name(), dstAt, err)
+		}
+		if got == 0 {
+			return fmt.Errorf("copy into %s: %s ends at %d, %d bytes short", dst.Name(), src.Name(), srcAt, n)
+		}
+		n -= int64(got)
+	}
+	return nil
+}
+
+func copyRangeBuffered(dst *os.File, dstAt int64, src *os.File, srcAt, n int64) error {
+	buf := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		m := min(n, int64(len(buf)))
+		got, err := src.ReadAt(buf[:m], srcAt)
+		if int64(got) < m {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%s ends at %d, %d bytes short", src.Name(), srcAt+int64(got), n-int64(got))
+			}
+			return fmt.Errorf("copy into %s: %w", dst.Name(), err)
+		}
+		if _, err := dst.WriteAt(buf[:m], dstAt); err != nil {
+			return err
+		}
+		srcAt, dstAt, n = srcAt+m, dstAt+m, n-m
+	}
+	return nil
+}

@@ -302,3 +302,46 @@ func TestReadFilesReportsFailuresWithoutStopping(t *testing.T) {
 		t.Fatal("readFiles stopped: 3 files that cannot be opened, 1 stream")
 	}
 }
+
+// TestCopyRange: bytes of one file land at their place in another, what
+// is around them untouched, and a source that ends first is an error
+// naming it.
+func TestCopyRange(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.Create(filepath.Join(dir, "src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	data := make([]byte, 3<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if _, err := src.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := os.Create(filepath.Join(dir, "dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if err := dst.Truncate(4 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := CopyRange(dst, 1<<20+5, src, 1000, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(dst.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 4<<20)
+	copy(want[1<<20+5:], data[1000:1000+2<<20])
+	if !bytes.Equal(got, want) {
+		t.Fatal("the copied range differs, or the bytes around it changed")
+	}
+	err = CopyRange(dst, 0, src, 3<<20-10, 100)
+	if err == nil || !strings.Contains(err.Error(), "src ends at") {
+		t.Fatalf("a copy past the source's end: %v; want it named", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -36,9 +37,12 @@ func Restore(ctx context.Context, repo *store.Repository, name, dir string, opts
 }
 
 // Seed is a folder on this node that holds a stored snapshot whole (a
-// snapshot pulled before, or pushed from here): a restore copies the chunks
+// snapshot pulled before, or pushed from here): a restore takes the chunks
 // it shares from it, checked against their hashes, rather than fetching
-// them. A seed whose file is gone or changed costs a fetch, nothing more.
+// them. Into a file held in memory (Options.Stage) they are not copied at
+// all: readers are served them from the seed, and the folder's copy is
+// made from the seed once the fetches are over. A seed whose file is gone
+// or changed costs a fetch, nothing more.
 type Seed struct {
 	Dir      string
 	Snapshot *store.Snapshot
@@ -48,13 +52,10 @@ type Seed struct {
 type Pulled struct {
 	// Bytes is the snapshot's size; Fetched the raw bytes of the chunks
 	// fetched from the store (Stored of them, compressed); Seeded the raw
-	// bytes copied from seeds. A chunk found in several places of the
-	// snapshot is fetched or copied once.
+	// bytes taken from seeds. A chunk found in several places of the
+	// snapshot is fetched or taken once.
 	Bytes, Fetched, Stored, Seeded int64
 }
-
-// pullRun bounds the bytes of a pack read with one request: a pack's worth.
-const pullRun = 16 << 20
 
 // destination is where a chunk's bytes go: a file and an offset.
 type destination struct {
@@ -62,9 +63,14 @@ type destination struct {
 	at  int64
 }
 
-// writerAt is a file a restore writes: outFile, or a stagedFile.
+// writerAt is a file a restore writes: outFile, or a stagedFile. It says
+// how long it waited for other writers of the file.
 type writerAt interface {
-	writeAt(b []byte, at int64) error
+	writeAt(b []byte, at int64) (time.Duration, error)
+	// writeSeeded is writeAt of a chunk checked in a seed, whose bytes are
+	// b: a file held in memory takes it from the seed later, and writes
+	// nothing now.
+	writeSeeded(b []byte, at int64) (time.Duration, error)
 }
 
 // outFile is a file a restore writes, one writer at a time: the kernel
@@ -76,12 +82,16 @@ type outFile struct {
 	f  *os.File
 }
 
-func (o *outFile) writeAt(b []byte, at int64) error {
+func (o *outFile) writeAt(b []byte, at int64) (time.Duration, error) {
+	began := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	waited := time.Since(began)
 	_, err := o.f.WriteAt(b, at)
-	return err
+	return waited, err
 }
+
+func (o *outFile) writeSeeded(b []byte, at int64) (time.Duration, error) { return o.writeAt(b, at) }
 
 // RestoreSnapshot is Restore of a stored manifest the caller read already
 // (with Snapshot, to check it before fetching anything), copying what it
@@ -90,7 +100,7 @@ func (o *outFile) writeAt(b []byte, at int64) error {
 // least 8, by default), each chunk decompressed, hash-checked and written
 // where the snapshot has it by the goroutine that read it, one writer in a
 // file at a time (outFile); memory is bounded by the stretches in flight
-// (16 MiB each, with 8 MiB for a chunk).
+// (a pack each, Repository.PackRead, with a chunk's worth for its bytes).
 func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snapshot, dir string, opts Options) (Pulled, error) {
 	f, err := StartRestore(ctx, repo, s, dir, opts)
 	if err != nil {
@@ -108,9 +118,11 @@ type Filling struct {
 	files map[string]*fileChunks
 	// staged holds the files filled in memory, by slash path.
 	staged map[string]*stagedFile
-	// done holds a channel per chunk, closed once the chunk is written
-	// wherever the snapshot has it.
-	done map[string]chan struct{}
+	// chunks holds the state of each chunk of the snapshot.
+	chunks map[string]*chunkState
+	// seeds are the files of the seeds chunks are taken from, open while
+	// the restore or a file held in memory may read them.
+	seeds *seedFiles
 
 	mu    sync.Mutex
 	queue *jobQueue // the stretches and copies not yet started
@@ -118,6 +130,8 @@ type Filling struct {
 	failed  chan struct{} // closed with err set
 	err     error
 	errOnce sync.Once
+
+	trace *tracer
 
 	fetched     chan struct{} // closed with fetchResult set
 	fetchOnce   sync.Once
@@ -134,6 +148,21 @@ type Filling struct {
 type fileChunks struct {
 	starts []int64
 	ids    []string
+}
+
+// chunkAt is the index of the chunk that holds byte off.
+func (fc *fileChunks) chunkAt(off int64) int {
+	return sort.Search(len(fc.ids), func(i int) bool { return fc.starts[i+1] > off })
+}
+
+// chunkState is a chunk of the snapshot as the restore has it: done is
+// closed once its bytes can be read where the snapshot has them, or, for
+// a chunk checked in a seed (seed set), from the seed at seedAt. Both are
+// set before done is closed and not changed after.
+type chunkState struct {
+	done   chan struct{}
+	seed   *os.File
+	seedAt int64
 }
 
 // StartRestore begins RestoreSnapshot and returns once the snapshot's
@@ -161,7 +190,8 @@ func StartRestore(ctx context.Context, repo *store.Repository, s *store.Snapshot
 	if len(entries) > 0 {
 		return nil, wrap(fmt.Errorf("restore into %s: the folder holds %d entries; restore into an empty folder", dir, len(entries)))
 	}
-	f = &Filling{dir: dir, files: map[string]*fileChunks{}, staged: map[string]*stagedFile{}, done: map[string]chan struct{}{},
+	f = &Filling{dir: dir, files: map[string]*fileChunks{}, staged: map[string]*stagedFile{}, chunks: map[string]*chunkState{},
+		seeds: newSeedFiles(), trace: &tracer{began: time.Now(), fn: opts.Trace},
 		failed: make(chan struct{}), fetched: make(chan struct{}), finished: make(chan struct{})}
 	files, dests, order, err := f.createFiles(repo, s, dir, opts.Stage)
 	if err != nil {
@@ -169,10 +199,12 @@ func StartRestore(ctx context.Context, repo *store.Repository, s *store.Snapshot
 			out.Close()
 		}
 		f.closeStaged()
+		f.seeds.release()
 		_ = fsutil.RemoveContents(dir)
 		return nil, wrap(err)
 	}
 	go func() {
+		defer f.seeds.release()
 		f.pulled, f.result = f.fill(ctx, repo, s, files, dests, order, opts)
 		f.closeStaged()
 		if f.result != nil {
@@ -262,9 +294,8 @@ func (f *Filling) Await(ctx context.Context, path string, off, n int64) error {
 	}
 	end := off + n
 	var pending []chan struct{}
-	first := sort.Search(len(fc.ids), func(i int) bool { return fc.starts[i+1] > off })
-	for i := first; i < len(fc.ids) && fc.starts[i] < end; i++ {
-		done := f.done[fc.ids[i]]
+	for i := fc.chunkAt(off); i < len(fc.ids) && fc.starts[i] < end; i++ {
+		done := f.chunks[fc.ids[i]].done
 		select {
 		case <-done:
 			continue
@@ -277,6 +308,10 @@ func (f *Filling) Await(ctx context.Context, path string, off, n int64) error {
 		f.queue.hurry(fc.ids[i])
 		f.mu.Unlock()
 	}
+	if len(pending) == 0 {
+		return nil
+	}
+	began := time.Now()
 	for _, done := range pending {
 		select {
 		case <-done:
@@ -285,6 +320,9 @@ func (f *Filling) Await(ctx context.Context, path string, off, n int64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if f.trace.on() {
+		f.trace.emit(Trace{Kind: "await", Start: f.trace.since(began), End: f.trace.since(time.Now()), Raw: n, Chunks: len(pending), Path: path})
 	}
 	return nil
 }
@@ -316,47 +354,79 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 		rank[id] = i
 	}
 	var mu sync.Mutex // guards pulled's counts and missed
-	write := func(id string, data []byte) error {
+	// write puts a checked chunk wherever the snapshot has it, and says
+	// how long it waited for other writers.
+	// A chunk checked in a seed is taken from it (writeSeeded).
+	write := func(id string, data []byte, seed *seededChunk) (time.Duration, error) {
+		var waited time.Duration
+		st := f.chunks[id]
 		for _, d := range dests[id] {
-			if err := d.out.writeAt(data, d.at); err != nil {
-				return err
+			var w time.Duration
+			var err error
+			if seed != nil {
+				w, err = d.out.writeSeeded(data, d.at)
+			} else {
+				w, err = d.out.writeAt(data, d.at)
+			}
+			waited += w
+			if err != nil {
+				return waited, err
 			}
 		}
+		if seed != nil {
+			st.seed, st.seedAt = seed.file, seed.at
+		}
 		rep.add(int64(len(data))*int64(len(dests[id])), 0, 0)
-		close(f.done[id])
-		return nil
+		close(st.done)
+		return waited, nil
 	}
 	chunks, err := repo.NewChunkReader(workers)
 	if err != nil {
 		return pulled, err
 	}
 	defer chunks.Close()
-	seeds := &seedFiles{files: map[string]*os.File{}}
-	defer seeds.close()
 	buffers := make(chan []byte, workers)
 	var missed []string
-	do := func(ctx context.Context, j job) error {
+	do := func(ctx context.Context, worker int, j job) error {
+		began := time.Now()
+		tr := Trace{Worker: worker, Urgent: j.urgent}
+		defer func() {
+			if f.trace.on() {
+				tr.Start, tr.End = f.trace.since(began), f.trace.since(time.Now())
+				f.trace.emit(tr)
+			}
+		}()
 		if j.run != nil {
-			err := chunks.ReadRun(ctx, *j.run, func(c store.RunChunk, data []byte) error {
+			tr.Kind, tr.Stored, tr.Chunks = "run", j.run.Length, len(j.run.Chunks)
+			times, err := chunks.ReadRun(ctx, *j.run, func(c store.RunChunk, data []byte) error {
 				mu.Lock()
 				pulled.Fetched += c.Raw
 				pulled.Stored += c.Stored
 				mu.Unlock()
 				rep.add(0, c.Stored, 0)
-				return write(c.ID, data)
+				tr.Raw += c.Raw
+				wrote := time.Now()
+				waited, err := write(c.ID, data, nil)
+				tr.Write += time.Since(wrote)
+				tr.WriterWait += waited
+				return err
 			})
+			tr.Read, tr.Decode, tr.Check = times.Read, times.Decode, times.Check
 			if err != nil {
 				return fmt.Errorf("pack %s: %w", j.run.Pack, err)
 			}
 			return nil
 		}
+		tr.Kind, tr.Raw, tr.Chunks = "seed", j.seed.raw, 1
 		var buf []byte
 		select {
 		case buf = <-buffers:
 		default:
 		}
-		buf, ok := seeds.copy(*j.seed, buf)
 		defer func() { buffers <- buf }()
+		var seed seededChunk
+		var ok bool
+		buf, seed, ok = f.seeds.check(*j.seed, buf, &tr)
 		mu.Lock()
 		if ok {
 			pulled.Seeded += j.seed.raw
@@ -367,10 +437,13 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 		if !ok {
 			return nil
 		}
-		return write(j.seed.id, buf)
+		wrote := time.Now()
+		waited, err := write(j.seed.id, buf, &seed)
+		tr.Write, tr.WriterWait = time.Since(wrote), waited
+		return err
 	}
-	// The chunks this node holds are copied beside the fetches; a copy
-	// that is no longer what it was is fetched after.
+	// The chunks this node holds are checked beside the fetches; one that
+	// is no longer what it was is fetched after.
 	seeded, fetch := seedChunks(repo, opts.Seeds, order)
 	q, err := newJobQueue(repo, fetch, seeded, rank)
 	if err != nil {
@@ -417,12 +490,12 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 
 // runQueue runs q's jobs on workers goroutines, and fails f with the
 // first error.
-func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do func(context.Context, job) error) error {
+func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do func(context.Context, int, job) error) error {
 	f.mu.Lock()
 	f.queue = q
 	f.mu.Unlock()
 	g, gctx := errgroup.WithContext(ctx)
-	for range workers {
+	for worker := range workers {
 		g.Go(func() error {
 			// After a failure (gctx cancelled) nothing more is taken: a
 			// copy from a seed would not notice on its own.
@@ -433,7 +506,7 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do fun
 				if !ok {
 					return nil
 				}
-				if err := do(gctx, j); err != nil {
+				if err := do(gctx, worker, j); err != nil {
 					f.fail(err)
 					return err
 				}
@@ -449,6 +522,8 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do fun
 type job struct {
 	run  *store.Run
 	seed *seededChunk
+	// urgent says a reader's wait moved it ahead (jobQueue.hurry).
+	urgent bool
 }
 
 // jobQueue hands out a restore's jobs in the order the snapshot's files
@@ -463,7 +538,7 @@ type jobQueue struct {
 }
 
 func newJobQueue(repo *store.Repository, fetch []string, seeded []seededChunk, rank map[string]int) (*jobQueue, error) {
-	runs, err := repo.PlanReads(fetch, pullRun)
+	runs, err := repo.PlanReads(fetch, repo.PackRead())
 	if err != nil {
 		return nil, err
 	}
@@ -505,7 +580,9 @@ func (q *jobQueue) take() (job, bool) {
 		q.urgent = q.urgent[1:]
 		if !q.taken[i] {
 			q.taken[i] = true
-			return q.jobs[i], true
+			j := q.jobs[i]
+			j.urgent = true
+			return j, true
 		}
 	}
 	for ; q.next < len(q.jobs); q.next++ {
@@ -552,8 +629,13 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 		if i == len(sorted)-1 && sf.Size > 0 && stage != nil {
 			release = stage(sf.Size)
 		}
+		var staged *stagedFile
 		if release != nil {
-			staged, err := newStagedFile(path, mode, sf.Size, stageSegment, release)
+			// Chunks it takes from seeds are read there until the file is
+			// written, and while its readers read it.
+			f.seeds.hold()
+			var err error
+			staged, err = newStagedFile(path, mode, sf.Size, stageSegment, func() { release(); f.seeds.release() })
 			if err != nil {
 				return files, nil, nil, err
 			}
@@ -576,7 +658,7 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 			c, _ := repo.Chunk(id)
 			if _, seen := dests[id]; !seen {
 				order = append(order, id)
-				f.done[id] = make(chan struct{})
+				f.chunks[id] = &chunkState{done: make(chan struct{})}
 			}
 			dests[id] = append(dests[id], destination{out: writer, at: at})
 			fc.starts = append(fc.starts, at)
@@ -584,22 +666,51 @@ func (f *Filling) createFiles(repo *store.Repository, s *store.Snapshot, dir str
 		}
 		fc.starts = append(fc.starts, at)
 		f.files[sf.Path] = fc
+		if staged != nil {
+			staged.layout, staged.chunks = fc, f.chunks
+		}
 	}
 	return files, dests, order, nil
 }
 
-// seededChunk is a chunk a seed holds: in file path at offset at.
+// seededChunk is a chunk a seed holds: in file path at offset at (once
+// open, file).
 type seededChunk struct {
 	id   string
 	path string
+	file *os.File
 	at   int64
 	raw  int64
 }
 
-// seedFiles keeps the seeds' files open while a restore copies from them.
+// seedFiles keeps the seeds' files open while a restore, or a file it
+// holds in memory, reads them: each holder releases its hold, and the
+// files are closed with the last.
 type seedFiles struct {
 	mu    sync.Mutex
 	files map[string]*os.File
+	holds int
+}
+
+// newSeedFiles is held once, by the restore.
+func newSeedFiles() *seedFiles { return &seedFiles{files: map[string]*os.File{}, holds: 1} }
+
+func (s *seedFiles) hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holds++
+}
+
+func (s *seedFiles) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holds--; s.holds > 0 {
+		return
+	}
+	for _, f := range s.files {
+		f.Close()
+	}
+	s.files = nil
 }
 
 func (s *seedFiles) open(path string) (*os.File, error) {
@@ -616,28 +727,29 @@ func (s *seedFiles) open(path string) (*os.File, error) {
 	return f, nil
 }
 
-func (s *seedFiles) close() {
-	for _, f := range s.files {
-		f.Close()
-	}
-}
-
-// copy reads chunk c from its seed into buf and checks it against its id;
-// false when it is not there as it was.
-func (s *seedFiles) copy(c seededChunk, buf []byte) ([]byte, bool) {
+// check reads chunk c from its seed into buf and checks it against its
+// id; false when it is not there as it was. The chunk returned names the
+// open file; tr gets the read's and the hash's times.
+func (s *seedFiles) check(c seededChunk, buf []byte, tr *Trace) ([]byte, seededChunk, bool) {
 	if int64(cap(buf)) < c.raw {
 		buf = make([]byte, c.raw)
 	}
 	buf = buf[:c.raw]
 	f, err := s.open(c.path)
 	if err != nil {
-		return buf, false
+		return buf, c, false
 	}
-	if n, _ := f.ReadAt(buf, c.at); int64(n) != c.raw {
-		return buf, false
+	c.file = f
+	began := time.Now()
+	n, _ := f.ReadAt(buf, c.at)
+	read := time.Now()
+	tr.Read = read.Sub(began)
+	if int64(n) != c.raw {
+		return buf, c, false
 	}
 	sum := sha256.Sum256(buf)
-	return buf, hex.EncodeToString(sum[:]) == c.id
+	tr.Check = time.Since(read)
+	return buf, c, hex.EncodeToString(sum[:]) == c.id
 }
 
 // seedChunks splits the chunks a restore needs into those seeds hold

@@ -69,6 +69,9 @@ type Options struct {
 	// pass its threshold, would otherwise take half the disk while the
 	// restored sandbox waits on the reads (Restore).
 	Stage func(size int64) (release func())
+	// Trace, when set, is told of every piece of a restore's work as it
+	// ends, one call at a time (Restore).
+	Trace func(Trace)
 }
 
 type progressReporter struct {

@@ -6,8 +6,11 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/internal/fsutil"
 )
 
 // stageSegment is the bytes of a staged file each anonymous memory file
@@ -18,14 +21,21 @@ const stageSegment = 64 << 20
 
 // stagedFile is a file of the snapshot filled in memory (Options.Stage),
 // in segments, each an anonymous memory file (memfd) of its own, and
-// written into the folder once every chunk is fetched. Its memory is
-// freed when the restore and every reader that opened it let go.
+// written into the folder once every chunk is fetched. A chunk checked in
+// a seed is not copied into memory: it is read from the seed, and written
+// into the folder from there. Its memory is freed when the restore and
+// every reader that opened it let go.
 type stagedFile struct {
 	path string      // in the folder
 	mode os.FileMode // its permission bits
 	size int64
 	seg  int64 // the bytes of a segment
 	segs []*outFile
+	// layout is where the file's chunks lie, and chunks their states
+	// (which of them a seed holds); without them, every byte is in the
+	// segments.
+	layout *fileChunks
+	chunks map[string]*chunkState
 
 	mu      sync.Mutex
 	refs    int  // the restore's, and one per reader open
@@ -54,20 +64,86 @@ func newStagedFile(path string, mode os.FileMode, size, seg int64, freed func())
 }
 
 // writeAt writes b at offset at, into the segments it spans.
-func (sf *stagedFile) writeAt(b []byte, at int64) error {
+func (sf *stagedFile) writeAt(b []byte, at int64) (time.Duration, error) {
+	var waited time.Duration
 	for len(b) > 0 {
 		i, off := at/sf.seg, at%sf.seg
 		n := min(int64(len(b)), sf.seg-off)
-		if err := sf.segs[i].writeAt(b[:n], off); err != nil {
-			return err
+		w, err := sf.segs[i].writeAt(b[:n], off)
+		waited += w
+		if err != nil {
+			return waited, err
 		}
 		b, at = b[n:], at+n
 	}
-	return nil
+	return waited, nil
 }
 
-// readAt reads from the segments; io.EOF past the end.
+// writeSeeded writes nothing: a chunk checked in a seed is read from the
+// seed (its chunkState), and the folder's copy made from there (write).
+func (sf *stagedFile) writeSeeded([]byte, int64) (time.Duration, error) { return 0, nil }
+
+// seedExtent says whether the bytes from at on, up to end, lie in a
+// seed: the file and the offset there, and how many of them lie there in
+// one piece; or, with a nil file, how many lie in the segments before the
+// next byte that a seed holds. It looks at the states of the chunks
+// before end only: those a reader awaited, or every one once all are
+// there.
+func (sf *stagedFile) seedExtent(at, end int64) (file *os.File, fileAt, n int64) {
+	if sf.layout == nil {
+		return nil, 0, end - at
+	}
+	fc := sf.layout
+	i := fc.chunkAt(at)
+	st := sf.chunks[fc.ids[i]]
+	if st.seed != nil {
+		file, fileAt = st.seed, st.seedAt+(at-fc.starts[i])
+		stop := fc.starts[i+1]
+		for i++; i < len(fc.ids) && stop < end; i++ {
+			next := sf.chunks[fc.ids[i]]
+			if next.seed != file || next.seedAt != fileAt+(stop-at) {
+				break
+			}
+			stop = fc.starts[i+1]
+		}
+		return file, fileAt, min(stop, end) - at
+	}
+	for i++; i < len(fc.ids) && fc.starts[i] < end && sf.chunks[fc.ids[i]].seed == nil; i++ {
+	}
+	return nil, 0, min(fc.starts[i], end) - at
+}
+
+// readAt reads from the segments, and the seeds of the chunks they hold;
+// io.EOF past the end. A reader reads bytes only once they are there
+// (Filling.Await).
 func (sf *stagedFile) readAt(b []byte, at int64) (int, error) {
+	if at >= sf.size {
+		return 0, io.EOF
+	}
+	done := 0
+	for done < len(b) && at < sf.size {
+		file, fileAt, n := sf.seedExtent(at, min(sf.size, at+int64(len(b)-done)))
+		var got int
+		var err error
+		if file != nil {
+			got, err = file.ReadAt(b[done:done+int(n)], fileAt)
+		} else {
+			got, err = sf.readSegments(b[done:done+int(n)], at)
+		}
+		done += got
+		at += int64(got)
+		if err != nil {
+			return done, err
+		}
+	}
+	if done < len(b) {
+		return done, io.EOF
+	}
+	return done, nil
+}
+
+// readSegments reads from the segments; io.EOF past the end.
+func (sf *stagedFile) readSegments(b []byte, at int64) (int, error) {
 	if at >= sf.size {
 		return 0, io.EOF
 	}
@@ -112,31 +188,28 @@ func (sf *stagedFile) release() {
 	sf.freed()
 }
 
-// write writes the file into the folder from memory (by the kernel, one
-// segment after another, ctx checked between them): readers opened after
-// it read the folder's copy.
+// write writes the file into the folder from memory, and what seeds hold
+// from them (by the kernel, a piece after another, ctx checked between
+// them): readers opened after it read the folder's copy.
 func (sf *stagedFile) write(ctx context.Context, sync bool) error {
 	out, err := os.OpenFile(sf.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, sf.mode)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	for i, seg := range sf.segs {
-		in, n := int(seg.f.Fd()), min(sf.seg, sf.size-int64(i)*sf.seg)
-		var off int64
-		for off < n {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			// sendfile writes at out's position, which follows on.
-			got, err := unix.Sendfile(int(out.Fd()), in, &off, int(n-off))
-			if err != nil {
-				return err
-			}
-			if got == 0 {
-				return fmt.Errorf("%d of %d bytes in memory", int64(i)*sf.seg+off, sf.size)
-			}
+	for at := int64(0); at < sf.size; {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
+		file, fileAt, n := sf.seedExtent(at, sf.size)
+		if file != nil {
+			if err := fsutil.CopyRange(out, at, file, fileAt, n); err != nil {
+				return err
+			}
+		} else if err := sf.writeSegments(ctx, out, at, n); err != nil {
+			return err
+		}
+		at += n
 	}
 	if sync {
 		if err := out.Sync(); err != nil {
@@ -149,6 +222,32 @@ func (sf *stagedFile) write(ctx context.Context, sync bool) error {
 	sf.mu.Lock()
 	sf.written = true
 	sf.mu.Unlock()
+	return nil
+}
+
+// writeSegments writes bytes [at, at+n) of the segments into out at the
+// same place, by sendfile.
+func (sf *stagedFile) writeSegments(ctx context.Context, out *os.File, at, n int64) error {
+	// sendfile writes at out's position.
+	if _, err := out.Seek(at, io.SeekStart); err != nil {
+		return err
+	}
+	for end := at + n; at < end; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		i, off := at/sf.seg, at%sf.seg
+		in := int(sf.segs[i].f.Fd())
+		want := int(min(sf.seg-off, end-at))
+		got, err := unix.Sendfile(int(out.Fd()), in, &off, want)
+		if err != nil {
+			return err
+		}
+		if got == 0 {
+			return fmt.Errorf("%d of %d bytes in memory", at, sf.size)
+		}
+		at += int64(got)
+	}
 	return nil
 }
 

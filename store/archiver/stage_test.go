@@ -45,7 +45,7 @@ func TestStagedFileSegments(t *testing.T) {
 				end = s
 			}
 		}
-		if err := sf.writeAt(want[at:end], int64(at)); err != nil {
+		if _, err := sf.writeAt(want[at:end], int64(at)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -25,8 +25,8 @@ import (
 // Backend is a folder of objects.
 type Backend struct {
 	root string
-	// direct holds the aligned buffers of direct reads, a pack's worth
-	// and a block either side each.
+	// direct holds the aligned buffers of direct reads, each as large as
+	// the largest read it served (a pack's worth and a block either side).
 	direct *sync.Pool
 }
 
@@ -37,7 +37,7 @@ func New(root string) (*Backend, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("local store %s: %w", root, err)
 	}
-	direct := &sync.Pool{New: func() any { b := fsutil.AlignedBuffer(directRead); return &b }}
+	direct := &sync.Pool{New: func() any { return new([]byte) }}
 	return &Backend{root: root, direct: direct}, nil
 }
 
@@ -113,8 +113,10 @@ func notExist(root, key string, err error) error {
 // errNoDirect says the filesystem does not take O_DIRECT (tmpfs).
 var errNoDirect = errors.New("O_DIRECT is not supported here")
 
-// directRead is the largest read made around the page cache at once.
-const directRead = 16<<20 + 2*fsutil.DirectBlock
+// directRead is the largest read made around the page cache at once: a
+// pack (store.Repository.PackRead: 24 MiB with the default sizes) and a
+// block either side, with room for larger packs.
+const directRead = 64<<20 + 2*fsutil.DirectBlock
 
 // readDirect reads length bytes of path from offset around the page cache
 // (O_DIRECT), in aligned blocks: a pull reads each pack's bytes once, and
@@ -135,6 +137,9 @@ func (b *Backend) readDirect(path string, offset, length int64) (io.ReadCloser, 
 	}
 	defer f.Close()
 	pooled := b.direct.Get().(*[]byte)
+	if len(*pooled) < int(end-start) {
+		*pooled = fsutil.AlignedBuffer(int(end - start))
+	}
 	buf := *pooled
 	n := 0
 	for n < int(end-start) {
