@@ -17,17 +17,7 @@ import (
 // rest; a local copy that changed since costs fetches, never a wrong byte.
 func TestPullCopiesWhatTheNodeHolds(t *testing.T) {
 	ctx := context.Background()
-	r, _ := newRepo(t)
-	a, b := makeFolder(t, 24, 2, 1), makeFolder(t, 24, 2, 2)
-	for name, dir := range map[string]string{"a": a, "b": b} {
-		if _, err := archiver.Save(ctx, r, name, dir, archiver.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	here := filepath.Join(t.TempDir(), "a")
-	if _, err := archiver.RestoreSnapshot(ctx, r, mustSnapshot(t, r, "a"), here, archiver.Options{NoSync: true}); err != nil {
-		t.Fatal(err)
-	}
+	r, b, here := templateHeldHere(t)
 	sa, sb := mustSnapshot(t, r, "a"), mustSnapshot(t, r, "b")
 	seeds := []archiver.Seed{{Dir: here, Snapshot: sa}}
 	out := filepath.Join(t.TempDir(), "b")
@@ -62,6 +52,26 @@ func TestPullCopiesWhatTheNodeHolds(t *testing.T) {
 	}
 }
 
+// templateHeldHere stores two snapshots of one template ("a", "b": 24 MiB
+// shared, 2 MiB each their own) and pulls "a" onto this node: the
+// repository, b's folder, and a's pulled copy.
+func templateHeldHere(t *testing.T) (r *store.Repository, b, here string) {
+	t.Helper()
+	ctx := context.Background()
+	r, _ = newRepo(t)
+	a, b := makeFolder(t, 24, 2, 1), makeFolder(t, 24, 2, 2)
+	for name, dir := range map[string]string{"a": a, "b": b} {
+		if _, err := archiver.Save(ctx, r, name, dir, archiver.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	here = filepath.Join(t.TempDir(), "a")
+	if _, err := archiver.RestoreSnapshot(ctx, r, mustSnapshot(t, r, "a"), here, archiver.Options{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	return r, b, here
+}
+
 func mustSnapshot(t *testing.T, r *store.Repository, name string) *store.Snapshot {
 	t.Helper()
 	s, err := r.Snapshot(context.Background(), name)
@@ -78,17 +88,7 @@ func mustSnapshot(t *testing.T, r *store.Repository, name string) *store.Snapsho
 // seed's folder is gone (its files stay open until then).
 func TestStagedPullServesWhatTheNodeHoldsInPlace(t *testing.T) {
 	ctx := context.Background()
-	r, _ := newRepo(t)
-	a, b := makeFolder(t, 24, 2, 1), makeFolder(t, 24, 2, 2)
-	for name, dir := range map[string]string{"a": a, "b": b} {
-		if _, err := archiver.Save(ctx, r, name, dir, archiver.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	here := filepath.Join(t.TempDir(), "a")
-	if _, err := archiver.RestoreSnapshot(ctx, r, mustSnapshot(t, r, "a"), here, archiver.Options{NoSync: true}); err != nil {
-		t.Fatal(err)
-	}
+	r, b, here := templateHeldHere(t)
 	want, err := os.ReadFile(filepath.Join(b, "image", "pages.img"))
 	if err != nil {
 		t.Fatal(err)

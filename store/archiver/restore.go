@@ -354,9 +354,9 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 		rank[id] = i
 	}
 	var mu sync.Mutex // guards pulled's counts and missed
-	// write puts a checked chunk wherever the snapshot has it, and says
-	// how long it waited for other writers.
-	// A chunk checked in a seed is taken from it (writeSeeded).
+	// write puts a checked chunk wherever the snapshot has it (one checked
+	// in a seed, seed set, by writeSeeded), and says how long it waited
+	// for other writers.
 	write := func(id string, data []byte, seed *seededChunk) (time.Duration, error) {
 		var waited time.Duration
 		st := f.chunks[id]

@@ -142,24 +142,19 @@ func (sf *stagedFile) readAt(b []byte, at int64) (int, error) {
 	return done, nil
 }
 
-// readSegments reads from the segments; io.EOF past the end.
+// readSegments reads len(b) bytes from at out of the segments; the caller
+// keeps within the file.
 func (sf *stagedFile) readSegments(b []byte, at int64) (int, error) {
-	if at >= sf.size {
-		return 0, io.EOF
-	}
 	done := 0
-	for done < len(b) && at < sf.size {
+	for done < len(b) {
 		i, off := at/sf.seg, at%sf.seg
-		n := int(min(int64(len(b)-done), sf.seg-off, sf.size-at))
+		n := int(min(int64(len(b)-done), sf.seg-off))
 		got, err := sf.segs[i].f.ReadAt(b[done:done+n], off)
 		done += got
 		at += int64(got)
 		if err != nil {
 			return done, err
 		}
-	}
-	if done < len(b) {
-		return done, io.EOF
 	}
 	return done, nil
 }
