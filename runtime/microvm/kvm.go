@@ -227,6 +227,11 @@ func probeBoot(ctx context.Context, qemu, kernel string, timeout time.Duration) 
 	cmd := exec.CommandContext(ctx, qemu, "-machine", "pc,accel=kvm", "-m", "128", "-nodefaults", "-no-user-config",
 		"-display", "none", "-no-reboot", "-kernel", kernel, "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1",
 		"-chardev", "stdio,id=probe,signal=off", "-serial", "chardev:probe")
+	// The probe's guest dies with this process: one left behind by a
+	// stasisd killed while it probed runs on, on a KVM that cannot boot a
+	// guest spinning a core (twenty such, from the tests' stasisd, loaded a
+	// 2-core CI host to 84).
+	cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
