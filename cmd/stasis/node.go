@@ -31,8 +31,12 @@ fingerprints are what "stasis snapshot check --node FILE" places snapshots on.`,
 				return err
 			}
 			// The runtimes beside gVisor are stasisd's to run: what it
-			// found at start (QEMU, KVM or TCG, the agent's channel).
-			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+			// found at start (QEMU, KVM or TCG, the agent's channel). A
+			// stasisd just started answers once it has chosen its
+			// micro-VM accelerator: on a host whose /dev/kvm opens but
+			// boots no guest, after its two probes of 5 s each (2 s was
+			// too short, and the runtimes came back empty).
+			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
 			defer cancel()
 			served, infoErr := g.client().NodeInfo(ctx)
 			f.Runtimes = served.Runtimes
