@@ -34,12 +34,17 @@ const maxRunGap = 256 << 10
 
 // PackRead is the most bytes of one pack worth reading with one request:
 // a whole pack, which closes at the first chunk that takes it past the
-// pack size, so it holds at most that and one more chunk. (A bound of the
+// pack size, so it holds at most that and one more chunk (a bound of the
 // pack size alone split nearly every pack into a run and a last chunk read
-// on its own, twice the requests.)
+// on its own, twice the requests); at most maxPackRead, which bounds a
+// pull's memory whatever pack size a repository was made with.
 func (r *Repository) PackRead() int64 {
-	return r.cfg.PackSize + int64(r.maxChunk())
+	return min(r.cfg.PackSize+int64(r.maxChunk()), maxPackRead)
 }
+
+// maxPackRead bounds PackRead: 64 MiB, the local backend's largest direct
+// read.
+const maxPackRead = 64 << 20
 
 // PlanReads groups chunks (each named once) into runs of at most maxRun
 // bytes, in pack and offset order, so that a pull reads each pack front to
