@@ -3,9 +3,7 @@
 package engine_test
 
 import (
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,6 +24,7 @@ import (
 	"github.com/stasis-run/stasis/store/local"
 	"github.com/stasis-run/stasis/store/location"
 	"github.com/stasis-run/stasis/testkit/s3test"
+	"github.com/stasis-run/stasis/testkit/tracefile"
 	"github.com/stasis-run/stasis/transfer"
 )
 
@@ -114,9 +113,9 @@ func TestGPUAnywhere(t *testing.T) {
 			if !v.unstaged {
 				to.Options.Stage = pullMemory.Stage
 			}
-			traces := newTraceFile(t, mode, name, v)
-			if traces.f != nil {
-				to.Options.Trace = traces.add
+			traces := traceFile(t, mode, name, v)
+			if traces != nil {
+				to.Options.Trace = traces.Add
 			}
 			// Where the time went: each step's end, and the machine's
 			// disks, page cache and cores, every 100 ms.
@@ -142,7 +141,7 @@ func TestGPUAnywhere(t *testing.T) {
 				writtenS = time.Since(begin).Seconds()
 			}
 			stopProfile()
-			traces.close()
+			traces.Close()
 			samples := stopSampling()
 			marksMu.Lock()
 			defer marksMu.Unlock()
@@ -383,44 +382,14 @@ func cpuProfile(t *testing.T, mode, name string, v pullVariant) (stop func()) {
 	}
 }
 
-// traceFile writes a pull's trace (archiver.Options.Trace), one JSON line
-// a piece, gzipped, into STASIS_ANYWHERE_TRACEDIR/anywhere-MODE-NAME[-VARIANT].trace.jsonl.gz
-// when that is set.
-type traceFile struct {
-	t   *testing.T
-	f   *os.File
-	gz  *gzip.Writer
-	enc *json.Encoder
-}
-
-func newTraceFile(t *testing.T, mode, name string, v pullVariant) *traceFile {
-	tf := &traceFile{t: t}
+// traceFile is the pull's trace file in STASIS_ANYWHERE_TRACEDIR,
+// anywhere-MODE-NAME[-VARIANT].trace.jsonl.gz, or nil when that is not set.
+func traceFile(t *testing.T, mode, name string, v pullVariant) *tracefile.File {
 	dir := os.Getenv("STASIS_ANYWHERE_TRACEDIR")
 	if dir == "" {
-		return tf
+		return nil
 	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("anywhere-%s-%s%s.trace.jsonl.gz", mode, name, v.name())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tf.f, tf.gz = f, gzip.NewWriter(f)
-	tf.enc = json.NewEncoder(tf.gz)
-	return tf
-}
-
-// add is the pull's Trace (set only where there is a file).
-func (tf *traceFile) add(tr archiver.Trace) { _ = tf.enc.Encode(tr) }
-
-func (tf *traceFile) close() {
-	if tf.f == nil {
-		return
-	}
-	if err := tf.gz.Close(); err != nil {
-		tf.t.Error(err)
-	}
-	if err := tf.f.Close(); err != nil {
-		tf.t.Error(err)
-	}
+	return tracefile.Create(t, filepath.Join(dir, fmt.Sprintf("anywhere-%s-%s%s.trace.jsonl.gz", mode, name, v.name())))
 }
 
 // forMode says whether the setting key (1 for every mode, or a list of

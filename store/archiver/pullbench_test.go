@@ -24,7 +24,6 @@
 package archiver_test
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,6 +42,7 @@ import (
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/store/local"
+	"github.com/stasis-run/stasis/testkit/tracefile"
 )
 
 type pullRow struct {
@@ -151,9 +151,9 @@ func TestPullBench(t *testing.T) {
 		if r.Writeback == writebackStaged {
 			opts.Stage = func(int64) func() { return func() {} }
 		}
-		traces := newBenchTrace(t, run)
+		traces := benchTrace(t, run)
 		if traces != nil {
-			opts.Trace = func(tr archiver.Trace) { _ = traces.enc.Encode(tr) }
+			opts.Trace = traces.Add
 		}
 		f, err := archiver.StartRestore(ctx, repo, stored, out, opts)
 		if err != nil {
@@ -167,7 +167,7 @@ func TestPullBench(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.WrittenS = time.Since(start).Seconds()
-		traces.close(t)
+		traces.Close()
 		r.PullOverFloor = min(r.Floor1S, r.Floor8S) / r.PullS
 		if peak, err := procfs.StatusBytes("/proc", os.Getpid(), "VmHWM"); err == nil {
 			r.PeakRSSMiB = float64(peak) / (1 << 20)
@@ -316,35 +316,11 @@ func setWriteback(w node.Writeback) error {
 	return nil
 }
 
-// benchTrace is one run's trace file, gzipped JSON lines.
-type benchTrace struct {
-	f   *os.File
-	gz  *gzip.Writer
-	enc *json.Encoder
-}
-
-// newBenchTrace opens run's trace file in STASIS_BENCH_OUT, or says nil.
-func newBenchTrace(t *testing.T, run int) *benchTrace {
+// benchTrace is run's trace file in STASIS_BENCH_OUT, or nil.
+func benchTrace(t *testing.T, run int) *tracefile.File {
 	dir := os.Getenv("STASIS_BENCH_OUT")
 	if dir == "" {
 		return nil
 	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("pullbench-%d.trace.jsonl.gz", run)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gz := gzip.NewWriter(f)
-	return &benchTrace{f: f, gz: gz, enc: json.NewEncoder(gz)}
-}
-
-func (b *benchTrace) close(t *testing.T) {
-	if b == nil {
-		return
-	}
-	if err := b.gz.Close(); err != nil {
-		t.Error(err)
-	}
-	if err := b.f.Close(); err != nil {
-		t.Error(err)
-	}
+	return tracefile.Create(t, filepath.Join(dir, fmt.Sprintf("pullbench-%d.trace.jsonl.gz", run)))
 }
