@@ -331,7 +331,8 @@ resume_summary() {
 # tune`, which stasisd runs at start, sets them), "host" (as the machine has
 # them) or SHMEM_ENABLED/DEFRAG written to /sys/kernel/mm/transparent_hugepage;
 # the machine's own are put back at exit. STASIS_RUNSC_DEBUG=1 keeps runsc's
-# debug logs and extracts their memory load lines into runsc-memory.log.
+# debug logs and extracts their memory load lines into runsc-memory.log, and
+# their restore timelines and loading lines into runsc-restore-TEST.log.gz.
 thp_runs() {
 	local thp=/sys/kernel/mm/transparent_hugepage mode
 	# Global, as the EXIT trap that puts them back runs after this function.
@@ -354,6 +355,7 @@ thp_runs() {
 		ENGINE_RUN=$1 ENGINE_TIMEOUT="${ENGINE_TIMEOUT:-9m}" run_engine
 		if [ -n "${STASIS_RUNSC_DEBUG:-}" ]; then
 			grep -h -E "huge pages|page loading|loaded metadata|restore took" "$STASIS_RUNSC_DEBUG_DIR"/* 2>/dev/null | cut -c1-400 | sed "s|^|$mode |" >>"$out/runsc-memory.log" || true
+			python3 scripts/gpu/runsc_log_lines.py "$STASIS_RUNSC_DEBUG_DIR" "$out/runsc-restore-$1.log.gz" || true
 			if [ -n "${STASIS_RESUME_STRACE:-}" ]; then
 				python3 scripts/gpu/strace_summary.py "$STASIS_RUNSC_DEBUG_DIR" "$out" | tee "$out/strace-summary.md"
 			fi

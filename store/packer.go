@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"runtime"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
@@ -34,29 +35,32 @@ func (r *Repository) Chunk(id string) (ChunkInfo, bool) {
 }
 
 // Packer stores new chunks: each is compressed by the goroutine that adds
-// it (while its bytes are still in that core's cache), packed with others
-// into packs of the repository's pack size, and written by a few uploaders.
-// A chunk counts as stored (HasChunk) once its pack and that pack's index
-// are written. Memory stays bounded whatever is stored: every stage hands
-// on through short channels and reused buffers.
+// it (while its bytes are still in that core's cache) straight into the
+// pack being filled, and the packs are written by a few uploaders. Chunks
+// are added through lanes (Lane), one per adding goroutine, each filling
+// packs of its own: a pack then holds a stretch of one file in the file's
+// order rather than pieces of every stretch being cut at once, so a pull
+// that reads a file in order needs its packs one after another (with one
+// packer for all, the chunks of a file's first 256 MiB were spread over
+// the packs of its first 4 GiB on 16 cores, and a restore reading the
+// memory image as it arrived waited for all of them: docs/benchmarks.md,
+// session 21). A chunk counts as stored (HasChunk) once its pack and that
+// pack's index are written. Memory stays bounded whatever is stored: packs
+// come from a free list as deep as the lanes and uploads.
 type Packer struct {
-	r     *Repository
-	ctx   context.Context
-	g     *errgroup.Group
-	enc   *zstd.Encoder
-	zpool *freeList[*[]byte]
+	r   *Repository
+	ctx context.Context
+	g   *errgroup.Group
+	enc *zstd.Encoder
 	// coders group the bytes of chunks zstd cannot shrink (format 3);
 	// nil in older formats.
 	coders  *freeList[*groupedCoder]
-	blobs   chan blob
+	pool    *freeList[*packWriter]
+	packs   chan *packWriter
 	written func(int64)
-}
 
-type blob struct {
-	id         string
-	compressed []byte
-	buf        *[]byte // returned to the pool once packed
-	raw        int64
+	mu    sync.Mutex
+	lanes []*PackLane
 }
 
 // NewPacker starts a packer with uploads packs written at once
@@ -72,54 +76,25 @@ func (r *Repository) NewPacker(ctx context.Context, uploads int, written func(in
 	if err != nil {
 		return nil, err
 	}
-	// Buffers are reused through free lists as deep as the pipeline:
-	// allocating compressed chunks and packs afresh for a 10 GB image keeps
-	// the garbage collector busier than the chunker. (A sync.Pool is emptied
-	// by every collection, which is the problem.)
-	maxBlob := enc.MaxEncodedSize(r.maxChunk())
-	packPool := newFreeList(uploads+2, func() *packWriter { return newPackWriter(r.cfg.PackSize + int64(maxBlob)) })
+	// Packs are reused through a free list as deep as the pipeline (a
+	// pack filling in each lane of a cutter per core, those queued and
+	// being uploaded): allocating them afresh for a 10 GB image keeps the
+	// garbage collector busier than the chunker. (A sync.Pool is emptied
+	// by every collection, which is the problem.) A pack's capacity allows
+	// one chunk past the pack size, so its buffer never moves.
+	capacity := r.cfg.PackSize + int64(enc.MaxEncodedSize(r.maxChunk()))
 	g, gctx := errgroup.WithContext(ctx)
 	p := &Packer{
 		r: r, ctx: gctx, g: g, enc: enc, written: written,
-		zpool: newFreeList(2*workers+2, func() *[]byte { b := make([]byte, 0, maxBlob); return &b }),
-		blobs: make(chan blob, workers),
+		pool:  newFreeList(workers+uploads+2, func() *packWriter { return newPackWriter(capacity) }),
+		packs: make(chan *packWriter, 1),
 	}
 	if r.cfg.Version >= 3 {
 		p.coders = newFreeList(workers, func() *groupedCoder { return &groupedCoder{} })
 	}
-	packs := make(chan *packWriter, 1)
-	g.Go(func() error {
-		defer close(packs)
-		pw, err := packPool.get(gctx)
-		if err != nil {
-			return err
-		}
-		for b := range p.blobs {
-			pw.add(b)
-			p.zpool.put(b.buf)
-			if int64(len(pw.buf)) >= r.cfg.PackSize {
-				select {
-				case packs <- pw:
-				case <-gctx.Done():
-					return gctx.Err()
-				}
-				if pw, err = packPool.get(gctx); err != nil {
-					return err
-				}
-			}
-		}
-		if len(pw.index.Blobs) > 0 {
-			select {
-			case packs <- pw:
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-		}
-		return nil
-	})
 	for range uploads {
 		g.Go(func() error {
-			for pw := range packs {
+			for pw := range p.packs {
 				n, err := r.writePack(gctx, pw)
 				if err != nil {
 					return err
@@ -128,7 +103,7 @@ func (r *Repository) NewPacker(ctx context.Context, uploads int, written func(in
 					p.written(n)
 				}
 				pw.reset()
-				packPool.put(pw)
+				p.pool.put(pw)
 			}
 			return nil
 		})
@@ -136,23 +111,57 @@ func (r *Repository) NewPacker(ctx context.Context, uploads int, written func(in
 	return p, nil
 }
 
-// Add compresses chunk data, whose id the caller computed, and queues it.
-// Many goroutines may add at once; the caller adds each new chunk once.
-// After a failure of the packer, Add returns that failure.
-func (p *Packer) Add(ctx context.Context, id string, data []byte) error {
-	zbuf, err := p.zpool.get(p.ctx)
-	if err != nil {
-		return context.Cause(p.ctx)
+// PackLane is one goroutine's way into a Packer: the chunks it adds fill
+// packs of their own, in the order added. A lane is not for use by
+// several goroutines at once.
+type PackLane struct {
+	p  *Packer
+	pw *packWriter // the pack being filled; nil until the next Add
+}
+
+// Lane opens a lane; Close hands on the pack each lane was filling.
+func (p *Packer) Lane() *PackLane {
+	l := &PackLane{p: p}
+	p.mu.Lock()
+	p.lanes = append(p.lanes, l)
+	p.mu.Unlock()
+	return l
+}
+
+// Add compresses chunk data, whose id the caller computed, into the
+// lane's pack, and queues the pack for writing once it is full. The
+// caller adds each new chunk once, in any lane. After a failure of the
+// packer, Add returns that failure.
+func (l *PackLane) Add(ctx context.Context, id string, data []byte) error {
+	p := l.p
+	if l.pw == nil {
+		pw, err := p.pool.get(p.ctx)
+		if err != nil {
+			return context.Cause(p.ctx)
+		}
+		l.pw = pw
 	}
-	compressed := p.enc.EncodeAll(data, (*zbuf)[:0])
+	pw := l.pw
+	at := len(pw.buf)
+	compressed := p.enc.EncodeAll(data, pw.buf[at:at])
 	if p.coders != nil && len(compressed) > len(data)-len(data)/groupedTry {
+		var err error
 		if compressed, err = p.group(data, compressed); err != nil {
 			return err
 		}
 	}
-	b := blob{id: id, raw: int64(len(data)), compressed: compressed, buf: zbuf}
+	pw.add(id, int64(len(data)), compressed)
+	if int64(len(pw.buf)) < p.r.cfg.PackSize {
+		return nil
+	}
+	l.pw = nil
+	return p.send(ctx, pw)
+}
+
+// send queues a pack for an uploader.
+func (p *Packer) send(ctx context.Context, pw *packWriter) error {
 	select {
-	case p.blobs <- b:
+	case p.packs <- pw:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -182,11 +191,21 @@ func (p *Packer) group(data, compressed []byte) ([]byte, error) {
 	return append(compressed[:0], grouped...), nil
 }
 
-// Close writes what is queued and waits for every upload; its error is the
-// packer's first failure.
+// Close queues the pack each lane was filling, writes what is queued and
+// waits for every upload; its error is the packer's first failure. It
+// must come after the last Add has returned.
 func (p *Packer) Close() error {
-	close(p.blobs)
-	err := p.g.Wait()
+	var err error
+	for _, l := range p.lanes {
+		if l.pw != nil && len(l.pw.index.Blobs) > 0 && err == nil {
+			err = p.send(p.ctx, l.pw)
+		}
+		l.pw = nil
+	}
+	close(p.packs)
+	if werr := p.g.Wait(); werr != nil {
+		err = werr
+	}
 	p.enc.Close()
 	return err
 }
@@ -208,11 +227,18 @@ func (p *packWriter) reset() {
 	p.index = packIndex{}
 }
 
-// add appends b; the capacity allows one blob past the pack size, so the
-// buffer never moves.
-func (p *packWriter) add(b blob) {
-	p.index.Blobs = append(p.index.Blobs, packEntry{ID: b.id, Offset: int64(len(p.buf)), Length: int64(len(b.compressed)), Raw: b.raw})
-	p.buf = append(p.buf, b.compressed...)
+// add records chunk id (raw bytes before compression) whose stored bytes
+// are compressed: those the buffer holds past its length, where the chunk
+// was compressed into (the capacity allows one chunk past the pack size),
+// or, where an encoder had to grow them elsewhere, a copy.
+func (p *packWriter) add(id string, raw int64, compressed []byte) {
+	at := len(p.buf)
+	p.index.Blobs = append(p.index.Blobs, packEntry{ID: id, Offset: int64(at), Length: int64(len(compressed)), Raw: raw})
+	if n := len(compressed); n > 0 && cap(p.buf)-at >= n && &p.buf[:at+1][at] == &compressed[0] {
+		p.buf = p.buf[:at+n]
+		return
+	}
+	p.buf = append(p.buf, compressed...)
 }
 
 // memReader reads a byte slice; Bytes gives what is left to read, so that a

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -231,11 +233,21 @@ func TestInterruptedSaveResumes(t *testing.T) {
 	}
 }
 
+// packFiles lists the repository's pack files, the largest first (a pack
+// of the memory image, rather than one of a small file cut beside it).
 func packFiles(t *testing.T, root string) []string {
 	packs, err := filepath.Glob(filepath.Join(root, "data", "*", "*"))
 	if err != nil || len(packs) == 0 {
 		t.Fatalf("no packs: %v", err)
 	}
+	size := func(p string) int64 {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	slices.SortFunc(packs, func(a, b string) int { return cmp.Compare(size(b), size(a)) })
 	return packs
 }
 
@@ -405,13 +417,45 @@ func TestGCFreesUnusedPacksAndRespectsLocks(t *testing.T) {
 func nowRFC3339() string { return time.Now().UTC().Format(time.RFC3339) }
 
 // A file larger than a segment is cut by several cutters at once; its chunk
-// list must still come out in order.
+// list must still come out in order, and each pack must hold a stretch of
+// the file in the file's order (a pull that reads the file in order then
+// needs its packs one after another), not pieces of both segments.
 func TestFileAcrossSegments(t *testing.T) {
 	ctx := context.Background()
+	// Two cutters at least, so that both segments are cut at once.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
 	r, _ := newRepo(t)
 	src := makeFolderZeros(t, 0, 300, 11, 0) // two segments of 256 MiB
-	if _, err := archiver.Save(ctx, r, "big", src, archiver.Options{}); err != nil {
+	s, err := archiver.Save(ctx, r, "big", src, archiver.Options{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	var pages []string
+	for _, f := range s.Files {
+		if f.Path == "image/pages.img" {
+			pages = f.Chunks
+		}
+	}
+	at := map[string]int{}
+	for i, id := range pages {
+		at[id] = i
+	}
+	runs, err := r.PlanReads(pages, r.PackRead())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]int{}
+	for _, run := range runs {
+		for _, c := range run.Chunks {
+			prev, seen := last[run.Pack]
+			if seen && at[c.ID] != prev+1 {
+				t.Fatalf("pack %s holds chunk %d of the file right after chunk %d: a pack should hold a stretch of the file in order", run.Pack, at[c.ID], prev)
+			}
+			last[run.Pack] = at[c.ID]
+		}
+	}
+	if len(last) < 2 {
+		t.Fatalf("%d pack(s) for 300 MiB: the test needs several", len(last))
 	}
 	dst := filepath.Join(t.TempDir(), "out")
 	if err := archiver.Restore(ctx, r, "big", dst, archiver.Options{}); err != nil {

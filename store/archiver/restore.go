@@ -322,7 +322,7 @@ func (f *Filling) Await(ctx context.Context, path string, off, n int64) error {
 		}
 	}
 	if f.trace.on() {
-		f.trace.emit(Trace{Kind: "await", Start: f.trace.since(began), End: f.trace.since(time.Now()), Raw: n, Chunks: len(pending), Path: path})
+		f.trace.emit(Trace{Kind: "await", Start: f.trace.since(began), End: f.trace.since(time.Now()), Raw: n, Chunks: len(pending), Path: path, Offset: off})
 	}
 	return nil
 }

@@ -220,9 +220,11 @@ func SaveManifest(ctx context.Context, repo *store.Repository, name, dir string,
 }
 
 // ingest runs the pipeline: cutters (one per core) each take a file segment
-// and cut and hash its chunks, handing those the repository lacks to its
-// packer, which compresses each on the cutter's goroutine (while it is
-// still in that core's cache and without a copy), packs and uploads them.
+// and cut and hash its chunks, handing those the repository lacks to the
+// packer through a lane of their own, which compresses each on the
+// cutter's goroutine (while it is still in that core's cache) into the
+// cutter's own pack, so that a pack holds a stretch of one file, in order;
+// the packer uploads the packs.
 func ingest(ctx context.Context, repo *store.Repository, dir string, snap *store.Snapshot, opts Options, rep *progressReporter) error {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -239,7 +241,7 @@ func ingest(ctx context.Context, repo *store.Repository, dir string, snap *store
 	g, gctx := errgroup.WithContext(pctx)
 	for range min(runtime.GOMAXPROCS(0), len(segs)) {
 		g.Go(func() error {
-			c := segmentCutter{repo: repo, dir: dir, snap: snap, lists: lists, packer: packer, rep: rep, scan: make([]byte, repo.ChunkerBufferSize())}
+			c := segmentCutter{repo: repo, dir: dir, snap: snap, lists: lists, packs: packer.Lane(), rep: rep, scan: make([]byte, repo.ChunkerBufferSize())}
 			for seg := range todo {
 				if err := c.cut(gctx, seg); err != nil {
 					return err
@@ -266,16 +268,16 @@ func ingest(ctx context.Context, repo *store.Repository, dir string, snap *store
 	return nil
 }
 
-// segmentCutter is one cutter goroutine's state: its scan buffer is reused
-// for every segment it takes.
+// segmentCutter is one cutter goroutine's state: its scan buffer and its
+// lane into the packer serve every segment it takes.
 type segmentCutter struct {
-	repo   *store.Repository
-	dir    string
-	snap   *store.Snapshot
-	lists  *chunkLists
-	packer *store.Packer
-	rep    *progressReporter
-	scan   []byte
+	repo  *store.Repository
+	dir   string
+	snap  *store.Snapshot
+	lists *chunkLists
+	packs *store.PackLane
+	rep   *progressReporter
+	scan  []byte
 }
 
 // cut chunks one segment of a file; every chunk the repository lacks goes
@@ -304,7 +306,7 @@ func (c *segmentCutter) cut(ctx context.Context, seg segment) error {
 		sum := sha256.Sum256(data)
 		id := hex.EncodeToString(sum[:])
 		if c.lists.add(seg, id, c.repo.HasChunk(id)) {
-			if err := c.packer.Add(ctx, id, data); err != nil {
+			if err := c.packs.Add(ctx, id, data); err != nil {
 				return err
 			}
 		}

@@ -28,8 +28,10 @@ type Trace struct {
 	Stored int64 `json:"stored,omitempty"`
 	Raw    int64 `json:"raw,omitempty"`
 	Chunks int   `json:"chunks,omitempty"`
-	// Path is the file an await read (a slash path, as in the manifest).
-	Path string `json:"path,omitempty"`
+	// Path is the file an await read (a slash path, as in the manifest),
+	// Offset where in it the read began.
+	Path   string `json:"path,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
 	// Urgent says a reader's wait moved the piece ahead of the others.
 	Urgent bool `json:"urgent,omitempty"`
 }
