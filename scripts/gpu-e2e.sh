@@ -13,12 +13,13 @@
 # needs none; with the May build set it to 580.126.20 (see FACTS).
 # STASIS_GPU_PATHS and STASIS_PATH_GIB (paths); STASIS_ZERO_GIB (zero-pages);
 # STASIS_RESUME_GIB, STASIS_RESUME_VARIANTS, STASIS_RESUME_COLD,
-# STASIS_RESUME_DEFAULT, STASIS_RESUME_THP, STASIS_RUNSC_DEBUG and, with it,
+# STASIS_RESUME_DEFAULT, STASIS_RESUME_THP, STASIS_RUNSC_DEBUG (runsc's debug logs:
+# their memory loading and restore timelines, also for anywhere) and, with it,
 # STASIS_RESUME_STRACE (the kept resume's system calls, strace-summary.md) (resume);
 # STASIS_SERVER_MODES, STASIS_SERVER_RESUMES (kept,warm,cold) and
 # STASIS_RESUME_THP (server-resume);
 # STASIS_WRITEBACK_GIB and STASIS_WRITEBACK_RUNS (writeback);
-# STASIS_ANYWHERE_MODES (plain,compiled), STASIS_ANYWHERE_SECOND (a second
+# STASIS_ANYWHERE_MODES (plain,compiled; none: the pull benchmark alone), STASIS_ANYWHERE_SECOND (a second
 # actor of the template) and STASIS_ANYWHERE_WHOLE (the pull whole before the
 # restore too, beside the default through a view) and STASIS_ANYWHERE_UNSTAGED
 # (the image written into the folder as it arrives too, beside the default held
@@ -289,7 +290,7 @@ run_anywhere() {
 		STASIS_PULL_GIB="${STASIS_PULL_GIB:-16}" STASIS_BENCH_DIR="$PWD/.gpu-work" STASIS_BENCH_OUT="$out" \
 			"$bin/pullbench.test" -test.run TestPullBench -test.v -test.timeout 30m 2>&1 | tee "$out/pullbench.txt"
 	fi
-	if [ -n "${STASIS_ANYWHERE_MODES:-plain,compiled}" ]; then
+	if [ "${STASIS_ANYWHERE_MODES:-plain,compiled}" != none ]; then
 		local vm=/proc/sys/vm saved="" f rc=0
 		if [ -n "${STASIS_ANYWHERE_DIRTY_GIB:-}" ]; then
 			# The kernel's write-back deferred while the pull reads (its
