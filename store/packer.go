@@ -196,7 +196,10 @@ func (p *Packer) group(data, compressed []byte) ([]byte, error) {
 // must come after the last Add has returned.
 func (p *Packer) Close() error {
 	var err error
-	for _, l := range p.lanes {
+	p.mu.Lock()
+	lanes := p.lanes
+	p.mu.Unlock()
+	for _, l := range lanes {
 		if l.pw != nil && len(l.pw.index.Blobs) > 0 && err == nil {
 			err = p.send(p.ctx, l.pw)
 		}
