@@ -14,7 +14,7 @@ rm -f "$bundle"/*.xz
 git rev-parse HEAD >"$bundle/COMMIT" 2>/dev/null || echo uncommitted >"$bundle/COMMIT"
 git diff --quiet 2>/dev/null || echo "+ uncommitted changes" >>"$bundle/COMMIT"
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bundle/stasis-cuda" ./cmd/stasis-cuda
-CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bundle/benchplot" ./internal/tools/benchplot
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bundle/benchplot" ./cmd/internal/benchplot
 source scripts/lib/cgo-env.sh
 for cmd in stasis stasisd; do
 	go build -trimpath -ldflags="-s -w" -o "$bundle/$cmd" "./cmd/$cmd"

@@ -6,10 +6,10 @@
 // restore beside each way of resuming the same snapshot). It prints the
 // figures as tables.
 //
-//	go run ./internal/tools/benchplot -o docs/benchmarks-cold-vs-resume.png docs/results/h200-server-bench.jsonl
-//	go run ./internal/tools/benchplot -o docs/benchmarks-resume-speed.png docs/results/h200-resume-r2.jsonl docs/results/h200-resume-r3.jsonl
-//	go run ./internal/tools/benchplot -o docs/benchmarks-anywhere.png docs/results/h200-anywhere-view-plain-s14.jsonl docs/results/h200-anywhere-view-compiled-s14.jsonl
-//	go run ./internal/tools/benchplot -o /dev/null -timeline docs/benchmarks-anywhere-timeline.png docs/results/h200-anywhere-timeline-s16.jsonl
+//	go run ./cmd/internal/benchplot -o docs/benchmarks-cold-vs-resume.png docs/results/h200-server-bench.jsonl
+//	go run ./cmd/internal/benchplot -o docs/benchmarks-resume-speed.png docs/results/h200-resume-r2.jsonl docs/results/h200-resume-r3.jsonl
+//	go run ./cmd/internal/benchplot -o docs/benchmarks-anywhere.png docs/results/h200-anywhere-view-plain-s14.jsonl docs/results/h200-anywhere-view-compiled-s14.jsonl
+//	go run ./cmd/internal/benchplot -o /dev/null -timeline docs/benchmarks-anywhere-timeline.png docs/results/h200-anywhere-timeline-s16.jsonl
 //
 // With -timeline it also draws the anywhere benchmark's timelines (disk
 // reads and writes and dirty pages over a resume), one panel each.
