@@ -229,6 +229,7 @@ func table(b *serverBench) {
 func main() {
 	out := flag.String("o", "cold-vs-resume.png", "PNG to write")
 	timelineOut := flag.String("timeline", "", "also draw the anywhere benchmark's timelines into this PNG")
+	on := flag.String("on", "an H200", "the machine the figures were measured on, for the titles")
 	flag.Parse()
 	// The benchmarks record their results as they grow; the last record
 	// of each workload is the most complete.
@@ -303,7 +304,7 @@ func main() {
 		f.Close()
 	}
 	if *timelineOut != "" {
-		if err := drawTimelines(*timelineOut, timelines); err != nil {
+		if err := drawTimelines(*timelineOut, *on, timelines); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -330,7 +331,7 @@ func main() {
 			bar{fmt.Sprintf("%g GiB actor: resume", gib), []segment{{"verify + check", rs["resume/verify"] + rs["resume/compatibility"]},
 				{"runsc restore", rs["resume/restore"]}, {"GPU resume", rs["resume/gpu-resume"]}, {"first GPU op", r.Resume - parts}}})
 	}
-	if err := drawBars(*out, bars); err != nil {
+	if err := drawBars(*out, *on, bars); err != nil {
 		log.Fatal(err)
 	}
 	if b != nil {
@@ -382,7 +383,7 @@ var colors = map[string]color.RGBA{
 	"pull (restore and GPU resume beside it)": {0x8c, 0xd1, 0x7d, 0xff}, "to first token": {0xe1, 0x57, 0x59, 0xff},
 }
 
-func drawBars(path string, bars []bar) error {
+func drawBars(path, on string, bars []bar) error {
 	const width, left, right, top, barH, gap = 1100, 230, 70, 50, 34, 40
 	height := top + len(bars)*(barH+gap) + 40
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
@@ -396,7 +397,7 @@ func drawBars(path string, bars []bar) error {
 		longest = max(longest, total)
 	}
 	scale := float64(width-left-right) / longest
-	text(img, 10, 25, "On an H200: seconds to the first token (7B server) or the first GPU operation, steps stacked", color.Black)
+	text(img, 10, 25, "On "+on+": seconds to the first token (7B server) or the first GPU operation, steps stacked", color.Black)
 	for i, b := range bars {
 		y := top + i*(barH+gap)
 		text(img, 10, y+barH/2+4, b.label, color.Black)

@@ -41,7 +41,7 @@ var (
 // drawTimelines draws one panel per timeline, on one time scale: the
 // disks' reads and writes in GB/s and the page cache's dirty GiB, and a
 // mark where the resume ended.
-func drawTimelines(path string, runs []*timeline) error {
+func drawTimelines(path, on string, runs []*timeline) error {
 	const width, left, right, top, panelH, gap = 1100, 60, 30, 50, 200, 70
 	height := top + len(runs)*(panelH+gap)
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
@@ -60,7 +60,7 @@ func drawTimelines(path string, runs []*timeline) error {
 	// Room on the right for the last mark's label.
 	tMax *= 1.12
 	rateMax, dirtyMax = float64(int(rateMax)+1), float64(int(dirtyMax/5)+1)*5
-	text(img, 10, 25, "On an H200: a resume on a node that never held the snapshot; disk read (green) and written (red) in GB/s, dirty page cache (gray) in GiB", color.Black)
+	text(img, 10, 25, "On "+on+": a resume on a node that never held the snapshot; disk read (green) and written (red) in GB/s, dirty page cache (gray) in GiB", color.Black)
 	xOf := func(t float64) int { return left + int(t/tMax*float64(width-left-right)) }
 	for i, r := range runs {
 		y0 := top + i*(panelH+gap) + 20
