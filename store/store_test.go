@@ -240,14 +240,15 @@ func packFiles(t *testing.T, root string) []string {
 	if err != nil || len(packs) == 0 {
 		t.Fatalf("no packs: %v", err)
 	}
-	size := func(p string) int64 {
+	size := map[string]int64{}
+	for _, p := range packs {
 		st, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.Size()
+		size[p] = st.Size()
 	}
-	slices.SortFunc(packs, func(a, b string) int { return cmp.Compare(size(b), size(a)) })
+	slices.SortFunc(packs, func(a, b string) int { return cmp.Compare(size[b], size[a]) })
 	return packs
 }
 

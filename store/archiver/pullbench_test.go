@@ -33,6 +33,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -118,6 +119,12 @@ func TestPullBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The memory image, which the reader in order reads beside the pull.
+	i := slices.IndexFunc(stored.Files, func(f store.File) bool { return f.Path == "image/pages.img" })
+	if i < 0 {
+		t.Fatal("the stored snapshot has no image/pages.img")
+	}
+	image := stored.Files[i]
 	packs := packFiles(t, filepath.Join(base, "repo", "data"))
 	var storedBytes int64
 	for _, p := range packs {
@@ -176,7 +183,7 @@ func TestPullBench(t *testing.T) {
 		}
 		inOrder := make(chan error, 1)
 		go func() {
-			err := readInOrder(ctx, f, "image/pages.img", stored.Size(), func() { r.InOrderHalfS = time.Since(start).Seconds() })
+			err := readInOrder(ctx, f, image.Path, image.Size, func() { r.InOrderHalfS = time.Since(start).Seconds() })
 			r.InOrderS = time.Since(start).Seconds()
 			inOrder <- err
 		}()
