@@ -416,15 +416,59 @@ const MaxLeaseSeconds = 600
 func SandboxID(id string) string { return "+" + id + "+" }
 
 // WarmingActorID is the ID of the actor that warming a template boots for
-// its golden snapshot (and deletes after). Its underscore is a character
-// no Kubernetes object name holds, so that a fleet agent never takes the
-// warming actor for a copy of one of its Actors.
+// its golden snapshot (and deletes after): warm_TEMPLATE, with "-" and the
+// request id when one is given. Its underscore is a character no
+// Kubernetes object name holds, so that a fleet agent never takes the
+// warming actor for a copy of one of its Actors. Where that is longer than
+// the 63 characters an actor id may have, it is the template's first 44
+// characters and 12 hex digits of the hash of the template and request id:
+// cutting it short instead gave two long names that share a prefix one
+// warming actor, and the second warm was refused as busy.
 func WarmingActorID(r WarmRequest) string {
 	id := "warm_" + r.Template
 	if r.RequestID != "" {
 		id += "-" + r.RequestID
 	}
-	return id[:min(len(id), 63)]
+	if len(id) <= 63 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(r.Template + "\x00" + r.RequestID))
+	return "warm_" + r.Template[:min(len(r.Template), 44)] + "-" + hex.EncodeToString(sum[:6])
+}
+
+// StoredName is the name under which stasisd stores a snapshot that actor
+// pushed (a suspend's or a pause's): ACTOR.SNAPSHOT, the snapshot's id
+// being "snap-" and 12 hex digits.
+func StoredName(actor, snapshotID string) string { return actor + "." + snapshotID }
+
+// StoredActor says which actor a stored snapshot's name says pushed it
+// (StoredName), and false for a name stasisd does not give an actor's
+// snapshots (a golden snapshot, one stored by hand). Actor ids may hold
+// dots, so the actor is all before the last one, never a prefix: d.x's
+// snapshots are not d's. A name is only a hint: the snapshot's manifest
+// records the actor (snapshot.Manifest.Actor), and a stasisd records which
+// stored snapshots its actors pushed.
+func StoredActor(name string) (string, bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 || !snapshotIDPattern(name[i+1:]) {
+		return "", false
+	}
+	return name[:i], true
+}
+
+// snapshotIDPattern says whether id has the form of the ids stasisd gives
+// actors' snapshots: "snap-" and 12 lowercase hex digits.
+func snapshotIDPattern(id string) bool {
+	digits, ok := strings.CutPrefix(id, "snap-")
+	if !ok || len(digits) != 12 {
+		return false
+	}
+	for _, c := range digits {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // NewActorID makes an id for a new actor of template: the template's name

@@ -22,3 +22,48 @@ func TestNewActorID(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmingActorID: two templates whose long names share a prefix get
+// warming actors of their own, each a valid actor id that no Kubernetes
+// object can name, the same for the same request.
+func TestWarmingActorID(t *testing.T) {
+	valid := regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	a, b := strings.Repeat("t", 62)+"a", strings.Repeat("t", 62)+"b"
+	ids := map[string]WarmRequest{}
+	for _, r := range []WarmRequest{{Template: "counter"}, {Template: a}, {Template: b}, {Template: a, RequestID: "r1"}, {Template: a, RequestID: "r2"}, {Template: "counter", RequestID: "r1"}} {
+		id := WarmingActorID(r)
+		if !valid.MatchString(id) || FleetActorID(id) || !strings.HasPrefix(id, "warm_") {
+			t.Errorf("%+v: warming actor %q", r, id)
+		}
+		if other, taken := ids[id]; taken {
+			t.Errorf("%+v and %+v: one warming actor %q", r, other, id)
+		}
+		ids[id] = r
+		if again := WarmingActorID(r); again != id {
+			t.Errorf("%+v: %q, then %q", r, id, again)
+		}
+	}
+	if id := WarmingActorID(WarmRequest{Template: "counter"}); id != "warm_counter" {
+		t.Errorf("a short name's warming actor: %q, want warm_counter", id)
+	}
+}
+
+// TestStoredActor: the actor a stored name says pushed it is all before
+// the last dot, and only for the names stasisd gives actors' snapshots.
+func TestStoredActor(t *testing.T) {
+	for _, c := range []struct{ name, actor string }{
+		{StoredName("d", "snap-5900d77a73d5"), "d"},
+		{StoredName("d.x", "snap-5900d77a73d5"), "d.x"},
+		{"golden.counter.golden-counter-5900d77a73d5", ""},
+		{"golden.d.snap-5900d77a73d5x", ""},
+		{"d.snap-5900D77A73D5", ""},
+		{".snap-5900d77a73d5", ""},
+		{"snap-5900d77a73d5", ""},
+		{"by-hand", ""},
+	} {
+		actor, ok := StoredActor(c.name)
+		if actor != c.actor || ok != (c.actor != "") {
+			t.Errorf("%q: actor %q %v, want %q", c.name, actor, ok, c.actor)
+		}
+	}
+}

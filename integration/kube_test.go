@@ -245,9 +245,11 @@ type kubeProc struct {
 	t    *testing.T
 	name string
 	args []string
-	log  *os.File
-	cmd  *exec.Cmd
-	mu   sync.Mutex
+	// env is added to the process's environment at its next start.
+	env []string
+	log *os.File
+	cmd *exec.Cmd
+	mu  sync.Mutex
 }
 
 var stasisKube = &program{name: "stasis-kube", pkg: "../cmd/stasis-kube"}
@@ -257,6 +259,7 @@ func (p *kubeProc) start() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cmd := exec.Command(stasisKube.path(p.t), p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		p.t.Fatal(err)

@@ -123,6 +123,23 @@ func storeUnderFaults(t *testing.T, proxy *faultproxy.Proxy, loc string) {
 		t.Fatalf("b's metrics do not show the resumed reads and stalls:\n%s", grepLines(m, "stasis_store"))
 	}
 
+	// Every pack read stalls: b's start from the store fails as the store's
+	// fault (unavailable, naming it), in its answer and its log, and
+	// leaves no sandbox.
+	a.run("counter", "stalled")
+	stalled := a.op("Suspend", "stalled")
+	proxy.Set(faultproxy.Faults{StallEvery: 1, StallAfter: 64 << 10, Breakable: faultproxy.PackReads})
+	_, err := b.api.Run(ctx, api.RunRequest{Template: "counter", ID: "stalled", FromStored: stalled.Snapshot.Stored})
+	proxy.Set(faultproxy.Faults{})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "faults") || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("run --from-stored with every pack read stalled: %v; want unavailable, naming the store", err)
+	}
+	if !strings.Contains(b.logText(), "did not answer") {
+		t.Fatalf("b's log does not say that the store did not answer:\n%s", b.logText())
+	}
+	b.requireNoSandbox("stalled")
+	b.op("Delete", "stalled")
+
 	// The store down: b starts all the same, says why, and its own actors
 	// pause and resume from their local snapshots; what needs the store is
 	// refused as unavailable, a's suspend keeps its snapshot on the node.

@@ -34,11 +34,12 @@ import (
 
 // schemaVersion is the journal format this package writes and reads.
 // Older journals (1: no error codes, no deadlines; 2: no fleet lease; 3:
-// no actor runtimes, every actor gVisor's) are upgraded on open; a stasisd
+// no actor runtimes, every actor gVisor's; 4: no record of which stored
+// snapshots an actor pushed itself) are upgraded on open; a stasisd
 // that knows no fleet lease refuses a journal that may hold one, as it
 // would not fence, and one that knows no runtimes a journal that may hold
 // micro-VM actors.
-const schemaVersion = 4
+const schemaVersion = 5
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -108,6 +109,12 @@ var upgrades = []string{
 		renewed_at TEXT NOT NULL
 	);`,
 	`ALTER TABLE actors ADD COLUMN runtime TEXT NOT NULL DEFAULT 'gvisor';`,
+	// Before version 5 stasisd named what an actor pushed ACTOR.SNAPSHOT,
+	// and a golden snapshot golden.TEMPLATE.SNAPSHOT, with the record's own
+	// id: the records whose stored name is exactly that were pushed by
+	// their actor; every other stored name is a snapshot it started from.
+	`ALTER TABLE snapshots ADD COLUMN pushed INTEGER NOT NULL DEFAULT 0;
+	 UPDATE snapshots SET pushed = 1 WHERE stored != '' AND (stored = actor || '.' || id OR stored = 'golden.' || template || '.' || id);`,
 }
 
 // DefaultReserve is the disk space kept beside the journal for the writes

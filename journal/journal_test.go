@@ -213,7 +213,12 @@ func TestUpgradesVersion1(t *testing.T) {
 	// schema is version 1's; the upgrades add the rest.
 	for _, stmt := range []string{schema, `INSERT INTO meta(key, value) VALUES ('schema', '1')`,
 		`INSERT INTO actors(id, template, state, sandbox, created_at, updated_at) VALUES ('a1', 't', 'PAUSED', 'a1', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`,
-		`INSERT INTO operations(id, actor, kind, request_id, state, started_at) VALUES ('op1', 'a1', 'pause', 'r1', 'done', '2026-01-01T00:00:00Z')`} {
+		`INSERT INTO operations(id, actor, kind, request_id, state, started_at) VALUES ('op1', 'a1', 'pause', 'r1', 'done', '2026-01-01T00:00:00Z')`,
+		// What d.x pushed; what d started from (d.x's); a golden one.
+		`INSERT INTO snapshots(id, actor, template, kind, scope, stored, created_at) VALUES
+			('snap-5900d77a73d5', 'd.x', 't', 'commit', 'Full', 'd.x.snap-5900d77a73d5', '2026-01-01T00:00:00Z'),
+			('snap-000000000001', 'd', 't', 'commit', 'Full', 'd.x.snap-5900d77a73d5', '2026-01-01T00:00:00Z'),
+			('golden-t-1', 'warm_t', 't', 'golden', 'Full', 'golden.t.golden-t-1', '2026-01-01T00:00:00Z')`} {
 		if _, err := db.Exec(stmt); err != nil {
 			t.Fatal(err)
 		}
@@ -227,6 +232,16 @@ func TestUpgradesVersion1(t *testing.T) {
 	// Every actor before runtimes was gVisor's.
 	if a, err := j.Actor(ctx, "a1"); err != nil || a.Runtime != "gvisor" {
 		t.Fatalf("the upgraded journal's actor: runtime %q, %v", a.Runtime, err)
+	}
+	// Who pushed what is recorded from the names stasisd gave before.
+	snaps, err := j.Snapshots(ctx, "")
+	if err != nil || len(snaps) != 3 {
+		t.Fatalf("the upgraded journal's snapshots: %+v %v", snaps, err)
+	}
+	for _, s := range snaps {
+		if want := s.ID != "snap-000000000001"; s.Pushed != want {
+			t.Errorf("snapshot %s of %s (stored as %s): pushed %v, want %v", s.ID, s.Actor, s.Stored, s.Pushed, want)
+		}
 	}
 	var v string
 	if err := j.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema'`).Scan(&v); err != nil || v != fmt.Sprint(schemaVersion) {

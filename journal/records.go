@@ -61,8 +61,12 @@ type Snapshot struct {
 	Scope string
 	// Dir is the local folder ("" once removed); Stored the name in the
 	// store ("" when not stored).
-	Dir       string
-	Stored    string
+	Dir    string
+	Stored string
+	// Pushed says that this actor stored it (its suspend's or pause's
+	// push, or its template's warming), rather than started from a
+	// snapshot another stored: an actor's purge deletes only these.
+	Pushed    bool
 	Size      int64
 	CreatedAt time.Time
 }
@@ -212,7 +216,7 @@ func scanActor(row scanner) (Actor, error) {
 // actorView reads an actor with its latest snapshot and its running
 // operation in one query.
 const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sandbox, a.snapshot, a.created_at, a.updated_at,
-	s.id, s.actor, s.template, s.kind, s.scope, s.dir, s.stored, s.size, s.created_at,
+	s.id, s.actor, s.template, s.kind, s.scope, s.dir, s.stored, s.pushed, s.size, s.created_at,
 	o.id, o.actor, o.kind, o.request_id, o.state, o.step, o.args, o.error, o.error_code, o.deadline, o.started_at, o.ended_at
 	FROM actors a
 	LEFT JOIN snapshots s ON s.id = a.snapshot AND a.snapshot != ''
@@ -224,12 +228,13 @@ func scanActorView(row scanner) (Actor, error) {
 	var s struct {
 		id, actor, template, kind, scope, dir, stored, created sql.NullString
 		size                                                   sql.NullInt64
+		pushed                                                 sql.NullBool
 	}
 	var o struct {
 		id, actor, kind, requestID, state, step, args, err, code, deadline, started, ended sql.NullString
 	}
 	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated,
-		&s.id, &s.actor, &s.template, &s.kind, &s.scope, &s.dir, &s.stored, &s.size, &s.created,
+		&s.id, &s.actor, &s.template, &s.kind, &s.scope, &s.dir, &s.stored, &s.pushed, &s.size, &s.created,
 		&o.id, &o.actor, &o.kind, &o.requestID, &o.state, &o.step, &o.args, &o.err, &o.code, &o.deadline, &o.started, &o.ended)
 	if err != nil {
 		return a, err
@@ -237,7 +242,7 @@ func scanActorView(row scanner) (Actor, error) {
 	a.CreatedAt, a.UpdatedAt = parseTime(created), parseTime(updated)
 	if s.id.Valid {
 		a.Latest = &Snapshot{ID: s.id.String, Actor: s.actor.String, Template: s.template.String, Kind: s.kind.String, Scope: s.scope.String,
-			Dir: s.dir.String, Stored: s.stored.String, Size: s.size.Int64, CreatedAt: parseTime(s.created.String)}
+			Dir: s.dir.String, Stored: s.stored.String, Pushed: s.pushed.Bool, Size: s.size.Int64, CreatedAt: parseTime(s.created.String)}
 	}
 	if o.id.Valid {
 		a.Running = &Operation{ID: o.id.String, Actor: o.actor.String, Kind: o.kind.String, RequestID: o.requestID.String, State: o.state.String,
@@ -499,12 +504,12 @@ func (j *Journal) Events(ctx context.Context, actor string, after int64) ([]Even
 	return events, last, err
 }
 
-const snapCols = `id, actor, template, kind, scope, dir, stored, size, created_at`
+const snapCols = `id, actor, template, kind, scope, dir, stored, pushed, size, created_at`
 
 func scanSnapshot(row scanner) (Snapshot, error) {
 	var s Snapshot
 	var created string
-	err := row.Scan(&s.ID, &s.Actor, &s.Template, &s.Kind, &s.Scope, &s.Dir, &s.Stored, &s.Size, &created)
+	err := row.Scan(&s.ID, &s.Actor, &s.Template, &s.Kind, &s.Scope, &s.Dir, &s.Stored, &s.Pushed, &s.Size, &created)
 	s.CreatedAt = parseTime(created)
 	return s, err
 }
@@ -512,18 +517,18 @@ func scanSnapshot(row scanner) (Snapshot, error) {
 // PutSnapshot records a snapshot, or updates the record with that id
 // (everything but its actor, template and creation time).
 func (j *Journal) PutSnapshot(ctx context.Context, s Snapshot) error {
-	_, err := j.exec(ctx, settles, putSnapshot, s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Size, now())
+	_, err := j.exec(ctx, settles, putSnapshot, s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Pushed, s.Size, now())
 	return err
 }
 
-const putSnapshot = `INSERT INTO snapshots(` + snapCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, scope = excluded.scope, dir = excluded.dir, stored = excluded.stored, size = excluded.size`
+const putSnapshot = `INSERT INTO snapshots(` + snapCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, scope = excluded.scope, dir = excluded.dir, stored = excluded.stored, pushed = excluded.pushed, size = excluded.size`
 
 // AdoptSnapshot records s (as PutSnapshot) and makes it its actor's
 // latest, in one transaction: one record, one write.
 func (j *Journal) AdoptSnapshot(ctx context.Context, s Snapshot) error {
 	return j.tx(ctx, settles, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, putSnapshot, s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Size, now()); err != nil {
+		if _, err := tx.ExecContext(ctx, putSnapshot, s.ID, s.Actor, s.Template, s.Kind, s.Scope, s.Dir, s.Stored, s.Pushed, s.Size, now()); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE actors SET snapshot = ?, updated_at = ? WHERE id = ?`, s.ID, now(), s.Actor)

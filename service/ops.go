@@ -343,7 +343,7 @@ func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, er
 			// The sandbox is stopped: the GPU and memory are free while the
 			// snapshot is stored.
 			snap.Kind = string(api.KindCommit)
-			if err := s.push(ctx, o, snap, m, o.actor.ID+"."+snap.ID); err != nil {
+			if err := s.push(ctx, o, snap, m, api.StoredName(o.actor.ID, snap.ID)); err != nil {
 				return notStoredOutcome(snap.Dir, err), err
 			}
 			return outcome{state: api.Suspended}, nil
@@ -360,7 +360,7 @@ func (s *Service) push(ctx context.Context, o *operation, snap journal.Snapshot,
 	if err != nil {
 		return err
 	}
-	snap.Stored = name
+	snap.Stored, snap.Pushed = name, true
 	return transfer.Push(ctx, o.observer(), o.actor.ID, o.kind.name, snap.Dir, m, s.stored(repo, o, name, transfer.StepPush), func() error {
 		return s.journal.PutSnapshot(context.WithoutCancel(ctx), snap)
 	})
@@ -399,7 +399,7 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 		return back, fmt.Errorf("snapshot %s cannot be stored: %w", snap.ID, err)
 	}
 	snap.Kind = string(api.KindCommit)
-	if err := s.push(ctx, o, snap, m, o.actor.ID+"."+snap.ID); err != nil {
+	if err := s.push(ctx, o, snap, m, api.StoredName(o.actor.ID, snap.ID)); err != nil {
 		return notStoredOutcome(snap.Dir, err), err
 	}
 	return outcome{state: api.Suspended}, nil
@@ -556,10 +556,10 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 			if err := s.removeDir(snap.Dir); err != nil {
 				return "", err
 			}
-			// Purge deletes what this actor pushed (named ACTOR.SNAPSHOT),
+			// Purge deletes what this actor pushed (its record says so),
 			// never a snapshot it only started from: another actor's, or a
 			// template's golden one, which other actors may share.
-			if snap.Stored != "" && o.args.Purge && s.store.configured() && strings.HasPrefix(snap.Stored, o.actor.ID+".") {
+			if snap.Stored != "" && snap.Pushed && o.args.Purge && s.store.configured() {
 				repo, err := s.store.get()
 				if err != nil {
 					return "", err

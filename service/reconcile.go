@@ -223,9 +223,9 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, st runtime.
 		return outcome{}, err
 	}
 	// A push that got as far as recording the stored name is done.
-	stored := ""
+	stored, pushed := "", false
 	if rec, err := s.journal.Snapshot(ctx, o.args.Snapshot); err == nil {
-		stored = rec.Stored
+		stored, pushed = rec.Stored, rec.Pushed
 	}
 	onlyHere := ""
 	if o.kind == opSuspend && stored == "" {
@@ -237,7 +237,7 @@ func (s *Service) recoverSnapshot(ctx context.Context, o *operation, st runtime.
 		return outcome{state: api.Suspended, reason: at + onlyHere}, nil
 	}
 	if m, err := snapshot.Load(o.args.Dir); err == nil {
-		snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: o.actor.Template, Kind: string(o.kind.snapshot), Scope: string(m.Scope), Dir: o.args.Dir, Stored: stored, Size: m.Size()}
+		snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: o.actor.Template, Kind: string(o.kind.snapshot), Scope: string(m.Scope), Dir: o.args.Dir, Stored: stored, Pushed: pushed, Size: m.Size()}
 		if stored != "" {
 			snap.Kind = string(api.KindCommit)
 		}

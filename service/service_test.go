@@ -766,3 +766,40 @@ func TestRunFromStored(t *testing.T) {
 		t.Fatalf("run from a missing stored snapshot: %+v %v (sandbox left: %v)", missing, err, left)
 	}
 }
+
+// TestPurgeDeletesOnlyWhatTheActorPushed: ids may hold dots, so one can
+// begin another's stored names (d, d.x): purging d deletes the snapshots d
+// pushed, never d.x's that d started from, nor d.x's own; purging d.x then
+// deletes d.x's. Ownership is what the journal recorded at the push.
+func TestPurgeDeletesOnlyWhatTheActorPushed(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("d.x")
+	dx, err := e.svc.Suspend(ctx, api.OpRequest{ID: "d.x"})
+	if err != nil || dx.Snapshot == nil || dx.Snapshot.Stored == "" {
+		t.Fatalf("suspend d.x: %+v %v", dx, err)
+	}
+	if _, err := e.svc.Run(ctx, api.RunRequest{Template: "t", ID: "d", FromStored: dx.Snapshot.Stored}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.svc.Suspend(ctx, api.OpRequest{ID: "d"})
+	if err != nil || d.Snapshot == nil || d.Snapshot.Stored == "" || d.Snapshot.Stored == dx.Snapshot.Stored {
+		t.Fatalf("suspend d: %+v %v", d, err)
+	}
+	stored := func(name string) bool {
+		_, err := e.cfg.Repo.Snapshot(ctx, name)
+		return err == nil
+	}
+	if _, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "d", Purge: true}); err != nil {
+		t.Fatal(err)
+	}
+	if stored(d.Snapshot.Stored) || !stored(dx.Snapshot.Stored) {
+		t.Fatalf("after rm --purge d: d's own %s stored %v (want gone), d.x's %s stored %v (want kept)",
+			d.Snapshot.Stored, stored(d.Snapshot.Stored), dx.Snapshot.Stored, stored(dx.Snapshot.Stored))
+	}
+	gone, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "d.x", Purge: true})
+	if err != nil || len(gone.KeptSnapshots) != 0 || stored(dx.Snapshot.Stored) {
+		t.Fatalf("rm --purge d.x: %+v %v; its snapshot %s stored %v", gone, err, dx.Snapshot.Stored, stored(dx.Snapshot.Stored))
+	}
+}

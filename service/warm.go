@@ -51,7 +51,7 @@ func (s *Service) takeGolden(ctx context.Context, o *operation, t api.Template) 
 	if err == nil && s.store.configured() {
 		name := "golden." + t.Name + "." + o.args.Snapshot
 		if err = s.push(ctx, o, snap, m, name); err == nil {
-			snap.Stored = name
+			snap.Stored, snap.Pushed = name, true
 		}
 	}
 	if jerr := s.setGolden(ctx, t, snap); jerr != nil && err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -33,8 +34,10 @@ type RetryPolicy struct {
 	// it has read resumeCredit bytes more.
 	Attempts int
 	// Backoff is the wait after the first failure; each later one waits
-	// four times the one before.
-	Backoff time.Duration
+	// twice the one before, up to MaxBackoff (no bound when zero). Each
+	// wait is taken at random between half and all of it, so that the
+	// calls a burst of failures struck together do not retry together.
+	Backoff, MaxBackoff time.Duration
 	// Stall, when positive, bounds how long a read may go without a byte:
 	// a stalled request is cancelled and resumed where it stopped, so that
 	// a hung connection costs this long per try, not the caller's whole
@@ -100,10 +103,13 @@ func (r *retrying) do(ctx context.Context, fn func() error) error {
 			return r.spent(err, attempt)
 		}
 		r.stats.retries.Add(1)
-		if err := sleep(ctx, wait); err != nil {
+		if err := sleep(ctx, wait/2+rand.N(wait/2+1)); err != nil {
 			return errors.Join(err, ctx.Err())
 		}
-		wait *= 4
+		wait *= 2
+		if m := r.policy.MaxBackoff; m > 0 && wait > m {
+			wait = m
+		}
 	}
 }
 

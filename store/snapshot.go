@@ -147,6 +147,20 @@ func (r *Repository) List(ctx context.Context) ([]Info, error) {
 	return infos, err
 }
 
+// Names lists the stored snapshots' names, reading no manifest: one
+// listing of the backend, for a caller that picks a few to read.
+func (r *Repository) Names(ctx context.Context) ([]string, error) {
+	var names []string
+	err := r.be.List(ctx, snapshotsPrefix, func(key string, _ int64) error {
+		names = append(names, key[len(snapshotsPrefix):])
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store %s: list snapshots: %w", r.be.Location(), err)
+	}
+	return names, nil
+}
+
 // snapshots reads every stored snapshot's manifest once, oldest first, and
 // sets aside those that cannot be read (damaged).
 func (r *Repository) snapshots(ctx context.Context) ([]*Snapshot, []Damage, error) {

@@ -259,7 +259,10 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 		var perr error
 		pulled, perr = filling.Wait()
 		if perr != nil && !errors.Is(perr, context.Canceled) && !errors.Is(err, perr) {
-			err = fmt.Errorf("%w (the pull it was restored from failed: %v)", err, perr)
+			// The pull's error comes first, and its category with it: the
+			// store out of reach is unavailable, not the runtime's
+			// internal failure to read its image.
+			err = fmt.Errorf("pull %s: %w; the restore read its image through the view, and failed with it: %w", from.Name, perr, err)
 		}
 		_ = closeView(context.WithoutCancel(ctx))
 		return nil, err

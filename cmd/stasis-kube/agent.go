@@ -35,7 +35,10 @@ commands stasisd gave it.`,
 				return err
 			}
 			a := &agent.Agent{Kube: kube, LeaseKube: leaseKube, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
-				LeaseNamespace: g.leaseNamespace, LeaseDuration: g.leaseDuration, Log: logger()}
+				LeaseNamespace: g.leaseNamespace, LeaseDuration: g.leaseDuration, Log: logger(),
+				// The fault tests' way to hang the agent between the steps
+				// of a release (agent.Failpoint…).
+				Failpoint: os.Getenv("STASIS_KUBE_FAILPOINT")}
 			return a.Run(cmd.Context())
 		},
 	}

@@ -98,14 +98,17 @@ func newActorRm(g *globals) *cobra.Command {
 				return err
 			}
 			text := fmt.Sprintf("deleted %s\n", args[0])
-			if len(d.KeptSnapshots) > 0 {
-				text += fmt.Sprintf("  kept in the store: %s (stasis actor rm --purge deletes them too)\n", strings.Join(d.KeptSnapshots, ", "))
+			switch {
+			case len(d.KeptSnapshots) > 0 && purge:
+				text += fmt.Sprintf("  kept in the store: %s (snapshots it started from, which another actor or its template stored)\n", strings.Join(d.KeptSnapshots, ", "))
+			case len(d.KeptSnapshots) > 0:
+				text += fmt.Sprintf("  kept in the store: %s (stasis actor rm --purge deletes those this actor stored itself)\n", strings.Join(d.KeptSnapshots, ", "))
 			}
 			return g.print(d, text)
 		},
 	}
 	cmd.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
-	cmd.Flags().BoolVar(&purge, "purge", false, "also delete the actor's snapshots from the store")
+	cmd.Flags().BoolVar(&purge, "purge", false, "also delete from the store the snapshots this actor stored (never one it started from)")
 	return cmd
 }
 

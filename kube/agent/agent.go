@@ -22,9 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -63,6 +65,10 @@ type Agent struct {
 	// Workers bounds the actors acted on at once (8 when zero).
 	Workers int
 	Log     *slog.Logger
+	// Failpoint, one of the Failpoint… names, makes the agent stop itself
+	// (SIGSTOP) the first time it gets there, as a hung agent would: the
+	// tests' way into the windows between the steps of a release.
+	Failpoint string
 
 	// fingerprint is this node's, read from stasisd once at the start:
 	// published on the Node, and its class carried by the Snapshots the
@@ -87,6 +93,36 @@ type Agent struct {
 	retries map[string]retry
 	// staged holds, per golden snapshot, whether stasisd staged it.
 	staged map[string]staging
+	// failpointReached says the Failpoint stopped the agent once already.
+	failpointReached bool
+}
+
+// The points of a release (a drain's or a move's suspend to the store)
+// where Agent.Failpoint stops the agent.
+const (
+	// FailpointSuspended: stasisd suspended the actor and stored its
+	// snapshot; nothing of it is recorded in the cluster yet.
+	FailpointSuspended = "release:suspended"
+	// FailpointRecorded: the Snapshot object is made; the Actor is still
+	// bound here.
+	FailpointRecorded = "release:recorded"
+	// FailpointUnbound: the Actor is bound nowhere, its status naming the
+	// snapshot; this node's copy is still here.
+	FailpointUnbound = "release:unbound"
+)
+
+// failpoint stops the agent, as a hung one, the first time it reaches the
+// configured Failpoint.
+func (a *Agent) failpoint(at string) {
+	a.mu.Lock()
+	reached := a.Failpoint != at || a.failpointReached
+	a.failpointReached = a.failpointReached || a.Failpoint == at
+	a.mu.Unlock()
+	if reached {
+		return
+	}
+	a.Log.Warn("failpoint reached: stopping the agent (SIGSTOP)", "failpoint", at)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 }
 
 // retry is when a failed start is tried again, and how many have failed;
@@ -433,7 +469,14 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 				if actor.Status.Node == "" {
 					why = "it is bound to no node"
 				}
-				do(actor.Name, func(ctx context.Context) error { return a.fence(ctx, actor.Name, why) })
+				do(actor.Name, func(ctx context.Context) error {
+					// What stasisd stored while this agent could not record
+					// it is recorded before the copy goes.
+					if err := a.recordFinished(ctx, actor, l); err != nil {
+						return err
+					}
+					return a.fence(ctx, actor.Name, why)
+				})
 			}
 			continue
 		}
@@ -652,6 +695,7 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 				})
 			}
 			*local = suspended
+			a.failpoint(FailpointSuspended)
 		}
 		if local.Snapshot == nil || local.Snapshot.Stored == "" {
 			return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
@@ -662,6 +706,7 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 		if err := a.recordSnapshot(ctx, actor, local.Snapshot); err != nil {
 			return err
 		}
+		a.failpoint(FailpointRecorded)
 	}
 	// The binding is given up before the copy goes: a crash in between
 	// leaves a copy the next pass fences, never an actor bound nowhere
@@ -676,8 +721,25 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 	if err != nil || local == nil {
 		return err
 	}
+	a.failpoint(FailpointUnbound)
 	a.Log.Info("released to the store", "actor", actor.Name, "snapshot", stored)
 	return a.remove(ctx, actor.Name)
+}
+
+// recordFinished records the snapshot of a suspend that stasisd finished
+// and stored while this agent could not record it (it hung, or was killed,
+// between the two): the Snapshot object (made once; a SUSPENDED actor's
+// latest snapshot is its own suspend's). The actor's status is the
+// controller's to set: it reads the store, which holds this snapshot too,
+// before it starts the actor anywhere.
+func (a *Agent) recordFinished(ctx context.Context, actor *stasisv1.Actor, local api.Actor) error {
+	snap := local.Snapshot
+	if local.State != api.Suspended || snap == nil || snap.Stored == "" {
+		return nil
+	}
+	a.Log.Info("recording a snapshot stasisd stored while this agent could not", "actor", actor.Name, "snapshot", snap.Stored,
+		"statusSnapshot", actor.Status.Snapshot, "boundTo", actor.Status.Node)
+	return a.recordSnapshot(ctx, actor, snap)
 }
 
 // recordSnapshot creates the Snapshot object of a stored snapshot.

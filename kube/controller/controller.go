@@ -10,6 +10,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
@@ -49,6 +51,9 @@ type Controller struct {
 	// but one that no pass needs any more is let go, so the cache stays
 	// as small as the actors being placed.
 	manifests, lastManifests map[string]*snapshot.Manifest
+	// storedNames lists the store's snapshots once in a pass that needs
+	// it (nil until then).
+	storedNames []string
 	// waits holds, per actor, when an actor that could not be decided on
 	// (its template missing, its snapshot's manifest unreadable) is looked
 	// at again, and how long it waited last.
@@ -158,7 +163,11 @@ func (c *Controller) refused(a *stasisv1.Actor, err error) func(*stasisv1.ActorS
 	c.Log.Info("actor waits", "actor", a.Name, "err", err, "retry", w.last.String())
 	reason := fmt.Sprintf("%v; looked at again in %s", err, w.last)
 	if a.Status.Node != "" {
-		return nil
+		// Bound: the binding stays as it is, the reason says why.
+		if a.Status.Reason == reason {
+			return nil
+		}
+		return func(s *stasisv1.ActorStatus) { s.Reason = reason }
 	}
 	return func(s *stasisv1.ActorStatus) { s.Phase, s.Reason = stasisv1.PhasePending, reason }
 }
@@ -178,13 +187,9 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[st
 			if !known {
 				why = fmt.Sprintf("node %s is gone", s.Node)
 			}
-			from := "its template"
-			if s.Snapshot != "" {
-				from = "its last stored snapshot " + s.Snapshot
-			}
 			return func(s *stasisv1.ActorStatus) {
 				s.Node, s.Evict, s.Placement = "", false, s.Placement+1
-				s.Phase, s.Reason = stasisv1.PhasePending, why+"; it resumes elsewhere from "+from
+				s.Phase, s.Reason = stasisv1.PhasePending, why+"; it resumes elsewhere from its newest stored snapshot (from its template if it has none)"
 			}, nil
 		case s.Evict:
 			return nil, nil
@@ -198,18 +203,18 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[st
 	if want == stasisv1.PhaseSuspended {
 		return nil, nil
 	}
-	node, reason, err := c.place(ctx, a, nodes, load)
+	node, reason, from, err := c.place(ctx, a, nodes, load)
 	if err != nil {
 		return nil, err
 	}
 	if node == "" {
-		if s.Phase == stasisv1.PhasePending && s.Reason == reason {
+		if s.Phase == stasisv1.PhasePending && s.Reason == reason && s.Snapshot == from {
 			return nil, nil
 		}
-		return func(s *stasisv1.ActorStatus) { s.Phase, s.Reason = stasisv1.PhasePending, reason }, nil
+		return func(s *stasisv1.ActorStatus) { s.Phase, s.Reason, s.Snapshot = stasisv1.PhasePending, reason, from }, nil
 	}
 	return func(s *stasisv1.ActorStatus) {
-		s.Node, s.Evict, s.Placement = node, false, s.Placement+1
+		s.Node, s.Evict, s.Placement, s.Snapshot = node, false, s.Placement+1, from
 		s.Phase, s.Reason = stasisv1.PhasePending, reason
 	}, nil
 }
@@ -220,11 +225,11 @@ func evict(why string) func(*stasisv1.ActorStatus) {
 	}
 }
 
-// place chooses a node for an unbound actor, or says why none fits. An
-// actor with a stored snapshot goes where compat.Place ranks that
-// snapshot's restore first; a new one to the fitting node with the fewest
-// actors.
-func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[string]fleet.Node, load map[string]int) (node, reason string, err error) {
+// place chooses a node for an unbound actor, or says why none fits, and
+// the stored snapshot of its own it resumes from ("" for none). An actor
+// with a stored snapshot goes where compat.Place ranks that snapshot's
+// restore first; a new one to the fitting node with the fewest actors.
+func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[string]fleet.Node, load map[string]int) (node, reason, resumeFrom string, err error) {
 	var refused []string
 	var open []fleet.Node
 	for _, name := range sortedKeys(nodes) {
@@ -245,24 +250,36 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 		refused = append(refused, a.Spec.Node+": no such node runs a Stasis agent")
 	}
 	if len(open) == 0 {
-		return "", "no node fits: " + strings.Join(refused, "; "), nil
+		return "", "no node fits: " + strings.Join(refused, "; "), "", nil
 	}
 	var t stasisv1.ActorTemplate
 	if err := c.Kube.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Template}, &t); apierrors.IsNotFound(err) {
-		return "", "", fmt.Errorf("its ActorTemplate %s does not exist in namespace %s: create it, or name another in spec.template", a.Spec.Template, a.Namespace)
+		return "", "", "", fmt.Errorf("its ActorTemplate %s does not exist in namespace %s: create it, or name another in spec.template", a.Spec.Template, a.Namespace)
 	} else if err != nil {
-		return "", "", fmt.Errorf("its ActorTemplate %s: %w", a.Spec.Template, err)
+		return "", "", "", fmt.Errorf("its ActorTemplate %s: %w", a.Spec.Template, err)
 	}
-	// The snapshot it starts from: its own last one, else its template's
-	// golden one; a node must be able to restore it.
+	// The snapshot it starts from: its own newest one, else its
+	// template's golden one; a node must be able to restore it. An actor
+	// that ran before asks the store, not its status: a node may have
+	// stored a snapshot its agent never recorded (it hung mid-drain).
 	from := a.Status.Snapshot
+	if a.Status.Placement > 0 {
+		if from, err = c.newestStored(ctx, a); err != nil {
+			return "", "", "", fmt.Errorf("the store could not say which is the newest snapshot of the actor, so it is not started anywhere yet: %w", err)
+		}
+	}
+	unrecorded := ""
+	if from != a.Status.Snapshot {
+		unrecorded = fmt.Sprintf(" (%s is its newest stored snapshot, which its status did not record)", from)
+	}
+	resumeFrom = from
 	if from == "" {
 		from = t.Spec.Golden
 	}
 	if from != "" {
 		m, err := c.manifest(ctx, from)
 		if err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
 		fps := make([]fingerprint.Fingerprint, len(open))
 		for i, n := range open {
@@ -281,9 +298,9 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 			}
 		}
 		if best == "" {
-			return "", "no node can restore " + from + ": " + strings.Join(refused, "; "), nil
+			return "", "no node can restore " + from + unrecorded + ": " + strings.Join(refused, "; "), resumeFrom, nil
 		}
-		return best, fmt.Sprintf("placed on %s, which can restore %s", best, from), nil
+		return best, fmt.Sprintf("placed on %s, which can restore %s%s", best, from, unrecorded), resumeFrom, nil
 	}
 	gpus := t.Spec.GPUs
 	best := ""
@@ -303,9 +320,9 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 		}
 	}
 	if best == "" {
-		return "", "no node fits: " + strings.Join(refused, "; "), nil
+		return "", "no node fits: " + strings.Join(refused, "; "), "", nil
 	}
-	return best, "placed on " + best + ", the fitting node with the fewest actors", nil
+	return best, "placed on " + best + ", the fitting node with the fewest actors", "", nil
 }
 
 // offerReason says why a node's fingerprint does not offer runtime rt.
@@ -318,9 +335,60 @@ func offerReason(f fingerprint.Fingerprint, rt string) string {
 	return "its stasisd does not know it"
 }
 
-// startPass lets go of the manifests that the last pass did not ask for.
+// startPass lets go of the manifests that the last pass did not ask for,
+// and of the store's listing.
 func (c *Controller) startPass() {
 	c.lastManifests, c.manifests = c.manifests, map[string]*snapshot.Manifest{}
+	c.storedNames = nil
+}
+
+// newestStored is the snapshot an actor whose node was lost resumes from:
+// the newest in the store that the actor itself pushed since its Actor was
+// made (the store is the truth; the status a cache of it, which an agent
+// that hung between stasisd's suspend and its record of it left behind),
+// else the one its status names ("" for none). A stored name is only a
+// hint (api.StoredActor): the snapshot's manifest must name the actor too.
+// Without a store, the status's.
+func (c *Controller) newestStored(ctx context.Context, a *stasisv1.Actor) (string, error) {
+	newest := a.Status.Snapshot
+	if c.Repo == nil {
+		return newest, nil
+	}
+	if c.storedNames == nil {
+		names, err := c.Repo.Names(ctx)
+		if err != nil {
+			return "", err
+		}
+		c.storedNames = names
+	}
+	var newestAt time.Time
+	if actor, ok := api.StoredActor(newest); ok && actor == a.Name {
+		if m, err := c.manifest(ctx, newest); err == nil {
+			newestAt = m.CreatedAt
+		}
+	}
+	for _, name := range c.storedNames {
+		if actor, ok := api.StoredActor(name); !ok || actor != a.Name || name == a.Status.Snapshot {
+			continue
+		}
+		m, err := c.manifest(ctx, name)
+		if errors.Is(err, errdefs.ErrCorrupt) {
+			c.Log.Warn("a stored snapshot of the actor is damaged, and left out", "actor", a.Name, "snapshot", name, "err", err)
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		// An Actor of the same name deleted before this one was made left
+		// its snapshots in the store: they are not this one's.
+		if m.Actor != a.Name || m.CreatedAt.Before(a.CreationTimestamp.Time) {
+			continue
+		}
+		if m.CreatedAt.After(newestAt) {
+			newest, newestAt = name, m.CreatedAt
+		}
+	}
+	return newest, nil
 }
 
 // manifest reads a stored snapshot's manifest, once while passes keep

@@ -2,14 +2,10 @@ package controller
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stasis-run/stasis/snapshot"
-	"github.com/stasis-run/stasis/store"
-	"github.com/stasis-run/stasis/store/archiver"
-	"github.com/stasis-run/stasis/store/local"
 )
 
 // TestManifestCacheKeepsOnlyWhatPassesAskFor checks that a manifest is read
@@ -17,25 +13,9 @@ import (
 // that did not: the cache never grows with the snapshots ever placed from.
 func TestManifestCacheKeepsOnlyWhatPassesAskFor(t *testing.T) {
 	ctx := context.Background()
-	be, err := local.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := store.Init(ctx, be)
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo, _ := newRepo(t)
 	for _, name := range []string{"waiting", "placed"} {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "data"), []byte(name), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := snapshot.Commit(ctx, dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: name}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := archiver.Save(ctx, repo, name, dir, archiver.Options{}); err != nil {
-			t.Fatal(err)
-		}
+		storeSnapshot(t, repo, name, name, time.Now())
 	}
 	c := &Controller{Repo: repo}
 	c.startPass()

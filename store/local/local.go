@@ -208,6 +208,11 @@ func (b *Backend) List(_ context.Context, prefix string, fn func(string, int64) 
 		if err != nil {
 			return err
 		}
+		if p == dir && !d.IsDir() {
+			// A file where the prefix's folder should be is damage, not an
+			// object named by the prefix without its slash.
+			return fmt.Errorf("%s is not a folder", p)
+		}
 		if d.IsDir() || strings.HasPrefix(d.Name(), fsutil.TempPrefix) {
 			return nil
 		}

@@ -27,10 +27,12 @@ import (
 	"github.com/stasis-run/stasis/store/s3"
 )
 
-// Retries is how every backend opened here retries transient failures: 4
-// attempts, 200 ms, 800 ms, 3.2 s apart, and a read that gets no byte for
-// 30 s resumed.
-var Retries = store.RetryPolicy{Attempts: 4, Backoff: 200 * time.Millisecond, Stall: 30 * time.Second}
+// Retries is how every backend opened here retries transient failures: 10
+// attempts, from 200 ms apart doubling up to 5 s (26 s of waits in all, as
+// the cloud SDKs' own defaults ride out a bad minute: 4 attempts 4 s apart
+// in all failed pushes under a 503 to every third request), and a read that
+// gets no byte for 30 s resumed.
+var Retries = store.RetryPolicy{Attempts: 10, Backoff: 200 * time.Millisecond, MaxBackoff: 5 * time.Second, Stall: 30 * time.Second}
 
 // Open returns the backend at loc. getenv supplies the credentials.
 func Open(ctx context.Context, loc string, getenv func(string) string) (store.Backend, error) {

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/stasis-run/stasis/api"
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	"github.com/stasis-run/stasis/kube/fleet"
+)
+
+// TestFinishedSuspendRecordedBeforeTheCopyGoes: a suspend that stasisd
+// finished and stored while the agent could not record it is recorded as
+// a Snapshot of the Actor when the agent finds the copy, once, whether or
+// not the controller has already put it in the Actor's status; a copy
+// that is not suspended, or whose push failed, records nothing.
+func TestFinishedSuspendRecordedBeforeTheCopyGoes(t *testing.T) {
+	ctx := context.Background()
+	scheme, err := fleet.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1.x", UID: "uid-1"},
+		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-b", Snapshot: "s1.x.snap-000000000001"}}
+	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(actor).Build()
+	a := &Agent{Kube: kube, Node: "node-a", Namespace: "default", Log: slog.New(slog.DiscardHandler)}
+	snap := func(stored string) *api.Snapshot { return &api.Snapshot{ID: "snap-1", Stored: stored, SizeBytes: 42} }
+	for _, local := range []api.Actor{
+		{ID: "s1.x", State: api.Running, Snapshot: snap("golden.t.golden-t-1")},
+		{ID: "s1.x", State: api.Suspended, Snapshot: snap("")},
+		{ID: "s1.x", State: api.Suspended, Snapshot: snap("s1.x.snap-000000000002")},
+		{ID: "s1.x", State: api.Suspended, Snapshot: snap("s1.x.snap-000000000002")},
+		{ID: "s1.x", State: api.Suspended, Snapshot: snap("s1.x.snap-000000000001")},
+	} {
+		if err := a.recordFinished(ctx, actor, local); err != nil {
+			t.Fatalf("%+v: %v", local, err)
+		}
+	}
+	var list stasisv1.SnapshotList
+	if err := kube.List(ctx, &list, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]stasisv1.Snapshot{}
+	for _, s := range list.Items {
+		got[s.Spec.StoreName] = s
+	}
+	if len(list.Items) != 2 || got["s1.x.snap-000000000001"].Spec.Actor != "s1.x" || got["s1.x.snap-000000000002"].Spec.Node != "node-a" ||
+		len(got["s1.x.snap-000000000002"].OwnerReferences) != 1 || got["s1.x.snap-000000000002"].OwnerReferences[0].UID != "uid-1" {
+		t.Fatalf("Snapshots recorded: %+v; want s1.x's two stored suspends, owned by the Actor", list.Items)
+	}
+}

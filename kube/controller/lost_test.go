@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/stasis-run/stasis/fingerprint"
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	"github.com/stasis-run/stasis/kube/fleet"
+	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/store/archiver"
+	"github.com/stasis-run/stasis/store/local"
+)
+
+// newRepo is a repository in a folder of the test's, and the folder.
+func newRepo(t *testing.T) (*store.Repository, string) {
+	t.Helper()
+	dir := t.TempDir()
+	be, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := store.Init(context.Background(), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo, dir
+}
+
+// storeSnapshot stores a one-file snapshot of actor under name, made at
+// createdAt.
+func storeSnapshot(t *testing.T, repo *store.Repository, name, actor string, createdAt time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "data"), []byte(name), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: actor, CreatedAt: createdAt, Runtime: snapshot.Runtime{Name: "gvisor", Version: "v1"}}
+	if _, err := snapshot.Commit(ctx, dir, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := archiver.Save(ctx, repo, name, dir, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fleetOf is a fake API server holding node-a, whose lease expired an
+// hour ago, node-b, alive, both with one fingerprint, the template t, and
+// actors.
+func fleetOf(t *testing.T, actors ...*stasisv1.Actor) client.Client {
+	t.Helper()
+	scheme, err := fleet.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := fleet.FingerprintJSON(fingerprint.Fingerprint{FormatVersion: fingerprint.FormatVersion, Hostname: "h", Arch: "amd64", Kernel: "6.18",
+		Memory: fingerprint.Memory{Total: 1 << 30, Available: 1 << 30}, Runtime: runtime.Info{Name: "gvisor", Version: "v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{&stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}}
+	for node, renewed := range map[string]time.Time{"node-a": time.Now().Add(-time.Hour), "node-b": time.Now()} {
+		secs := int32(15)
+		objs = append(objs,
+			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{fleet.FingerprintAnnotation: fp}}},
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.DefaultLeaseNamespace, Name: fleet.LeaseOf(node)},
+				Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renewed}, LeaseDurationSeconds: &secs}})
+	}
+	for _, a := range actors {
+		objs = append(objs, a)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&stasisv1.Actor{}).Build()
+}
+
+// TestLostNodeResumesFromTheNewestStoredSnapshot: an actor whose node was
+// lost resumes from the newest snapshot it pushed, whatever its status
+// recorded (its agent hung between stasisd's suspend and its record of
+// it), never from an older one or its template; not from a snapshot of
+// another actor whose id it begins (s1.x), nor of an Actor of the same name
+// deleted before it was made; and while the store cannot be read, it is
+// started nowhere, the reason saying why.
+func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
+	ctx := context.Background()
+	repo, repoDir := newRepo(t)
+	made := time.Now().Add(-time.Hour).Truncate(time.Second)
+	storeSnapshot(t, repo, "s1.snap-000000000000", "s1", made.Add(-time.Minute)) // the Actor of the same name before
+	storeSnapshot(t, repo, "s1.snap-000000000001", "s1", made.Add(time.Minute))
+	storeSnapshot(t, repo, "s1.snap-000000000002", "s1", made.Add(2*time.Minute))
+	storeSnapshot(t, repo, "s1.x.snap-000000000003", "s1.x", made.Add(3*time.Minute))
+	storeSnapshot(t, repo, "golden.t.golden-t-000000000004", "warm_t", made.Add(4*time.Minute))
+
+	recorded := []string{"", "s1.snap-000000000001", "s1.snap-000000000002", "golden.t.golden-t-000000000004"}
+	var actors []*stasisv1.Actor
+	for i, snap := range recorded {
+		actors = append(actors, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
+			Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Evict: i%2 == 0, Placement: 1, Snapshot: snap}})
+	}
+	never := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s2", CreationTimestamp: metav1.NewTime(made)},
+		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Placement: 1}}
+	for _, a := range actors {
+		kube := fleetOf(t, a, never)
+		c := &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+		for range 2 { // unbound from the lost node, then placed
+			if err := c.Pass(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got stasisv1.Actor
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
+			t.Fatal(err)
+		}
+		s := got.Status
+		if s.Node != "node-b" || s.Placement != 3 || s.Snapshot != "s1.snap-000000000002" || !strings.Contains(s.Reason, "s1.snap-000000000002") {
+			t.Errorf("status recorded %q: after node-a was lost %+v; want it on node-b, resuming from s1.snap-000000000002", a.Status.Snapshot, s)
+		}
+		// Never stored: from its template, as before.
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(never), &got); err != nil {
+			t.Fatal(err)
+		}
+		if s := got.Status; s.Node != "node-b" || s.Snapshot != "" {
+			t.Errorf("an actor never stored, after node-a was lost: %+v; want it on node-b from its template", s)
+		}
+	}
+
+	// The store unreadable: unbound from the lost node, it is started
+	// nowhere, and says why.
+	if err := os.RemoveAll(filepath.Join(repoDir, "snapshots")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repoDir, "snapshots"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := actors[0]
+	kube := fleetOf(t, a)
+	c := &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+	for range 2 {
+		if err := c.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got stasisv1.Actor
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Status; s.Node != "" || s.Phase != stasisv1.PhasePending || !strings.Contains(s.Reason, "store") || !strings.Contains(s.Reason, "not started anywhere") {
+		t.Fatalf("store unreadable: %+v; want it bound nowhere, the reason naming the store", s)
+	}
+}
