@@ -226,7 +226,8 @@ func evict(why string) func(*stasisv1.ActorStatus) {
 }
 
 // place chooses a node for an unbound actor, or says why none fits, and
-// the stored snapshot of its own it resumes from ("" for none). An actor
+// the snapshot its status is to name, which it resumes from ("" for none:
+// from its template). An actor
 // with a stored snapshot goes where compat.Place ranks that snapshot's
 // restore first; a new one to the fitting node with the fewest actors.
 func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[string]fleet.Node, load map[string]int) (node, reason, resumeFrom string, err error) {
@@ -250,7 +251,7 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 		refused = append(refused, a.Spec.Node+": no such node runs a Stasis agent")
 	}
 	if len(open) == 0 {
-		return "", "no node fits: " + strings.Join(refused, "; "), "", nil
+		return "", "no node fits: " + strings.Join(refused, "; "), a.Status.Snapshot, nil
 	}
 	var t stasisv1.ActorTemplate
 	if err := c.Kube.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Template}, &t); apierrors.IsNotFound(err) {
@@ -320,9 +321,9 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 		}
 	}
 	if best == "" {
-		return "", "no node fits: " + strings.Join(refused, "; "), "", nil
+		return "", "no node fits: " + strings.Join(refused, "; "), resumeFrom, nil
 	}
-	return best, "placed on " + best + ", the fitting node with the fewest actors", "", nil
+	return best, "placed on " + best + ", the fitting node with the fewest actors", resumeFrom, nil
 }
 
 // offerReason says why a node's fingerprint does not offer runtime rt.

@@ -136,6 +136,23 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 		}
 	}
 
+	// Waiting for a node that is not there, an actor keeps the snapshot
+	// its status names.
+	waiting := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
+		Spec: stasisv1.ActorSpec{Template: "t", Node: "node-c"}, Status: stasisv1.ActorStatus{Placement: 1, Snapshot: "s1.snap-000000000002"}}
+	kube := fleetOf(t, waiting)
+	c := &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got stasisv1.Actor
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(waiting), &got); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Status; s.Node != "" || s.Snapshot != "s1.snap-000000000002" || !strings.Contains(s.Reason, "node-c") {
+		t.Fatalf("waiting for node-c: %+v; want it unbound, its snapshot kept", s)
+	}
+
 	// The store unreadable: unbound from the lost node, it is started
 	// nowhere, and says why.
 	if err := os.RemoveAll(filepath.Join(repoDir, "snapshots")); err != nil {
@@ -145,14 +162,13 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := actors[0]
-	kube := fleetOf(t, a)
-	c := &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+	kube = fleetOf(t, a)
+	c = &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
 	for range 2 {
 		if err := c.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var got stasisv1.Actor
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
 		t.Fatal(err)
 	}
