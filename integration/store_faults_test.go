@@ -131,11 +131,11 @@ func storeUnderFaults(t *testing.T, proxy *faultproxy.Proxy, loc string) {
 	proxy.Set(faultproxy.Faults{StallEvery: 1, StallAfter: 64 << 10, Breakable: faultproxy.PackReads})
 	_, err := b.api.Run(ctx, api.RunRequest{Template: "counter", ID: "stalled", FromStored: stalled.Snapshot.Stored})
 	proxy.Set(faultproxy.Faults{})
-	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "faults") || !strings.Contains(err.Error(), "did not answer") {
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "faults/stasis") {
 		t.Fatalf("run --from-stored with every pack read stalled: %v; want unavailable, naming the store", err)
 	}
-	if !strings.Contains(b.logText(), "did not answer") {
-		t.Fatalf("b's log does not say that the store did not answer:\n%s", b.logText())
+	if log := b.logText(); !strings.Contains(log, "code=unavailable") || !strings.Contains(log, "faults/stasis") {
+		t.Fatalf("b's log does not say that the store did not deliver:\n%s", log)
 	}
 	b.requireNoSandbox("stalled")
 	b.op("Delete", "stalled")

@@ -64,6 +64,12 @@ type RetryStats struct {
 	BytesReread int64
 }
 
+// Since is what happened between before and s.
+func (s RetryStats) Since(before RetryStats) RetryStats {
+	return RetryStats{Retries: s.Retries - before.Retries, ResumedReads: s.ResumedReads - before.ResumedReads,
+		Stalls: s.Stalls - before.Stalls, BytesReread: s.BytesReread - before.BytesReread}
+}
+
 // retrying is a Backend that retries failed calls with exponential backoff,
 // except those that cannot succeed: a permanent error, one with a category
 // other than unavailable (a missing object, an invalid key: errdefs), a

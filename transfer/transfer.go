@@ -201,6 +201,7 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 	}
 	mnt := filepath.Join(from.Views, id)
 	started := time.Now()
+	before := store.Stats(from.Repo.Backend())
 	err := opts.Observer.Step(name, "resume", StepPull, func() (string, error) {
 		f, err := archiver.StartRestore(pctx, from.Repo, stored, dir, from.Options)
 		if err != nil {
@@ -254,15 +255,22 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 	_, err = eng.Resume(ctx, a, view.Dir(), opts)
 	if err != nil {
 		// A pull that failed first is why the restore failed (its reads
-		// through the view did).
+		// through the view did): its error comes first, and its category
+		// with it. A store that stalled, broke or failed requests while
+		// the restore read through the view kept it waiting for its bytes
+		// (runsc gives up on its image after about 20 s, even where the
+		// pull then finishes): said so, as unavailable, not as the
+		// runtime's internal failure to read its image.
+		faults := store.Stats(from.Repo.Backend()).Since(before)
 		stop()
 		var perr error
 		pulled, perr = filling.Wait()
-		if perr != nil && !errors.Is(perr, context.Canceled) && !errors.Is(err, perr) {
-			// The pull's error comes first, and its category with it: the
-			// store out of reach is unavailable, not the runtime's
-			// internal failure to read its image.
+		switch {
+		case perr != nil && !errors.Is(perr, context.Canceled) && !errors.Is(err, perr):
 			err = fmt.Errorf("pull %s: %w; the restore read its image through the view, and failed with it: %w", from.Name, perr, err)
+		case faults.Stalls+faults.ResumedReads+faults.Retries > 0:
+			err = errdefs.Mark(fmt.Errorf("pull %s from %s: the store stalled %d reads, broke %d and failed %d requests while the restore waited for the image's bytes, and the restore failed: %w",
+				from.Name, from.Repo.Backend().Location(), faults.Stalls, faults.ResumedReads, faults.Retries, err), errdefs.ErrUnavailable)
 		}
 		_ = closeView(context.WithoutCancel(ctx))
 		return nil, err
@@ -273,6 +281,12 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 	kept = true
 	return &Pull{Manifest: m, Pulled: pulled, filling: filling, stop: stop}, nil
 }
+
+// starvedAfter is how long a read through the view must have waited for
+// the store's bytes for a restore that failed to have failed for want of
+// them: a pack of a store that answers comes in well under a second, while
+// runsc gives up on a read of its image after about 20 s.
+const starvedAfter = 5 * time.Second
 
 // mountView shows the files of stored snapshot s, being restored into dir
 // by f, at mnt.
