@@ -282,12 +282,6 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 	return &Pull{Manifest: m, Pulled: pulled, filling: filling, stop: stop}, nil
 }
 
-// starvedAfter is how long a read through the view must have waited for
-// the store's bytes for a restore that failed to have failed for want of
-// them: a pack of a store that answers comes in well under a second, while
-// runsc gives up on a read of its image after about 20 s.
-const starvedAfter = 5 * time.Second
-
 // mountView shows the files of stored snapshot s, being restored into dir
 // by f, at mnt.
 func mountView(mnt, dir string, s *store.Snapshot, f *archiver.Filling) (*lazyfs.View, error) {
