@@ -17,6 +17,7 @@ import (
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
+	"github.com/stasis-run/stasis/transfer"
 )
 
 // Staged copies are whole copies of stored snapshots on this node, made
@@ -205,22 +206,6 @@ func (s *Service) pullStaged(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	stored, err := repo.Snapshot(ctx, name)
-	if err != nil {
-		return err
-	}
-	m, err := snapshot.Parse(stored.Meta)
-	if err != nil {
-		return errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", name, err), errdefs.ErrCorrupt)
-	}
-	// Staged for any actor that may start from it: a GPU snapshot for a
-	// GPU actor.
-	if _, err := s.engineForSnapshot(m).Compatible(ctx, engine.Actor{Name: name, GPU: m.GPU != nil}, m); err != nil {
-		return fmt.Errorf("stored snapshot %s: %w", name, err)
-	}
-	if err := st.makeRoom(m.Size()); err != nil {
-		return fmt.Errorf("stage %s: %w", name, err)
-	}
 	tmp, err := os.MkdirTemp(st.tmp, "pull-")
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
@@ -228,9 +213,23 @@ func (s *Service) pullStaged(ctx context.Context, name string) error {
 	defer os.RemoveAll(tmp)
 	start := time.Now()
 	// A cache of the store, as a pulled copy is: hashed on every use.
-	p, err := archiver.RestoreSnapshot(ctx, repo, stored, filepath.Join(tmp, "copy"), archiver.Options{NoSync: true})
+	var refused error
+	from := transfer.Stored{Repo: repo, Name: name, Options: archiver.Options{NoSync: true}}
+	_, p, err := transfer.Fetch(ctx, from, filepath.Join(tmp, "copy"), func(m *snapshot.Manifest) error {
+		// Staged for any actor that may start from it: a GPU snapshot
+		// for a GPU actor.
+		if _, err := s.engineForSnapshot(m).Compatible(ctx, engine.Actor{Name: name, GPU: m.GPU != nil}, m); err != nil {
+			refused = fmt.Errorf("stored snapshot %s: %w", name, err)
+		} else if err := st.makeRoom(m.Size()); err != nil {
+			refused = fmt.Errorf("stage %s: %w", name, err)
+		}
+		return refused
+	})
+	if err != nil && err != refused {
+		err = fmt.Errorf("stage %s: %w", name, err)
+	}
 	if err != nil {
-		return fmt.Errorf("stage %s: %w", name, err)
+		return err
 	}
 	if err := os.Rename(filepath.Join(tmp, "copy"), filepath.Join(st.dir, name)); err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)

@@ -23,7 +23,15 @@ type Snapshot struct {
 	// scope, runtime, GPU driver, block digests. Restore writes it back.
 	Meta  json.RawMessage `json:"meta"`
 	Files []File          `json:"files"`
+
+	// folder is Meta parsed, once, when the stored snapshot was read.
+	folder *snapshot.Manifest
 }
+
+// Folder is the snapshot folder's manifest (Meta), parsed and checked
+// once when the stored snapshot was read (Repository.Snapshot), so that
+// no caller parses it again; nil for one not read from a repository.
+func (s *Snapshot) Folder() *snapshot.Manifest { return s.folder }
 
 // File is one file of a stored snapshot: its chunks, in order.
 type File struct {
@@ -92,6 +100,7 @@ func (s *Snapshot) check() error {
 	if err != nil {
 		return fmt.Errorf("folder manifest: %w", err)
 	}
+	s.folder = meta
 	if len(meta.Files) != len(s.Files) {
 		return fmt.Errorf("folder manifest lists %d files, the snapshot %d", len(meta.Files), len(s.Files))
 	}

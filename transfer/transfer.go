@@ -127,10 +127,7 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 	if err != nil {
 		return nil, err
 	}
-	m, err := snapshot.Parse(stored.Meta)
-	if err != nil {
-		return nil, errdefs.Mark(fmt.Errorf("stored snapshot %s: %w", from.Name, err), errdefs.ErrCorrupt)
-	}
+	m := stored.Folder()
 	if opts.DeviceMap, err = eng.CheckRestore(ctx, a, m, opts); err != nil {
 		return nil, err
 	}
@@ -155,6 +152,23 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 	opts.Checked = m
 	_, err = eng.Resume(ctx, a, dir, opts)
 	return pull, err
+}
+
+// Fetch pulls the stored snapshot from.Name whole into dir, once check,
+// given its manifest, passes: a snapshot check refuses fetches nothing.
+// Every chunk is hash-checked on arrival; the manifest is written last.
+// The stored manifest is read and parsed once, and returned.
+func Fetch(ctx context.Context, from Stored, dir string, check func(*snapshot.Manifest) error) (*snapshot.Manifest, archiver.Pulled, error) {
+	stored, err := from.Repo.Snapshot(ctx, from.Name)
+	if err != nil {
+		return nil, archiver.Pulled{}, err
+	}
+	m := stored.Folder()
+	if err := check(m); err != nil {
+		return m, archiver.Pulled{}, err
+	}
+	p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options)
+	return m, p, err
 }
 
 func pulledMessage(from Stored, p archiver.Pulled) string {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,11 +36,18 @@ commands stasisd gave it.`,
 			if err != nil {
 				return err
 			}
+			var offset time.Duration
+			if v := os.Getenv("STASIS_KUBE_CLOCK_OFFSET"); v != "" {
+				// The fault tests' way to skew one node's clock.
+				if offset, err = time.ParseDuration(v); err != nil {
+					return fmt.Errorf("STASIS_KUBE_CLOCK_OFFSET=%q: %w", v, err)
+				}
+			}
 			a := &agent.Agent{Kube: kube, LeaseKube: leaseKube, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
 				LeaseNamespace: g.leaseNamespace, LeaseDuration: g.leaseDuration, Log: logger(),
 				// The fault tests' way to hang the agent between the steps
 				// of a release (agent.Failpoint…).
-				Failpoint: os.Getenv("STASIS_KUBE_FAILPOINT")}
+				Failpoint: os.Getenv("STASIS_KUBE_FAILPOINT"), ClockOffset: offset}
 			return a.Run(cmd.Context())
 		},
 	}

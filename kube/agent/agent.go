@@ -65,6 +65,10 @@ type Agent struct {
 	// Workers bounds the actors acted on at once (8 when zero).
 	Workers int
 	Log     *slog.Logger
+	// ClockOffset is added to the times the agent writes in its Lease: the
+	// tests' way to give one node a clock that runs ahead or behind, which
+	// must not change when it counts as lost.
+	ClockOffset time.Duration
 	// Failpoint, one of the Failpoint… names, makes the agent stop itself
 	// (SIGSTOP) the first time it gets there, as a hung agent would: the
 	// tests' way into the windows between the steps of a release.
@@ -235,7 +239,7 @@ func (a *Agent) renew(ctx context.Context) error {
 
 // renewLease takes or renews the node's Lease, from start.
 func (a *Agent) renewLease(ctx context.Context, start time.Time) error {
-	now := metav1.NewMicroTime(start)
+	now := metav1.NewMicroTime(start.Add(a.ClockOffset))
 	secs := int32(a.LeaseDuration / time.Second)
 	renewed := func(err error) error {
 		if err == nil {

@@ -54,6 +54,8 @@ type Controller struct {
 	// storedNames lists the store's snapshots once in a pass that needs
 	// it (nil until then).
 	storedNames []string
+	// leases judges the nodes' Leases on this controller's clock.
+	leases fleet.LeaseClock
 	// waits holds, per actor, when an actor that could not be decided on
 	// (its template missing, its snapshot's manifest unreadable) is looked
 	// at again, and how long it waited last.
@@ -182,10 +184,13 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[st
 	if s.Node != "" {
 		n, known := nodes[s.Node]
 		switch {
-		case !known || (!n.Alive && !n.LeaseExpired.IsZero()):
+		case !known || n.Lost():
 			why := fmt.Sprintf("node %s was lost (its lease expired at %s)", s.Node, n.LeaseExpired.Format(time.RFC3339))
-			if !known {
+			switch {
+			case !known:
 				why = fmt.Sprintf("node %s is gone", s.Node)
+			case n.OutOfService:
+				why = fmt.Sprintf("node %s is tainted %s (out of service)", s.Node, fleet.OutOfServiceTaint)
 			}
 			return func(s *stasisv1.ActorStatus) {
 				s.Node, s.Evict, s.Placement = "", false, s.Placement+1
@@ -239,6 +244,8 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 		case a.Spec.Node != "" && name != a.Spec.Node:
 		case n.Problem != "":
 			refused = append(refused, name+": "+n.Problem)
+		case n.OutOfService:
+			refused = append(refused, name+": tainted "+fleet.OutOfServiceTaint)
 		case !n.Alive:
 			refused = append(refused, name+": its lease expired")
 		case n.Draining:
@@ -409,10 +416,7 @@ func (c *Controller) manifest(ctx context.Context, name string) (*snapshot.Manif
 	if err != nil {
 		return nil, err
 	}
-	m, err := snapshot.Parse(s.Meta)
-	if err != nil {
-		return nil, fmt.Errorf("stored snapshot %s: %w", name, err)
-	}
+	m := s.Folder()
 	c.manifests[name] = m
 	return m, nil
 }
@@ -439,7 +443,11 @@ func (c *Controller) nodes(ctx context.Context) (map[string]fleet.Node, error) {
 		if lease == nil && n.Annotations[fleet.FingerprintAnnotation] == "" {
 			continue // no Stasis agent has ever run there
 		}
-		out[n.Name] = fleet.ReadNode(n, lease, now)
+		var renewed time.Time
+		if lease != nil && lease.Spec.RenewTime != nil {
+			renewed = c.leases.Renewed(lease, now)
+		}
+		out[n.Name] = fleet.ReadNode(n, lease, renewed, now)
 	}
 	return out, nil
 }

@@ -58,9 +58,13 @@ func storeSnapshot(t *testing.T, repo *store.Repository, name, actor string, cre
 	}
 }
 
-// fleetOf is a fake API server holding node-a, whose lease expired an
-// hour ago, node-b, alive, both with one fingerprint, the template t, and
-// actors.
+// renewedA is when node-a's agent last renewed its Lease, to the
+// microsecond a Lease keeps.
+var renewedA = time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+
+// fleetOf is a fake API server holding node-a, whose lease was last
+// renewed at renewedA, node-b, renewed now, both with one fingerprint, the
+// template t, and actors.
 func fleetOf(t *testing.T, actors ...*stasisv1.Actor) client.Client {
 	t.Helper()
 	scheme, err := fleet.Scheme()
@@ -73,7 +77,7 @@ func fleetOf(t *testing.T, actors ...*stasisv1.Actor) client.Client {
 		t.Fatal(err)
 	}
 	objs := []client.Object{&stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}}
-	for node, renewed := range map[string]time.Time{"node-a": time.Now().Add(-time.Hour), "node-b": time.Now()} {
+	for node, renewed := range map[string]time.Time{"node-a": renewedA, "node-b": time.Now()} {
 		secs := int32(15)
 		objs = append(objs,
 			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{fleet.FingerprintAnnotation: fp}}},
@@ -84,6 +88,15 @@ func fleetOf(t *testing.T, actors ...*stasisv1.Actor) client.Client {
 		objs = append(objs, a)
 	}
 	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&stasisv1.Actor{}).Build()
+}
+
+// controllerOf is a controller of kube's fleet that saw node-a's last
+// renewal when it was made: node-a is lost.
+func controllerOf(kube client.Client, repo *store.Repository) *Controller {
+	c := &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+	c.leases.Renewed(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.DefaultLeaseNamespace, Name: fleet.LeaseOf("node-a")},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renewedA}}}, renewedA)
+	return c
 }
 
 // TestLostNodeResumesFromTheNewestStoredSnapshot: an actor whose node was
@@ -113,7 +126,7 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Placement: 1}}
 	for _, a := range actors {
 		kube := fleetOf(t, a, never)
-		c := &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+		c := controllerOf(kube, repo)
 		for range 2 { // unbound from the lost node, then placed
 			if err := c.Pass(ctx); err != nil {
 				t.Fatal(err)
@@ -141,7 +154,7 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 	waiting := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
 		Spec: stasisv1.ActorSpec{Template: "t", Node: "node-c"}, Status: stasisv1.ActorStatus{Placement: 1, Snapshot: "s1.snap-000000000002"}}
 	kube := fleetOf(t, waiting)
-	c := &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+	c := controllerOf(kube, repo)
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +176,7 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 	}
 	a := actors[0]
 	kube = fleetOf(t, a)
-	c = &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+	c = controllerOf(kube, repo)
 	for range 2 {
 		if err := c.Pass(ctx); err != nil {
 			t.Fatal(err)
@@ -174,5 +187,47 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 	}
 	if s := got.Status; s.Node != "" || s.Phase != stasisv1.PhasePending || !strings.Contains(s.Reason, "store") || !strings.Contains(s.Reason, "not started anywhere") {
 		t.Fatalf("store unreadable: %+v; want it bound nowhere, the reason naming the store", s)
+	}
+}
+
+// TestOutOfServiceMovesActorsAtOnce: an operator's out-of-service taint on
+// a node whose Lease is fresh moves its actors at once, to resume from
+// their newest stored snapshot elsewhere, and nothing is placed there.
+func TestOutOfServiceMovesActorsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	repo, _ := newRepo(t)
+	made := time.Now().Add(-time.Hour).Truncate(time.Second)
+	storeSnapshot(t, repo, "s1.snap-000000000001", "s1", made.Add(time.Minute))
+	a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
+		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-b", Placement: 1}}
+	kube := fleetOf(t, a)
+	var b corev1.Node
+	if err := kube.Get(ctx, client.ObjectKey{Name: "node-b"}, &b); err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.Taints = append(b.Spec.Taints, corev1.Taint{Key: fleet.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	if err := kube.Update(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	// node-a is seen for the first time: its Lease counts from now.
+	c := &Controller{Kube: kube, Repo: repo, Namespace: "default", LeaseNamespace: fleet.DefaultLeaseNamespace, Log: slog.New(slog.DiscardHandler)}
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got stasisv1.Actor
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Status; s.Node != "" || !strings.Contains(s.Reason, "out of service") {
+		t.Fatalf("after node-b was tainted out of service: %+v; want it unbound, saying why", s)
+	}
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Status; s.Node != "node-a" || s.Snapshot != "s1.snap-000000000001" {
+		t.Fatalf("placed after node-b was tainted: %+v; want it on node-a from s1.snap-000000000001", s)
 	}
 }

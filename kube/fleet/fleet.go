@@ -48,23 +48,41 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// OutOfServiceTaint is the Kubernetes non-graceful node shutdown taint: an
+// operator's word that the node is down, so its actors are moved at once,
+// without waiting for its Lease.
+const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+
 // Node is a node as placement sees it.
 type Node struct {
 	Name        string
 	Fingerprint fingerprint.Fingerprint
-	// Alive: its Lease was renewed within its duration.
+	// Alive: its Lease was renewed within its duration, and no operator
+	// said it is out of service.
 	Alive bool
 	// LeaseExpired is when a lost node's Lease ran out.
 	LeaseExpired time.Time
+	// OutOfService: the node carries OutOfServiceTaint.
+	OutOfService bool
 	Draining     bool
 	// Problem says why the node cannot be placed on, when its
 	// fingerprint is missing or unreadable.
 	Problem string
 }
 
-// ReadNode reads a Node object and its Lease (nil when there is none).
-func ReadNode(n *corev1.Node, lease *coordinationv1.Lease, now time.Time) Node {
+// Lost says whether the node's actors are to be moved: its Lease ran out,
+// or an operator said it is out of service.
+func (n Node) Lost() bool { return n.OutOfService || !n.Alive && !n.LeaseExpired.IsZero() }
+
+// ReadNode reads a Node object and its Lease (nil when there is none),
+// whose renewal the reader last saw change at renewed, on its own clock
+// (LeaseClock): the time the node wrote in it is never compared with the
+// reader's.
+func ReadNode(n *corev1.Node, lease *coordinationv1.Lease, renewed, now time.Time) Node {
 	out := Node{Name: n.Name, Draining: n.Annotations[DrainAnnotation] == "true"}
+	for _, t := range n.Spec.Taints {
+		out.OutOfService = out.OutOfService || t.Key == OutOfServiceTaint
+	}
 	if raw := n.Annotations[FingerprintAnnotation]; raw == "" {
 		out.Problem = "its agent has not published a fingerprint (annotation " + FingerprintAnnotation + ")"
 	} else if f, err := fingerprint.Parse([]byte(raw)); err != nil {
@@ -76,16 +94,50 @@ func ReadNode(n *corev1.Node, lease *coordinationv1.Lease, now time.Time) Node {
 		out.Problem = firstOf(out.Problem, "its agent holds no lease "+LeasePrefix+n.Name)
 		return out
 	}
-	d := DefaultLeaseDuration
-	if lease.Spec.LeaseDurationSeconds != nil {
-		d = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
-	}
-	expires := lease.Spec.RenewTime.Add(d)
-	out.Alive = now.Before(expires)
-	if !out.Alive {
+	expires := renewed.Add(LeaseDuration(lease))
+	out.Alive = now.Before(expires) && !out.OutOfService
+	if !now.Before(expires) {
 		out.LeaseExpired = expires
 	}
 	return out
+}
+
+// LeaseDuration is how long a renewal of lease holds.
+func LeaseDuration(lease *coordinationv1.Lease) time.Duration {
+	if lease.Spec.LeaseDurationSeconds != nil {
+		return time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return DefaultLeaseDuration
+}
+
+// LeaseClock judges Leases on its reader's own clock, as the Kubernetes
+// node lifecycle controller reads the kubelet's: a renewal counts from
+// when the reader first saw the Lease's renewal time change, never from the
+// time the node wrote in it. A node whose clock runs ahead is then not kept
+// alive by its own timestamps after it stops renewing, and one whose clock
+// runs behind is not counted lost while it renews. A Lease seen for the
+// first time counts as renewed then. Not safe for concurrent use.
+type LeaseClock struct {
+	seen map[string]leaseSeen
+}
+
+type leaseSeen struct {
+	renew time.Time // the RenewTime written in the Lease
+	at    time.Time // when the reader first saw it
+}
+
+// Renewed is when, on this clock, lease was last seen renewed.
+func (c *LeaseClock) Renewed(lease *coordinationv1.Lease, now time.Time) time.Time {
+	if c.seen == nil {
+		c.seen = map[string]leaseSeen{}
+	}
+	key := lease.Namespace + "/" + lease.Name
+	last, ok := c.seen[key]
+	if !ok || !last.renew.Equal(lease.Spec.RenewTime.Time) {
+		last = leaseSeen{renew: lease.Spec.RenewTime.Time, at: now}
+		c.seen[key] = last
+	}
+	return last.at
 }
 
 func firstOf(a, b string) string {
