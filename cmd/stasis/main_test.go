@@ -156,3 +156,25 @@ func TestStoreUpgrade(t *testing.T) {
 		t.Fatalf("a second upgrade: %v\n%s", err, out)
 	}
 }
+
+// TestSocketAndDataFromTheEnvironment: STASIS_SOCKET and STASIS_DATA stand
+// in for --socket and --data on every command; the flags still win.
+func TestSocketAndDataFromTheEnvironment(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "elsewhere.sock")
+	t.Setenv("STASIS_SOCKET", socket)
+	if _, err := runStasis(t, "actor", "ps"); err == nil || !strings.Contains(err.Error(), socket) {
+		t.Fatalf("actor ps with STASIS_SOCKET=%s: %v; want it to try that socket", socket, err)
+	}
+	flag := filepath.Join(t.TempDir(), "flag.sock")
+	if _, err := runStasis(t, "actor", "ps", "--socket", flag); err == nil || !strings.Contains(err.Error(), flag) {
+		t.Fatalf("actor ps --socket %s: %v; want the flag to win", flag, err)
+	}
+	data := t.TempDir()
+	t.Setenv("STASIS_DATA", data)
+	if _, err := runStasis(t, "store", "init"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "store", "config")); err != nil {
+		t.Fatalf("store init with STASIS_DATA=%s made no store there: %v", data, err)
+	}
+}

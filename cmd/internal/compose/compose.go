@@ -59,14 +59,30 @@ func (o *Options) Register(fs *pflag.FlagSet) {
 	o.RegisterRuntime(fs)
 }
 
+// The environment variables that, where set, stand in for the defaults of
+// --data and --socket, for stasisd and every command alike: set once, as
+// docker's DOCKER_HOST, rather than on every command line.
+const (
+	DataEnv   = "STASIS_DATA"
+	SocketEnv = "STASIS_SOCKET"
+)
+
+// envOr is the environment variable key where it is set, else def.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
 // RegisterData adds --data, which every command's defaults start from.
 func (o *Options) RegisterData(fs *pflag.FlagSet) {
-	fs.StringVar(&o.DataDir, "data", DefaultDataDir, "data folder: journal, actors, local snapshots and the embedded store")
+	fs.StringVar(&o.DataDir, "data", envOr(DataEnv, DefaultDataDir), "data folder: journal, actors, local snapshots and the embedded store ($"+DataEnv+" where set)")
 }
 
 // RegisterSocket adds --socket, for the commands that talk to stasisd.
 func (o *Options) RegisterSocket(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Socket, "socket", DefaultSocket, "stasisd's API socket")
+	fs.StringVar(&o.Socket, "socket", envOr(SocketEnv, DefaultSocket), "stasisd's API socket ($"+SocketEnv+" where set)")
 }
 
 // RegisterStore adds --repo, for the commands that use the snapshot store.
