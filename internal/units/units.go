@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // Bytes writes n with a binary unit: "512 B", "1.5 GiB".
@@ -22,8 +24,17 @@ func Bytes[T int64 | uint64](n T) string {
 }
 
 // ParseBytes reads a size such as "141GiB", "512 MiB", "8G" (binary units
-// either way) or a plain number of bytes.
+// either way) or a plain number of bytes. What it cannot read is an
+// invalid argument (errdefs), whoever gave it.
 func ParseBytes(s string) (uint64, error) {
+	n, err := parseBytes(s)
+	if err != nil {
+		return 0, errdefs.Mark(err, errdefs.ErrInvalidArgument)
+	}
+	return n, nil
+}
+
+func parseBytes(s string) (uint64, error) {
 	text := strings.TrimSpace(s)
 	i := strings.IndexFunc(text, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
 	number, unit := text, ""
