@@ -491,7 +491,7 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 		if ok {
 			lp = &l
 		}
-		do(actor.Name, func(ctx context.Context) error { return a.serve(ctx, actor.Name, lp) })
+		do(actor.Name, func(ctx context.Context) error { return a.serve(ctx, actor, lp) })
 	}
 	a.mu.Lock()
 	for name := range a.retries {
@@ -528,7 +528,22 @@ func (a *Agent) remove(ctx context.Context, id string) error {
 }
 
 // serve brings an actor bound to this node to what its spec asks.
-func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error {
+//
+// An actor that is as its spec asks is served from the pass's listing: at
+// rest a pass costs one list of the actors, whatever their number, and a
+// status write only where the status changed. One that needs stasisd to
+// act (started, released, paused, resumed) is read again first, so that no
+// action rests on a listing a moment old.
+func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Actor) error {
+	name := listed.Name
+	want := wanted(listed)
+	switch {
+	case local == nil && listed.Status.Phase == stasisv1.PhaseFailed && listed.Status.ObservedGeneration == listed.Generation && !a.retryDue(name):
+		return nil // it failed here for good, or waits for its retry; a new spec tries again
+	case local != nil && !listed.Status.Evict && !acts(want, local.State):
+		actor := listed.DeepCopy()
+		return a.report(ctx, actor, *local)
+	}
 	var actor stasisv1.Actor
 	if err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &actor); err != nil {
 		return client.IgnoreNotFound(err)
@@ -536,17 +551,9 @@ func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error 
 	if actor.Status.Node != a.Node {
 		return nil // rebound meanwhile; the next pass fences it
 	}
-	want := actor.Spec.Phase
-	if want == "" {
-		want = stasisv1.PhaseRunning
-	}
+	want = wanted(&actor)
 	if local != nil && local.State == api.Fenced {
-		// stasisd froze it when its fleet lease lapsed; the renewal that
-		// binds it here thaws it.
-		return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) {
-			s.Phase, s.Reason = stasisv1.PhaseFenced, local.Reason
-			a.stasisdCondition(s)
-		})
+		return a.report(ctx, &actor, *local) // not released while frozen
 	}
 	if actor.Status.Evict || want == stasisv1.PhaseSuspended {
 		return a.release(ctx, &actor, local, want)
@@ -577,7 +584,43 @@ func (a *Agent) serve(ctx context.Context, name string, local *api.Actor) error 
 	if err != nil {
 		return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) { s.Reason = err.Error() })
 	}
-	return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) {
+	return a.report(ctx, &actor, *local)
+}
+
+// wanted is the phase an Actor's spec asks for.
+func wanted(actor *stasisv1.Actor) stasisv1.Phase {
+	if actor.Spec.Phase == "" {
+		return stasisv1.PhaseRunning
+	}
+	return actor.Spec.Phase
+}
+
+// acts says whether an actor bound here, which stasisd has in state, needs
+// stasisd to act for the phase want: a release, a pause or a resume. A
+// FENCED one waits for stasisd to thaw it.
+func acts(want stasisv1.Phase, state api.State) bool {
+	switch {
+	case state == api.Fenced:
+		return false
+	case want == stasisv1.PhaseSuspended:
+		return true
+	case want == stasisv1.PhasePaused:
+		return state == api.Running
+	}
+	return state == api.Paused || state == api.Suspended
+}
+
+// report writes what stasisd says of the actor into its status, where it
+// changed.
+func (a *Agent) report(ctx context.Context, actor *stasisv1.Actor, local api.Actor) error {
+	return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+		if local.State == api.Fenced {
+			// stasisd froze it when its fleet lease lapsed; the renewal
+			// that binds it here thaws it.
+			s.Phase, s.Reason = stasisv1.PhaseFenced, local.Reason
+			a.stasisdCondition(s)
+			return
+		}
 		s.Phase, s.Reason = phaseOf(local.State), local.Reason
 		if local.Snapshot != nil && local.Snapshot.Stored != "" {
 			s.Snapshot = local.Snapshot.Stored

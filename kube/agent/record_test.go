@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/stasis-run/stasis/api"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
@@ -52,5 +53,57 @@ func TestFinishedSuspendRecordedBeforeTheCopyGoes(t *testing.T) {
 	if len(list.Items) != 2 || got["s1.x.snap-000000000001"].Spec.Actor != "s1.x" || got["s1.x.snap-000000000002"].Spec.Node != "node-a" ||
 		len(got["s1.x.snap-000000000002"].OwnerReferences) != 1 || got["s1.x.snap-000000000002"].OwnerReferences[0].UID != "uid-1" {
 		t.Fatalf("Snapshots recorded: %+v; want s1.x's two stored suspends, owned by the Actor", list.Items)
+	}
+}
+
+// TestServingAtRestAsksTheAPIServerNothing: an actor that is as its spec
+// asks costs a pass no request of its own (the pass lists the actors
+// once), nor does one that failed here and waits for a new spec: the
+// agent's requests at rest do not grow with its actors.
+func TestServingAtRestAsksTheAPIServerNothing(t *testing.T) {
+	ctx := context.Background()
+	scheme, err := fleet.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "r1"}, Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a"}}
+	failed := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "f1"}, Spec: stasisv1.ActorSpec{Template: "t"},
+		Status: stasisv1.ActorStatus{Node: "node-a", Phase: stasisv1.PhaseFailed}}
+	calls := 0
+	count := interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			calls++
+			return c.Get(ctx, key, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			calls++
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}
+	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(running, failed).WithStatusSubresource(&stasisv1.Actor{}).WithInterceptorFuncs(count).Build()
+	a := &Agent{Kube: kube, Node: "node-a", Namespace: "default", Log: slog.New(slog.DiscardHandler), retries: map[string]retry{"f1": {permanent: true}}}
+	local := api.Actor{ID: "r1", State: api.Running}
+	// The first pass writes the status; every one after asks nothing.
+	if err := a.serve(ctx, running, &local); err != nil || calls != 1 {
+		t.Fatalf("first pass: %v, %d requests; want the one status write", err, calls)
+	}
+	for range 3 {
+		var listed stasisv1.ActorList
+		if err := kube.List(ctx, &listed, client.InNamespace("default")); err != nil {
+			t.Fatal(err)
+		}
+		calls = 0
+		for i := range listed.Items {
+			var l *api.Actor
+			if listed.Items[i].Name == "r1" {
+				l = &local
+			}
+			if err := a.serve(ctx, &listed.Items[i], l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if calls != 0 {
+			t.Fatalf("a pass at rest made %d requests of its own; want none", calls)
+		}
 	}
 }
