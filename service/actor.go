@@ -13,7 +13,7 @@ func (s *Service) Actor(ctx context.Context, id string) (api.Actor, error) {
 	if err != nil {
 		return api.Actor{}, err
 	}
-	return actorOf(rec), nil
+	return actorOf(s.unsettled.overlay(rec)), nil
 }
 
 // Actors lists every actor.
@@ -24,7 +24,7 @@ func (s *Service) Actors(ctx context.Context) ([]api.Actor, error) {
 	}
 	out := make([]api.Actor, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, actorOf(r))
+		out = append(out, actorOf(s.unsettled.overlay(r)))
 	}
 	return out, nil
 }

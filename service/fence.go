@@ -225,6 +225,9 @@ func (s *Service) EnforceLease(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for _, a := range actors {
+		// An operation that ended, its end not yet recorded, holds the
+		// actor no more.
+		a = s.unsettled.overlay(a)
 		if a.Running != nil || !api.FleetActorID(a.ID) || !s.lease.due(a.ID) {
 			continue
 		}

@@ -108,7 +108,7 @@ func (s *Service) Release(ctx context.Context) (int, error) {
 		if available >= reserve {
 			break
 		}
-		if api.State(a.State) != api.Paused || a.Running != nil || !s.kept(ctx, a) {
+		if a = s.unsettled.overlay(a); api.State(a.State) != api.Paused || a.Running != nil || !s.kept(ctx, a) {
 			continue
 		}
 		why := fmt.Sprintf("%s of memory available, under the reserve of %s", units.Bytes(available), units.Bytes(reserve))

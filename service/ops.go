@@ -640,7 +640,7 @@ func (s *Service) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	if a.Running != nil {
+	if a = s.unsettled.overlay(a); a.Running != nil {
 		return api.ExecResult{}, &journal.BusyError{Actor: a.ID, Op: *a.Running}
 	}
 	if api.State(a.State) != api.Running {

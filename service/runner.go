@@ -151,7 +151,14 @@ func (s *Service) run(ctx context.Context, r request) (journal.Actor, error) {
 			return json.Marshal(args)
 		},
 	}
-	b, err := s.journal.Begin(ctx, start)
+	// The end of the actor's last operation, if the journal could not
+	// record it, is recorded first: until it is, the journal holds the
+	// actor busy with an operation that has ended.
+	err := s.unsettled.write(ctx, s.journal, r.actor)
+	var b journal.Began
+	if err == nil {
+		b, err = s.journal.Begin(ctx, start)
+	}
 	if err != nil {
 		finished()
 		s.cfg.Log.Info("operation refused", "kind", k.name, "actor", r.actor, "request", r.requestID, "code", errdefs.Code(err), "error", err.Error())
@@ -196,7 +203,15 @@ func (s *Service) run(ctx context.Context, r request) (journal.Actor, error) {
 	s.cfg.Log.Log(ctx, level, "operation ended", "kind", k.name, "actor", r.actor, "operation", opID, "result", end.State, "state", end.ActorState,
 		"duration", time.Since(began).String(), "code", end.ErrorCode, "error", end.Error)
 	if endErr != nil {
-		return journal.Actor{}, fmt.Errorf("journal the end of %s %s: %w", k.name, opID, endErr)
+		// The operation has ended: the actor is in a stable state, which
+		// its record says once the end is written (unsettledEnds).
+		s.unsettled.add(end)
+		s.cfg.Log.Warn("the end of an operation could not be recorded; it is written again every second", "kind", k.name, "actor", r.actor, "operation", opID, "error", endErr)
+		rec, err := s.journal.Actor(context.WithoutCancel(ctx), r.actor)
+		if err != nil {
+			return journal.Actor{}, fmt.Errorf("journal the end of %s %s: %w", k.name, opID, endErr)
+		}
+		return s.unsettled.overlay(rec), opErr
 	}
 	return a, opErr
 }

@@ -101,6 +101,10 @@ type Service struct {
 	events  *eventFeed
 	stager  *stager
 	pulled  *pulledFolders
+	// unsettled holds the ends of operations the journal could not
+	// record yet; stopSettling ends their writing.
+	unsettled    *unsettledEnds
+	stopSettling context.CancelFunc
 	// pullMemory lends memory to pulls that hold their image in memory.
 	pullMemory transfer.PullMemory
 	// lostViews are the sandboxes restored through a view (a pull that
@@ -151,12 +155,17 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = newMetrics(s)
+	s.unsettled = newUnsettledEnds()
+	settling, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopSettling = stop
+	go s.settleLoop(settling)
 	return s, nil
 }
 
 // Close stops the writing of pulled copies still going on (they are pulled
 // again when needed) and closes the journal.
 func (s *Service) Close() error {
+	s.stopSettling()
 	s.pulled.stopAll()
 	return s.journal.Close()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/local"
 	"github.com/stasis-run/stasis/testkit/runtimetest"
+	"github.com/stasis-run/stasis/testkit/testdisk"
 )
 
 // These tests drive the service over a fake runtime (no sandbox, no
@@ -801,5 +802,50 @@ func TestPurgeDeletesOnlyWhatTheActorPushed(t *testing.T) {
 	gone, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "d.x", Purge: true})
 	if err != nil || len(gone.KeptSnapshots) != 0 || stored(dx.Snapshot.Stored) {
 		t.Fatalf("rm --purge d.x: %+v %v; its snapshot %s stored %v", gone, err, dx.Snapshot.Stored, stored(dx.Snapshot.Stored))
+	}
+}
+
+// TestFullDiskStrandsNoActor: the journal's disk fills during a suspend
+// (its reserve's room taken too, as a process that fills the disk takes
+// it): the suspend fails and rolls back, its end cannot be recorded, yet
+// the actor reads RUNNING, not SUSPENDING; a new request on it is refused
+// as the disk being full, not as busy; once there is room, the end is
+// written before the next request, which goes through.
+func TestFullDiskStrandsNoActor(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	testdisk.Tmpfs(t, data, "16m")
+	filler := filepath.Join(data, "filler")
+	e := newEnv(t, func(c *service.Config) { c.DataDir, c.JournalReserve = data, -1 })
+	e.template("t", nil)
+	e.run("a1")
+	e.rt.Hook = func(_ context.Context, method, _ string) error {
+		if method == "Checkpoint" {
+			testdisk.Fill(t, filler)
+		}
+		return nil
+	}
+	if _, err := e.svc.Suspend(ctx, api.OpRequest{ID: "a1"}); err == nil {
+		t.Fatal("a suspend onto a full disk succeeded")
+	}
+	e.rt.Hook = nil
+	a := e.actor("a1")
+	if a.State != api.Running || a.Operation != nil || !strings.Contains(a.Reason, "not recorded in the journal yet") {
+		t.Fatalf("after the suspend failed on a full disk: %+v; want RUNNING, no operation, the reason saying it is not recorded yet", a)
+	}
+	if rec, err := e.svc.Journal().Actor(ctx, "a1"); err != nil || rec.Running == nil {
+		t.Fatalf("the journal recorded the end on a full disk: %+v %v (the test's premise)", rec, err)
+	}
+	if _, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "a1"}); code(err) != "resource_exhausted" || !strings.Contains(err.Error(), "not recorded yet") {
+		t.Fatalf("rm on a full disk: %v; want resource_exhausted saying the end is not recorded yet", err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.counter("a1", "get"); got == "" {
+		t.Fatal("a1 does not count after the failed suspend")
+	}
+	if _, err := e.svc.Delete(ctx, api.DeleteRequest{ID: "a1"}); err != nil {
+		t.Fatalf("rm once there is room: %v", err)
 	}
 }

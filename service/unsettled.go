@@ -1,0 +1,108 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/journal"
+)
+
+// unsettledEnds holds, by actor, the ends of operations that the journal
+// could not record: its disk full past its reserve (a process that fills
+// the disk takes the reserve's room as soon as it is given back). Each is
+// written again every second until it is, and at once before a new
+// operation on its actor, which is refused, saying why, while it cannot
+// be. Meanwhile the actor reads as the end left it, never in the
+// transitional state the journal still holds; a stasisd that stops before
+// an end is written finds the operation running at its next start and
+// reconciles it as after any crash.
+type unsettledEnds struct {
+	mu   sync.Mutex
+	ends map[string]journal.End
+}
+
+// settleEvery is how often the unsettled ends are written again.
+const settleEvery = time.Second
+
+func newUnsettledEnds() *unsettledEnds {
+	return &unsettledEnds{ends: map[string]journal.End{}}
+}
+
+// add keeps end, which the journal refused, to be written again.
+func (u *unsettledEnds) add(end journal.End) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.ends[end.Actor] = end
+}
+
+// write records actor's unsettled end, if it has one, and says why it
+// could not.
+func (u *unsettledEnds) write(ctx context.Context, j *journal.Journal, actor string) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	end, ok := u.ends[actor]
+	if !ok {
+		return nil
+	}
+	if _, err := j.End(ctx, end); err != nil && !errors.Is(err, journal.ErrNotFound) {
+		return errdefs.Mark(fmt.Errorf("actor %s: the end of its operation %s is not recorded yet: %w; it is written again every %s, and the actor takes new requests once it is (make room on the journal's disk)",
+			actor, end.OpID, err, settleEvery), errdefs.ErrResourceExhausted)
+	}
+	delete(u.ends, actor)
+	return nil
+}
+
+// writeAll tries every unsettled end once, and says which it wrote.
+func (u *unsettledEnds) writeAll(ctx context.Context, j *journal.Journal) []journal.End {
+	u.mu.Lock()
+	actors := make([]string, 0, len(u.ends))
+	for a := range u.ends {
+		actors = append(actors, a)
+	}
+	u.mu.Unlock()
+	var written []journal.End
+	for _, a := range actors {
+		u.mu.Lock()
+		end, ok := u.ends[a]
+		u.mu.Unlock()
+		if ok && u.write(ctx, j, a) == nil {
+			written = append(written, end)
+		}
+	}
+	return written
+}
+
+// overlay is rec as its unsettled end, if it has one, left it.
+func (u *unsettledEnds) overlay(rec journal.Actor) journal.Actor {
+	u.mu.Lock()
+	end, ok := u.ends[rec.ID]
+	u.mu.Unlock()
+	if !ok || rec.Running == nil || rec.Running.ID != end.OpID || end.ActorState == "" {
+		return rec
+	}
+	rec.State, rec.Running = end.ActorState, nil
+	rec.Reason = end.Reason + " (not recorded in the journal yet: its disk is full)"
+	return rec
+}
+
+// settleLoop writes the unsettled ends again every settleEvery until ctx
+// ends.
+func (s *Service) settleLoop(ctx context.Context) {
+	t := time.NewTicker(settleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, end := range s.unsettled.writeAll(ctx, s.journal) {
+			s.cfg.Log.Info("the end of an operation, kept while the journal's disk was full, is recorded", "actor", end.Actor, "operation", end.OpID, "state", end.ActorState)
+			s.events.notify()
+		}
+	}
+}
