@@ -83,7 +83,15 @@ func (e *Engine) Fence(ctx context.Context, actor, id string, obs Observer) erro
 		case runtime.StatusPaused:
 			return "the sandbox was frozen already", nil
 		case runtime.StatusRunning:
-			return "the sandbox is frozen", e.Runtime.Pause(ctx, id)
+			if err := e.Runtime.Pause(ctx, id); err != nil {
+				// Frozen meanwhile by another hand (the fence watchdog,
+				// the fleet agent): fenced all the same.
+				if st, serr := e.Runtime.State(ctx, id); serr == nil && st.Status == runtime.StatusPaused {
+					return "the sandbox was frozen meanwhile, by another", nil
+				}
+				return "", err
+			}
+			return "the sandbox is frozen", nil
 		}
 		return "", fmt.Errorf("sandbox %s is %s: nothing runs there to fence", id, st.Status)
 	})

@@ -32,6 +32,9 @@ import (
 //     actors' status says stasisd does not answer, and the agent freezes
 //     their sandboxes with the commands stasisd gave it; the stasisd that
 //     starts again finds them frozen (FENCED), not CRASHED;
+//   - its agent and stasisd killed together: the fence watchdog stasisd
+//     started (stasisd watchdog) freezes the sandboxes when the lease
+//     lapses;
 //   - its stasisd stopped (SIGSTOP): the same, and the stasisd that is let
 //     go fences what the agent froze.
 //
@@ -88,6 +91,21 @@ func TestFleetFencing(t *testing.T) {
 			<-n.d.exited
 			n.d.cmd = nil
 			return func() { n.d.start("") }
+		}, func(n *fleetNode) {}},
+		{"agent and stasisd killed together", func(n *fleetNode) func() {
+			// Nothing of Stasis is left on the node but the watchdog
+			// stasisd started: it freezes the sandboxes when the lease
+			// lapses.
+			n.agent.kill()
+			if err := n.d.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			<-n.d.exited
+			n.d.cmd = nil
+			return func() {
+				n.d.start("")
+				n.agent.start()
+			}
 		}, func(n *fleetNode) {}},
 		{"stasisd stopped (SIGSTOP)", func(n *fleetNode) func() {
 			if err := n.d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/fencefile"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
 )
@@ -32,6 +34,14 @@ import (
 // lease: a lapse is acted on within it.
 const DefaultFenceCheck = 100 * time.Millisecond
 
+// watchdogGrace is how long after the lapse of a lease renewed for
+// validFor the watchdog fences: a sixth of it. The agent renews for three
+// quarters of the cluster's Lease, whose last quarter is the margin before
+// the cluster starts the actors elsewhere; the watchdog takes at most half
+// of it (an eighth of the Lease: 250 ms of the tests' 2 s, 1.9 s of the
+// default 15 s), leaving the rest for its freeze.
+func watchdogGrace(validFor time.Duration) time.Duration { return validFor / 6 }
+
 // fenceRetry is how long an actor whose fence or thaw failed waits before
 // the next try.
 const fenceRetry = 2 * time.Second
@@ -46,6 +56,12 @@ type fleetLease struct {
 	// process took the renewal, so that a step of the wall clock moves no
 	// lapse.
 	until time.Time
+	// untilBoot is when the watchdog fences, on CLOCK_BOOTTIME
+	// (fencefile.Now): watchdogGrace after the lapse, so that this
+	// process, which fences within DefaultFenceCheck, does it first;
+	// written is the hand-over file as last written.
+	untilBoot int64
+	written   []byte
 	// retry holds, per actor, when a failed fence or thaw is tried again.
 	retry map[string]time.Time
 	// kick wakes the fence loop after a renewal.
@@ -65,6 +81,7 @@ func (f *fleetLease) load(ctx context.Context, j *journal.Journal) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.held, f.rec, f.until = held, rec, rec.Until
+	f.untilBoot = fencefile.Now() + max(0, time.Until(rec.Until)).Nanoseconds()
 	return nil
 }
 
@@ -88,12 +105,12 @@ func (s *Service) RenewLease(ctx context.Context, req api.LeaseRequest) (api.Lea
 	bound = slices.Compact(bound)
 	f := s.lease
 	f.mu.Lock()
-	until := time.Now().Add(validFor)
+	until, untilBoot := time.Now().Add(validFor), fencefile.Now()+(validFor+watchdogGrace(validFor)).Nanoseconds()
 	rec := journal.Lease{Holder: req.Holder, Until: until, Bound: bound}
 	// Written under the lock, so that renewals land in the order taken.
 	err := s.journal.PutLease(ctx, rec)
 	if err == nil {
-		f.held, f.rec, f.until = true, rec, until
+		f.held, f.rec, f.until, f.untilBoot = true, rec, until, untilBoot
 		for _, id := range bound {
 			delete(f.retry, id)
 		}
@@ -105,6 +122,16 @@ func (s *Service) RenewLease(ctx context.Context, req api.LeaseRequest) (api.Lea
 	select {
 	case f.kick <- struct{}{}:
 	default:
+	}
+	// The watchdog that fences if this process cannot is handed the
+	// lease, and checked at each renewal: started when it is not running.
+	if actors, err := s.journal.Actors(ctx); err == nil {
+		s.handOver(actors)
+	}
+	if s.cfg.Watchdog != nil {
+		if err := s.cfg.Watchdog(); err != nil {
+			s.cfg.Log.Warn("the fence watchdog could not be started: if stasisd dies, nothing but the agent fences this node's actors", "error", err.Error())
+		}
 	}
 	return s.Lease(ctx)
 }
@@ -137,16 +164,51 @@ func (s *Service) Lease(ctx context.Context) (api.Lease, error) {
 		out.Holder, out.Until, out.Bound = rec.Holder, rec.Until, rec.Bound
 	}
 	for _, a := range actors {
-		switch {
-		case api.State(a.State) == api.Fenced:
+		if api.State(a.State) == api.Fenced {
 			out.Fenced = append(out.Fenced, a.ID)
-		case held && api.FleetActorID(a.ID) && mayRun(api.State(a.State)):
+		}
+	}
+	if held {
+		out.FenceCommands = s.fenceCommands(actors)
+	}
+	return out, nil
+}
+
+// fenceCommands are the commands that freeze the sandboxes of the fleet
+// actors that may run, without stasisd: for the agent, and the watchdog.
+func (s *Service) fenceCommands(actors []journal.Actor) [][]string {
+	var cmds [][]string
+	for _, a := range actors {
+		if api.FleetActorID(a.ID) && mayRun(api.State(a.State)) {
 			if cmd := s.engineOf(a).PauseCommand(a.Sandbox); cmd != nil {
-				out.FenceCommands = append(out.FenceCommands, cmd)
+				cmds = append(cmds, cmd)
 			}
 		}
 	}
-	return out, nil
+	return cmds
+}
+
+// handOver writes, where it changed, the watchdog's file: the lease's lapse
+// and the fence commands of actors (fencefile).
+func (s *Service) handOver(actors []journal.Actor) {
+	if s.cfg.FenceFile == "" {
+		return
+	}
+	f := s.lease
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.held {
+		return
+	}
+	data, err := fencefile.File{Holder: f.rec.Holder, Until: f.untilBoot, Commands: s.fenceCommands(actors)}.Encode()
+	if err != nil || bytes.Equal(data, f.written) {
+		return
+	}
+	if err := fencefile.Write(s.cfg.FenceFile, data); err != nil {
+		s.cfg.Log.Warn("the fence watchdog's file could not be written", "file", s.cfg.FenceFile, "error", err.Error())
+		return
+	}
+	f.written = data
 }
 
 // mayRun says whether an actor in state st may have a sandbox that runs:
@@ -170,6 +232,12 @@ func (s *Service) ReleaseLease(ctx context.Context) (api.Lease, error) {
 	err := s.journal.DeleteLease(ctx)
 	if err == nil {
 		f.held, f.rec = false, journal.Lease{}
+		if s.cfg.FenceFile != "" {
+			// The watchdog, finding no lease, ends.
+			if err = fencefile.Remove(s.cfg.FenceFile); err == nil {
+				f.written = nil
+			}
+		}
 	}
 	f.mu.Unlock()
 	if err != nil {
@@ -223,6 +291,7 @@ func (s *Service) EnforceLease(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.handOver(actors)
 	var wg sync.WaitGroup
 	for _, a := range actors {
 		// An operation that ended, its end not yet recorded, holds the

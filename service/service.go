@@ -53,6 +53,13 @@ type Config struct {
 	// Helper is the host path of stasis-cuda, mounted into GPU actors.
 	Helper string
 	Log    *slog.Logger
+	// FenceFile, when set, is where the fleet lease's lapse and the fence
+	// commands are handed over to the fence watchdog (fencefile), which
+	// freezes the fleet actors when the lease lapses even with stasisd
+	// and the agent both gone; Watchdog starts it when it is not running,
+	// at each renewal.
+	FenceFile string
+	Watchdog  func() error
 	// Failpoint, "OP/STEP" or "OP/STEP:after", makes the process kill
 	// itself with SIGKILL there: the fault tests' way to crash stasisd at
 	// every step.

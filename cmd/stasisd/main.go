@@ -25,6 +25,7 @@ import (
 	"github.com/stasis-run/stasis/cmd/internal/compose"
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/buildinfo"
+	"github.com/stasis-run/stasis/internal/fencefile"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/node"
@@ -104,6 +105,7 @@ line win).`,
 	f.StringVar(&o.stageBudget, "stage-budget", "", "disk the staged copies of stored snapshots may take (such as 200GiB; 0 turns staging off): whole copies made before an actor needs them (a fleet agent stages its templates' golden snapshots), the least recently used making room (default: a quarter of the data folder's disk)")
 	f.BoolVar(&o.pullWhole, "pull-whole", false, "pull a stored snapshot whole before restoring it; by default runsc restores it through a read-only FUSE view of the folder while it is pulled, each read waiting for its hash-checked bytes (without FUSE the pull is whole first)")
 	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden, release); repeatable")
+	cmd.AddCommand(newWatchdog())
 	// Older stasisd took single-dash flags (-data); they still work.
 	cmd.SetArgs(doubleDash(os.Args[1:], f))
 	return cmd
@@ -233,6 +235,8 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		Helper:             helperPath(o.helper),
 		Log:                log,
 		Failpoint:          os.Getenv("STASIS_FAILPOINT"),
+		FenceFile:          fencefile.Path(o.DataDir),
+		Watchdog:           startWatchdog(o.DataDir),
 		Deadlines:          deadlines,
 		HostPaths:          policy,
 		KeepPaused:         keep,
