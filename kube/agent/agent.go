@@ -90,6 +90,9 @@ type Agent struct {
 	// fenceCommands freeze the sandboxes of the fleet actors that may
 	// run, as stasisd last said (api.Lease).
 	fenceCommands [][]string
+	// epoch is the node's epoch (fleet.EpochAnnotation) in the Lease as
+	// last renewed: only bindings of it are acted on.
+	epoch int64
 	// stasisdDown is what the last look at stasisd found wrong, and
 	// reported what the actors' status says of it.
 	stasisdDown, reported error
@@ -241,6 +244,7 @@ func (a *Agent) renew(ctx context.Context) error {
 func (a *Agent) renewLease(ctx context.Context, start time.Time) error {
 	now := metav1.NewMicroTime(start.Add(a.ClockOffset))
 	secs := int32(a.LeaseDuration / time.Second)
+	var lease coordinationv1.Lease
 	renewed := func(err error) error {
 		if err == nil {
 			a.mu.Lock()
@@ -248,11 +252,13 @@ func (a *Agent) renewLease(ctx context.Context, start time.Time) error {
 			if until := start.Add(time.Duration(secs) * time.Second); until.After(a.leaseUntil) {
 				a.leaseUntil = until
 			}
+			// The renewal is a write conditional on the Lease as read: the
+			// epoch it carries is the node's now.
+			a.epoch = fleet.Epoch(&lease)
 			a.mu.Unlock()
 		}
 		return err
 	}
-	var lease coordinationv1.Lease
 	err := a.LeaseKube.Get(ctx, types.NamespacedName{Namespace: a.LeaseNamespace, Name: fleet.LeaseOf(a.Node)}, &lease)
 	if apierrors.IsNotFound(err) {
 		lease = coordinationv1.Lease{
@@ -279,9 +285,9 @@ func (a *Agent) renewFleetLease(ctx context.Context, start time.Time) error {
 		return fmt.Errorf("the actors bound here, for stasisd's fleet lease: %w", err)
 	}
 	var bound []string
-	for _, actor := range list.Items {
-		if actor.Status.Node == a.Node {
-			bound = append(bound, actor.Name)
+	for i := range list.Items {
+		if a.boundHere(&list.Items[i]) {
+			bound = append(bound, list.Items[i].Name)
 		}
 	}
 	until := start.Add(a.LeaseDuration - a.LeaseDuration/4)
@@ -399,6 +405,16 @@ func (a *Agent) fenceWithoutStasisd(ctx context.Context) {
 	}
 }
 
+// boundHere says whether actor is bound to this node in the node's current
+// epoch: a binding of an older one (read a moment before the controller
+// counted the node lost and raised its epoch) is never run or thawed; the
+// controller moves the actor.
+func (a *Agent) boundHere(actor *stasisv1.Actor) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return actor.Status.Node == a.Node && actor.Status.NodeEpoch == a.epoch
+}
+
 // leaseLapsing says whether the Lease, once taken, is in the last quarter
 // of its duration without a renewal: the controller may soon count the
 // node lost and bind its actors elsewhere, and stasisd's fleet lease, which
@@ -484,7 +500,9 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 			}
 			continue
 		}
-		if !serve {
+		if !serve || !a.boundHere(actor) {
+			// A binding of an older epoch is the controller's to move:
+			// neither served nor removed here meanwhile.
 			continue
 		}
 		var lp *api.Actor
@@ -548,8 +566,8 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 	if err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &actor); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if actor.Status.Node != a.Node {
-		return nil // rebound meanwhile; the next pass fences it
+	if !a.boundHere(&actor) {
+		return nil // rebound meanwhile, or its node's epoch raised; the next pass sees to it
 	}
 	want = wanted(&actor)
 	if local != nil && local.State == api.Fenced {

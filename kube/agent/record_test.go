@@ -107,3 +107,21 @@ func TestServingAtRestAsksTheAPIServerNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundHereInTheNodesEpochOnly: a binding to this node counts only in
+// the node's current epoch, as the agent's last renewal read it: one made
+// before the controller counted the node lost (and raised its epoch) is
+// neither run nor thawed.
+func TestBoundHereInTheNodesEpochOnly(t *testing.T) {
+	a := &Agent{Node: "node-a", epoch: 1}
+	for _, c := range []struct {
+		node  string
+		epoch int64
+		want  bool
+	}{{"node-a", 1, true}, {"node-a", 0, false}, {"node-a", 2, false}, {"node-b", 1, false}} {
+		actor := &stasisv1.Actor{Status: stasisv1.ActorStatus{Node: c.node, NodeEpoch: c.epoch}}
+		if got := a.boundHere(actor); got != c.want {
+			t.Errorf("bound to %s in epoch %d, the node in epoch 1: bound here %v, want %v", c.node, c.epoch, got, c.want)
+		}
+	}
+}

@@ -184,13 +184,15 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[st
 	if s.Node != "" {
 		n, known := nodes[s.Node]
 		switch {
-		case !known || n.Lost():
+		case !known || n.Lost() || s.NodeEpoch < n.Epoch:
 			why := fmt.Sprintf("node %s was lost (its lease expired at %s)", s.Node, n.LeaseExpired.Format(time.RFC3339))
 			switch {
 			case !known:
 				why = fmt.Sprintf("node %s is gone", s.Node)
 			case n.OutOfService:
 				why = fmt.Sprintf("node %s is tainted %s (out of service)", s.Node, fleet.OutOfServiceTaint)
+			case !n.Lost():
+				why = fmt.Sprintf("its binding to node %s (epoch %d) was revoked when the node was counted lost (epoch %d)", s.Node, s.NodeEpoch, n.Epoch)
 			}
 			return func(s *stasisv1.ActorStatus) {
 				s.Node, s.Evict, s.Placement = "", false, s.Placement+1
@@ -218,8 +220,9 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[st
 		}
 		return func(s *stasisv1.ActorStatus) { s.Phase, s.Reason, s.Snapshot = stasisv1.PhasePending, reason, from }, nil
 	}
+	epoch := nodes[node].Epoch
 	return func(s *stasisv1.ActorStatus) {
-		s.Node, s.Evict, s.Placement, s.Snapshot = node, false, s.Placement+1, from
+		s.Node, s.Evict, s.Placement, s.Snapshot, s.NodeEpoch = node, false, s.Placement+1, from, epoch
 		s.Phase, s.Reason = stasisv1.PhasePending, reason
 	}, nil
 }
@@ -447,9 +450,34 @@ func (c *Controller) nodes(ctx context.Context) (map[string]fleet.Node, error) {
 		if lease != nil && lease.Spec.RenewTime != nil {
 			renewed = c.leases.Renewed(lease, now)
 		}
-		out[n.Name] = fleet.ReadNode(n, lease, renewed, now)
+		node := fleet.ReadNode(n, lease, renewed, now)
+		if !node.Alive && !node.LeaseExpired.IsZero() && !node.Revoked {
+			node = c.revoke(ctx, lease, node)
+		}
+		out[n.Name] = node
 	}
 	return out, nil
+}
+
+// revoke raises the epoch of node's expired Lease, a write conditional on
+// the Lease as read: it succeeds only if the node has not renewed since,
+// and from then on no binding the node's agent read before is acted on
+// (ActorStatus.NodeEpoch). The node's actors are moved only once it has.
+// A node that renewed meanwhile is alive; one whose Lease could not be
+// written is not moved from yet.
+func (c *Controller) revoke(ctx context.Context, lease *coordinationv1.Lease, node fleet.Node) fleet.Node {
+	revoked := lease.DeepCopy()
+	fleet.Revoke(revoked)
+	switch err := c.Kube.Update(ctx, revoked); {
+	case err == nil:
+		node.Epoch, node.Revoked = fleet.Epoch(revoked), true
+		c.Log.Info("node lost: its epoch raised, its actors move", "node", node.Name, "epoch", node.Epoch, "leaseExpired", node.LeaseExpired)
+	case apierrors.IsConflict(err):
+		node.Alive, node.LeaseExpired = true, time.Time{} // it renewed meanwhile
+	default:
+		c.Log.Warn("a lost node's lease could not be revoked; its actors stay until it is", "node", node.Name, "err", err)
+	}
+	return node
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/stasis-run/stasis/fingerprint"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
@@ -229,5 +230,91 @@ func TestOutOfServiceMovesActorsAtOnce(t *testing.T) {
 	}
 	if s := got.Status; s.Node != "node-a" || s.Snapshot != "s1.snap-000000000001" {
 		t.Fatalf("placed after node-b was tainted: %+v; want it on node-a from s1.snap-000000000001", s)
+	}
+}
+
+// TestLostOnlyIfRevokedBeforeTheNodeRenews: the controller moves a lost
+// node's actors only after raising the node's epoch with a write
+// conditional on the Lease it found expired. When the node renews between
+// the controller's read and that write (a partition that heals just as the
+// node is counted lost), the write fails, the node is alive and its actors
+// stay; when it does not, the epoch is raised and a binding of the older
+// epoch is moved even from a node that renewed since.
+func TestLostOnlyIfRevokedBeforeTheNodeRenews(t *testing.T) {
+	ctx := context.Background()
+	repo, _ := newRepo(t)
+	made := time.Now().Add(-time.Hour).Truncate(time.Second)
+	a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
+		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Placement: 1}}
+	base := fleetOf(t, a)
+	leaseKey := client.ObjectKey{Namespace: fleet.DefaultLeaseNamespace, Name: fleet.LeaseOf("node-a")}
+	renewA := func(c client.Client) {
+		var l coordinationv1.Lease
+		if err := c.Get(ctx, leaseKey, &l); err != nil {
+			t.Fatal(err)
+		}
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		if err := c.Update(ctx, &l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// node-a's agent renews just before the controller's revocation lands.
+	healed := false
+	kube := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if l, ok := obj.(*coordinationv1.Lease); ok && l.Name == leaseKey.Name && !healed {
+				healed = true
+				renewA(c)
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	c := controllerOf(kube, repo)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got stasisv1.Actor
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
+		t.Fatal(err)
+	}
+	var lease coordinationv1.Lease
+	if err := kube.Get(ctx, leaseKey, &lease); err != nil {
+		t.Fatal(err)
+	}
+	if !healed || got.Status.Node != "node-a" || fleet.Epoch(&lease) != 0 {
+		t.Fatalf("node-a renewed as it was counted lost: actor %+v, epoch %d; want it kept on node-a, the epoch unraised", got.Status, fleet.Epoch(&lease))
+	}
+
+	// Not renewed: revoked, the epoch raised, the actor moved.
+	base = fleetOf(t, a)
+	c = controllerOf(base, repo)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(ctx, leaseKey, &lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
+		t.Fatal(err)
+	}
+	if fleet.Epoch(&lease) != 1 || got.Status.Node != "" {
+		t.Fatalf("node-a lost: actor %+v, epoch %d; want it unbound, the epoch 1", got.Status, fleet.Epoch(&lease))
+	}
+	// Bound to node-a again in epoch 0 (a binding read before), on a
+	// node-a that renewed since: moved all the same.
+	got.Status.Node, got.Status.NodeEpoch = "node-a", 0
+	if err := base.Status().Update(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	renewA(base)
+	c = controllerOf(base, repo)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Node == "node-a" && got.Status.NodeEpoch == 0 || !strings.Contains(got.Status.Reason, "revoked") {
+		t.Fatalf("a binding of epoch 0 to node-a in epoch 1: %+v; want it moved, saying why", got.Status)
 	}
 }

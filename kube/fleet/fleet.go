@@ -6,6 +6,7 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -34,6 +35,15 @@ const (
 	// DefaultLeaseDuration is how long a node counts as alive after its
 	// agent last renewed its Lease.
 	DefaultLeaseDuration = 15 * time.Second
+	// EpochAnnotation, on a node's Lease, is the node's epoch: raised by
+	// the controller, with a write conditional on the Lease it found
+	// expired, before it moves the node's actors. A binding made in an
+	// older epoch (ActorStatus.NodeEpoch) is never acted on.
+	EpochAnnotation = "stasis.dev/epoch"
+	// RevokedAnnotation, on a node's Lease, is the renewal time the
+	// controller found expired when it raised the epoch: while the Lease
+	// still says that renewal, the node is revoked.
+	RevokedAnnotation = "stasis.dev/revoked"
 )
 
 // Scheme holds the types Stasis's controller and agents read and write.
@@ -64,15 +74,22 @@ type Node struct {
 	LeaseExpired time.Time
 	// OutOfService: the node carries OutOfServiceTaint.
 	OutOfService bool
-	Draining     bool
+	// Epoch is the node's epoch (EpochAnnotation); Revoked says that the
+	// controller raised it for the Lease's last renewal, which has not been
+	// renewed since.
+	Epoch    int64
+	Revoked  bool
+	Draining bool
 	// Problem says why the node cannot be placed on, when its
 	// fingerprint is missing or unreadable.
 	Problem string
 }
 
-// Lost says whether the node's actors are to be moved: its Lease ran out,
-// or an operator said it is out of service.
-func (n Node) Lost() bool { return n.OutOfService || !n.Alive && !n.LeaseExpired.IsZero() }
+// Lost says whether the node's actors are to be moved: an operator said it
+// is out of service, or its Lease ran out and the controller revoked it
+// (raised its epoch for that lapse, a write that fails if the node renewed
+// meanwhile).
+func (n Node) Lost() bool { return n.OutOfService || !n.Alive && !n.LeaseExpired.IsZero() && n.Revoked }
 
 // ReadNode reads a Node object and its Lease (nil when there is none),
 // whose renewal the reader last saw change at renewed, on its own clock
@@ -94,12 +111,42 @@ func ReadNode(n *corev1.Node, lease *coordinationv1.Lease, renewed, now time.Tim
 		out.Problem = firstOf(out.Problem, "its agent holds no lease "+LeasePrefix+n.Name)
 		return out
 	}
+	out.Epoch = Epoch(lease)
+	out.Revoked = lease.Annotations[RevokedAnnotation] != "" && lease.Annotations[RevokedAnnotation] == RenewStamp(lease)
 	expires := renewed.Add(LeaseDuration(lease))
 	out.Alive = now.Before(expires) && !out.OutOfService
 	if !now.Before(expires) {
 		out.LeaseExpired = expires
 	}
 	return out
+}
+
+// Epoch is the epoch a node's Lease carries (0 without one).
+func Epoch(lease *coordinationv1.Lease) int64 {
+	n, err := strconv.ParseInt(lease.Annotations[EpochAnnotation], 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// RenewStamp is the Lease's renewal time as RevokedAnnotation records it.
+func RenewStamp(lease *coordinationv1.Lease) string {
+	if lease.Spec.RenewTime == nil {
+		return ""
+	}
+	return lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+}
+
+// Revoke raises the epoch of a node's Lease found expired, and marks it
+// revoked for its last renewal: the write to make with the Lease as read,
+// so that it fails if the node renewed meanwhile.
+func Revoke(lease *coordinationv1.Lease) {
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[EpochAnnotation] = strconv.FormatInt(Epoch(lease)+1, 10)
+	lease.Annotations[RevokedAnnotation] = RenewStamp(lease)
 }
 
 // LeaseDuration is how long a renewal of lease holds.

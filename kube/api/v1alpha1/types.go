@@ -190,7 +190,8 @@ type ActorSpec struct {
 }
 
 // ActorStatus is what the actor is. The controller writes the binding
-// (node, placement, evict); the bound node's agent writes the rest.
+// (node, placement, node epoch, evict); the bound node's agent writes the
+// rest.
 type ActorStatus struct {
 	// Node is the node the actor is bound to; empty while it is
 	// suspended to the store or waiting for a node.
@@ -203,6 +204,16 @@ type ActorStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Placement int64 `json:"placement,omitempty"`
+	// NodeEpoch is the epoch of the node's Lease (annotation
+	// stasis.dev/epoch) when the controller bound the actor there. The
+	// controller raises a node's epoch, with a write conditional on the
+	// Lease it found expired, before it moves the node's actors: an agent
+	// runs or thaws an actor only while its binding is of the node's
+	// current epoch, so a binding read a moment before a node was counted
+	// lost is never acted on.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	NodeEpoch int64 `json:"nodeEpoch,omitempty"`
 	// Evict asks the bound node to suspend the actor to the store and
 	// release it (a drain, or a move to spec.node).
 	// +optional
