@@ -134,9 +134,15 @@ func storeUnderFaults(t *testing.T, proxy *faultproxy.Proxy, loc string) {
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "faults/stasis") {
 		t.Fatalf("run --from-stored with every pack read stalled: %v; want unavailable, naming the store", err)
 	}
-	if log := b.logText(); !strings.Contains(log, "code=unavailable") || !strings.Contains(log, "faults/stasis") {
-		t.Fatalf("b's log does not say that the store did not deliver:\n%s", log)
-	}
+	// The log line is written as the answer goes out: read once it is in.
+	waitForLong(t, "b's log to say that the store did not deliver", time.Minute, func() bool {
+		for _, line := range strings.Split(b.logText(), "\n") {
+			if strings.Contains(line, `msg="operation ended"`) && strings.Contains(line, "actor=stalled") && strings.Contains(line, "code=unavailable") && strings.Contains(line, "faults/stasis") {
+				return true
+			}
+		}
+		return false
+	})
 	b.requireNoSandbox("stalled")
 	b.op("Delete", "stalled")
 
