@@ -26,6 +26,7 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
+	"github.com/stasis-run/stasis/internal/tick"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/store"
@@ -111,7 +112,7 @@ type Service struct {
 	// unsettled holds the ends of operations the journal could not
 	// record yet; stopSettling ends their writing.
 	unsettled    *unsettledEnds
-	stopSettling context.CancelFunc
+	stopSettling func()
 	// pullMemory lends memory to pulls that hold their image in memory.
 	pullMemory transfer.PullMemory
 	// lostViews are the sandboxes restored through a view (a pull that
@@ -163,9 +164,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.unsettled = newUnsettledEnds()
-	settling, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s.stopSettling = stop
-	go s.settleLoop(settling)
+	background := context.WithoutCancel(ctx)
+	s.stopSettling = tick.Every(background, settleEvery, func() { s.writeUnsettled(background) })
 	return s, nil
 }
 

@@ -89,20 +89,11 @@ func (u *unsettledEnds) overlay(rec journal.Actor) journal.Actor {
 	return rec
 }
 
-// settleLoop writes the unsettled ends again every settleEvery until ctx
-// ends.
-func (s *Service) settleLoop(ctx context.Context) {
-	t := time.NewTicker(settleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, end := range s.unsettled.writeAll(ctx, s.journal) {
-			s.cfg.Log.Info("the end of an operation, kept while the journal's disk was full, is recorded", "actor", end.Actor, "operation", end.OpID, "state", end.ActorState)
-			s.events.notify()
-		}
+// writeUnsettled writes the unsettled ends again, once each, saying so for
+// those it wrote.
+func (s *Service) writeUnsettled(ctx context.Context) {
+	for _, end := range s.unsettled.writeAll(ctx, s.journal) {
+		s.cfg.Log.Info("the end of an operation, kept while the journal's disk was full, is recorded", "actor", end.Actor, "operation", end.OpID, "state", end.ActorState)
+		s.events.notify()
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -75,7 +74,7 @@ func watch(ctx context.Context, path string, log *slog.Logger) error {
 		case fencefile.Now() >= f.Until && f.Until != fencedFor:
 			fencedFor = f.Until
 			log.Warn("the fleet lease lapsed: freezing the fleet actors' sandboxes", "holder", f.Holder, "sandboxes", len(f.Commands))
-			runAll(ctx, f.Commands, log)
+			fencefile.Run(ctx, f.Commands, log)
 		}
 		select {
 		case <-ctx.Done():
@@ -83,24 +82,6 @@ func watch(ctx context.Context, path string, log *slog.Logger) error {
 		case <-t.C:
 		}
 	}
-}
-
-// runAll runs the commands at once, each for up to 10 s.
-func runAll(ctx context.Context, cmds [][]string, log *slog.Logger) {
-	var wg sync.WaitGroup
-	for _, argv := range cmds {
-		if len(argv) == 0 {
-			continue
-		}
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if out, err := exec.CommandContext(cctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
-				log.Warn("a fence command failed", "command", strings.Join(argv, " "), "error", err.Error(), "output", strings.TrimSpace(string(out)))
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // startWatchdog starts `stasisd watchdog` for the data folder when none

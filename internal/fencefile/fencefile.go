@@ -8,12 +8,18 @@ package fencefile
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -78,4 +84,23 @@ func Remove(path string) error {
 		return err
 	}
 	return nil
+}
+
+// Run runs the fence commands at once, each for up to 10 s, and logs
+// those that fail (a sandbox already frozen, or gone, is no news).
+func Run(ctx context.Context, cmds [][]string, log *slog.Logger) {
+	var wg sync.WaitGroup
+	for _, argv := range cmds {
+		if len(argv) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if out, err := exec.CommandContext(cctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
+				log.Warn("a fence command failed", "command", strings.Join(argv, " "), "err", err, "output", strings.TrimSpace(string(out)))
+			}
+		})
+	}
+	wg.Wait()
 }

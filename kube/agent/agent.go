@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +40,7 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
+	"github.com/stasis-run/stasis/internal/fencefile"
 	"github.com/stasis-run/stasis/internal/tick"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
@@ -392,17 +392,7 @@ func (a *Agent) fenceWithoutStasisd(ctx context.Context) {
 	a.fencedFor = until
 	a.mu.Unlock()
 	a.Log.Warn("stasisd's fleet lease lapsed while stasisd does not answer: freezing its fleet actors' sandboxes here", "sandboxes", len(cmds), "err", err)
-	for _, argv := range cmds {
-		if len(argv) == 0 {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		out, err := exec.CommandContext(cctx, argv[0], argv[1:]...).CombinedOutput()
-		cancel()
-		if err != nil {
-			a.Log.Warn("a fence command failed", "command", strings.Join(argv, " "), "err", err, "output", strings.TrimSpace(string(out)))
-		}
-	}
+	fencefile.Run(ctx, cmds, a.Log)
 }
 
 // boundHere says whether actor is bound to this node in the node's current
