@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -129,7 +130,14 @@ func (a *Agent) failpoint(at string) {
 		return
 	}
 	a.Log.Warn("failpoint reached: stopping the agent (SIGSTOP)", "failpoint", at)
+	// A signal is delivered when the kernel gets to it: this goroutine
+	// waits for the SIGCONT that ends the stop, so that it never goes on
+	// before the process stopped.
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	<-cont
 }
 
 // retry is when a failed start is tried again, and how many have failed;
