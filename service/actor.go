@@ -9,24 +9,41 @@ import (
 
 // Actor reads an actor with its latest snapshot and running operation.
 func (s *Service) Actor(ctx context.Context, id string) (api.Actor, error) {
-	rec, err := s.journal.Actor(ctx, id)
+	rec, err := s.actorRecord(ctx, id)
 	if err != nil {
 		return api.Actor{}, err
 	}
-	return actorOf(s.unsettled.overlay(rec)), nil
+	return actorOf(rec), nil
 }
 
 // Actors lists every actor.
 func (s *Service) Actors(ctx context.Context) ([]api.Actor, error) {
-	recs, err := s.journal.Actors(ctx)
+	recs, err := s.actorRecords(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]api.Actor, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, actorOf(s.unsettled.overlay(r)))
+		out = append(out, actorOf(r))
 	}
 	return out, nil
+}
+
+// actorRecord reads an actor's record as it stands: as the end of its last
+// operation left it, when the journal could not record that end yet
+// (unsettledEnds).
+func (s *Service) actorRecord(ctx context.Context, id string) (journal.Actor, error) {
+	rec, err := s.journal.Actor(ctx, id)
+	return s.unsettled.overlay(rec), err
+}
+
+// actorRecords reads every actor's record as it stands (actorRecord).
+func (s *Service) actorRecords(ctx context.Context) ([]journal.Actor, error) {
+	recs, err := s.journal.Actors(ctx)
+	for i := range recs {
+		recs[i] = s.unsettled.overlay(recs[i])
+	}
+	return recs, err
 }
 
 func actorOf(rec journal.Actor) api.Actor {

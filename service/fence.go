@@ -123,17 +123,19 @@ func (s *Service) RenewLease(ctx context.Context, req api.LeaseRequest) (api.Lea
 	case f.kick <- struct{}{}:
 	default:
 	}
+	actors, err := s.actorRecords(ctx)
+	if err != nil {
+		return api.Lease{}, err
+	}
 	// The watchdog that fences if this process cannot is handed the
 	// lease, and checked at each renewal: started when it is not running.
-	if actors, err := s.journal.Actors(ctx); err == nil {
-		s.handOver(actors)
-	}
+	s.handOver(actors)
 	if s.cfg.Watchdog != nil {
 		if err := s.cfg.Watchdog(); err != nil {
 			s.cfg.Log.Warn("the fence watchdog could not be started: if stasisd dies, nothing but the agent fences this node's actors", "error", err.Error())
 		}
 	}
-	return s.Lease(ctx)
+	return s.leaseOf(actors), nil
 }
 
 func checkLeaseRequest(req api.LeaseRequest) error {
@@ -154,11 +156,16 @@ func checkLeaseRequest(req api.LeaseRequest) error {
 // Lease says where the fleet lease stands, with the FENCED actors and the
 // commands that fence the running fleet actors without stasisd.
 func (s *Service) Lease(ctx context.Context) (api.Lease, error) {
-	rec, held, lapsed := s.lease.state()
-	actors, err := s.journal.Actors(ctx)
+	actors, err := s.actorRecords(ctx)
 	if err != nil {
 		return api.Lease{}, err
 	}
+	return s.leaseOf(actors), nil
+}
+
+// leaseOf is the lease now, with what actors say of it.
+func (s *Service) leaseOf(actors []journal.Actor) api.Lease {
+	rec, held, lapsed := s.lease.state()
 	out := api.Lease{Lapsed: lapsed}
 	if held {
 		out.Holder, out.Until, out.Bound = rec.Holder, rec.Until, rec.Bound
@@ -171,7 +178,7 @@ func (s *Service) Lease(ctx context.Context) (api.Lease, error) {
 	if held {
 		out.FenceCommands = s.fenceCommands(actors)
 	}
-	return out, nil
+	return out
 }
 
 // fenceCommands are the commands that freeze the sandboxes of the fleet
@@ -287,16 +294,15 @@ func (s *Service) EnforceLease(ctx context.Context) error {
 	if !held {
 		return nil
 	}
-	actors, err := s.journal.Actors(ctx)
+	// An operation that ended, its end not yet recorded, holds the actor
+	// no more (actorRecords).
+	actors, err := s.actorRecords(ctx)
 	if err != nil {
 		return err
 	}
 	s.handOver(actors)
 	var wg sync.WaitGroup
 	for _, a := range actors {
-		// An operation that ended, its end not yet recorded, holds the
-		// actor no more.
-		a = s.unsettled.overlay(a)
 		if a.Running != nil || !api.FleetActorID(a.ID) || !s.lease.due(a.ID) {
 			continue
 		}

@@ -98,7 +98,7 @@ func (s *Service) Release(ctx context.Context) (int, error) {
 	if err != nil || available >= reserve {
 		return 0, err
 	}
-	actors, err := s.journal.Actors(ctx)
+	actors, err := s.actorRecords(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +108,7 @@ func (s *Service) Release(ctx context.Context) (int, error) {
 		if available >= reserve {
 			break
 		}
-		if a = s.unsettled.overlay(a); api.State(a.State) != api.Paused || a.Running != nil || !s.kept(ctx, a) {
+		if api.State(a.State) != api.Paused || a.Running != nil || !s.kept(ctx, a) {
 			continue
 		}
 		why := fmt.Sprintf("%s of memory available, under the reserve of %s", units.Bytes(available), units.Bytes(reserve))

@@ -636,11 +636,11 @@ func (s *Service) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult
 	if len(req.Args) == 0 {
 		return api.ExecResult{}, fmt.Errorf("%w: exec needs a command", ErrInvalid)
 	}
-	a, err := s.journal.Actor(ctx, req.ID)
+	a, err := s.actorRecord(ctx, req.ID)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	if a = s.unsettled.overlay(a); a.Running != nil {
+	if a.Running != nil {
 		return api.ExecResult{}, &journal.BusyError{Actor: a.ID, Op: *a.Running}
 	}
 	if api.State(a.State) != api.Running {

@@ -154,7 +154,7 @@ func (s *Service) run(ctx context.Context, r request) (journal.Actor, error) {
 	// The end of the actor's last operation, if the journal could not
 	// record it, is recorded first: until it is, the journal holds the
 	// actor busy with an operation that has ended.
-	err := s.unsettled.write(ctx, s.journal, r.actor)
+	_, err := s.unsettled.write(ctx, s.journal, r.actor)
 	var b journal.Began
 	if err == nil {
 		b, err = s.journal.Begin(ctx, start)
@@ -207,11 +207,11 @@ func (s *Service) run(ctx context.Context, r request) (journal.Actor, error) {
 		// its record says once the end is written (unsettledEnds).
 		s.unsettled.add(end)
 		s.cfg.Log.Warn("the end of an operation could not be recorded; it is written again every second", "kind", k.name, "actor", r.actor, "operation", opID, "error", endErr)
-		rec, err := s.journal.Actor(context.WithoutCancel(ctx), r.actor)
+		rec, err := s.actorRecord(context.WithoutCancel(ctx), r.actor)
 		if err != nil {
 			return journal.Actor{}, fmt.Errorf("journal the end of %s %s: %w", k.name, opID, endErr)
 		}
-		return s.unsettled.overlay(rec), opErr
+		return rec, opErr
 	}
 	return a, opErr
 }

@@ -215,7 +215,7 @@ func (s *Service) pullStaged(ctx context.Context, name string) error {
 	// A cache of the store, as a pulled copy is: hashed on every use.
 	var refused error
 	from := transfer.Stored{Repo: repo, Name: name, Options: archiver.Options{NoSync: true}}
-	_, p, err := transfer.Fetch(ctx, from, filepath.Join(tmp, "copy"), func(m *snapshot.Manifest) error {
+	p, err := transfer.Fetch(ctx, from, filepath.Join(tmp, "copy"), func(m *snapshot.Manifest) error {
 		// Staged for any actor that may start from it: a GPU snapshot
 		// for a GPU actor.
 		if _, err := s.engineForSnapshot(m).Compatible(ctx, engine.Actor{Name: name, GPU: m.GPU != nil}, m); err != nil {

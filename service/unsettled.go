@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,38 +41,32 @@ func (u *unsettledEnds) add(end journal.End) {
 	u.ends[end.Actor] = end
 }
 
-// write records actor's unsettled end, if it has one, and says why it
-// could not.
-func (u *unsettledEnds) write(ctx context.Context, j *journal.Journal, actor string) error {
+// write records actor's unsettled end, if it has one, and says which it
+// wrote, or why it could not.
+func (u *unsettledEnds) write(ctx context.Context, j *journal.Journal, actor string) (*journal.End, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	end, ok := u.ends[actor]
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	if _, err := j.End(ctx, end); err != nil && !errors.Is(err, journal.ErrNotFound) {
-		return errdefs.Mark(fmt.Errorf("actor %s: the end of its operation %s is not recorded yet: %w; it is written again every %s, and the actor takes new requests once it is (make room on the journal's disk)",
+		return nil, errdefs.Mark(fmt.Errorf("actor %s: the end of its operation %s is not recorded yet: %w; it is written again every %s, and the actor takes new requests once it is (make room on the journal's disk)",
 			actor, end.OpID, err, settleEvery), errdefs.ErrResourceExhausted)
 	}
 	delete(u.ends, actor)
-	return nil
+	return &end, nil
 }
 
 // writeAll tries every unsettled end once, and says which it wrote.
 func (u *unsettledEnds) writeAll(ctx context.Context, j *journal.Journal) []journal.End {
 	u.mu.Lock()
-	actors := make([]string, 0, len(u.ends))
-	for a := range u.ends {
-		actors = append(actors, a)
-	}
+	actors := slices.Collect(maps.Keys(u.ends))
 	u.mu.Unlock()
 	var written []journal.End
 	for _, a := range actors {
-		u.mu.Lock()
-		end, ok := u.ends[a]
-		u.mu.Unlock()
-		if ok && u.write(ctx, j, a) == nil {
-			written = append(written, end)
+		if end, err := u.write(ctx, j, a); end != nil && err == nil {
+			written = append(written, *end)
 		}
 	}
 	return written

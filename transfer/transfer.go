@@ -155,20 +155,18 @@ func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir 
 }
 
 // Fetch pulls the stored snapshot from.Name whole into dir, once check,
-// given its manifest, passes: a snapshot check refuses fetches nothing.
-// Every chunk is hash-checked on arrival; the manifest is written last.
-// The stored manifest is read and parsed once, and returned.
-func Fetch(ctx context.Context, from Stored, dir string, check func(*snapshot.Manifest) error) (*snapshot.Manifest, archiver.Pulled, error) {
+// given its manifest (read and parsed once), passes: a snapshot check
+// refuses fetches nothing. Every chunk is hash-checked on arrival; the
+// manifest is written last.
+func Fetch(ctx context.Context, from Stored, dir string, check func(*snapshot.Manifest) error) (archiver.Pulled, error) {
 	stored, err := from.Repo.Snapshot(ctx, from.Name)
 	if err != nil {
-		return nil, archiver.Pulled{}, err
+		return archiver.Pulled{}, err
 	}
-	m := stored.Folder()
-	if err := check(m); err != nil {
-		return m, archiver.Pulled{}, err
+	if err := check(stored.Folder()); err != nil {
+		return archiver.Pulled{}, err
 	}
-	p, err := archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options)
-	return m, p, err
+	return archiver.RestoreSnapshot(ctx, from.Repo, stored, dir, from.Options)
 }
 
 func pulledMessage(from Stored, p archiver.Pulled) string {
