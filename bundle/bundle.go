@@ -127,3 +127,12 @@ func DurableSource(spec *specs.Spec, dir string) (string, error) {
 	}
 	return "", fmt.Errorf("durable folder %s is not a bind mount in the bundle: declare it as a bind mount of a host folder", dir)
 }
+
+// HostPath is a path a bundle's spec gives (its root, a guest's kernel),
+// taken from the bundle's folder dir when relative.
+func HostPath(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
+}

@@ -5,32 +5,38 @@
 // reason, an operation that runs past its deadline is rolled back, and
 // after a crash Reconcile finishes or rolls back whatever was interrupted
 // (docs/service.md has the state machine). It speaks the API's types
-// (package api); package api/server puts it on the wire.
+// (package api); package service/server puts it on the wire.
+//
+// Service is the facade over the parts, each a package of its own under
+// service/internal: op (the operation runner), lifecycle (the actors'
+// operations and the reconcile), templates, runtimes (the engine of each
+// actor's runtime), staging (staged copies), storeconn (the store opened
+// in the background) and fence (the fleet lease and its fence).
 package service
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
-	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
-	"github.com/stasis-run/stasis/internal/tick"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/service/hostpolicy"
+	"github.com/stasis-run/stasis/service/internal/fence"
+	"github.com/stasis-run/stasis/service/internal/lifecycle"
+	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/runtimes"
+	"github.com/stasis-run/stasis/service/internal/staging"
+	"github.com/stasis-run/stasis/service/internal/storeconn"
+	"github.com/stasis-run/stasis/service/internal/templates"
 	"github.com/stasis-run/stasis/store"
-	"github.com/stasis-run/stasis/transfer"
 )
 
 // Config is what a Service runs on.
@@ -74,7 +80,7 @@ type Config struct {
 	// failed or ran out of time; 2 minutes when zero.
 	CleanupTimeout time.Duration
 	// HostPaths is what host paths templates may give their sandboxes.
-	HostPaths HostPolicy
+	HostPaths hostpolicy.Policy
 	// JournalReserve is the disk space kept for the journal's writes that
 	// end operations; journal.DefaultReserve when zero, none when negative.
 	JournalReserve int64
@@ -90,40 +96,17 @@ type Config struct {
 	PullWhole bool
 }
 
-func (c Config) cleanupTimeout() time.Duration {
-	if c.CleanupTimeout > 0 {
-		return c.CleanupTimeout
-	}
-	return 2 * time.Minute
-}
-
 // Service runs actors. It is safe for concurrent use.
 type Service struct {
-	cfg     Config
-	eng     *engine.Engine
-	microVM *engine.Engine
-	journal *journal.Journal
-	metrics *Metrics
-	lease   *fleetLease
-	store   *storeConn
-	events  *eventFeed
-	stager  *stager
-	pulled  *pulledFolders
-	// unsettled holds the ends of operations the journal could not
-	// record yet; stopSettling ends their writing.
-	unsettled    *unsettledEnds
-	stopSettling func()
-	// pullMemory lends memory to pulls that hold their image in memory.
-	pullMemory transfer.PullMemory
-	// lostViews are the sandboxes restored through a view (a pull that
-	// went on during the resume) that a stopped stasisd left mounted:
-	// Reconcile removes them rather than keeping them.
-	lostViews map[string]bool
-
-	mu sync.Mutex
-	// done is closed when the operation with that id ends in this process;
-	// a retried request waits on it.
-	done map[string]chan struct{}
+	cfg       Config
+	journal   *journal.Journal
+	metrics   *Metrics
+	runner    *op.Runner
+	engines   *runtimes.Engines
+	templates *templates.Templates
+	store     *storeconn.Conn
+	lease     *fence.Lease
+	actors    *lifecycle.Actors
 }
 
 // New opens the journal under cfg.DataDir, making the folders it uses
@@ -132,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := cfg.HostPaths.check(); err != nil {
+	if err := cfg.HostPaths.Check(); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "actors"), filepath.Join(cfg.DataDir, "snapshots"), filepath.Join(cfg.DataDir, "views")} {
@@ -152,28 +135,31 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if !j.Reserved() && cfg.JournalReserve >= 0 {
 		cfg.Log.Warn("the journal's disk reserve could not be made (the disk is nearly full); an operation that ends on a full disk may not be recorded until there is room", "data", cfg.DataDir)
 	}
-	st, err := newStager(cfg.DataDir, cfg.StageBudget)
+	staged, err := staging.New(cfg.DataDir, cfg.StageBudget)
 	if err != nil {
 		j.Close()
 		return nil, err
 	}
-	s := &Service{cfg: cfg, eng: cfg.Engine, microVM: newMicroVMEngine(cfg), journal: j, done: map[string]chan struct{}{}, lease: newFleetLease(), store: newStoreConn(cfg), events: newEventFeed(), stager: st, pulled: newPulledFolders()}
-	if err := s.lease.load(ctx, j); err != nil {
+	s := &Service{cfg: cfg, journal: j, store: storeconn.New(cfg.StoreLocation, cfg.Repo, cfg.OpenStore)}
+	s.metrics = newMetrics(s)
+	s.runner = op.NewRunner(ctx, op.Config{Journal: j, Log: cfg.Log, Deadlines: cfg.Deadlines, CleanupTimeout: cfg.CleanupTimeout, Failpoint: cfg.Failpoint, Observe: s.metrics.observe})
+	s.engines = runtimes.New(cfg.Engine, cfg.MicroVM, cfg.MicroVMUnavailable)
+	s.templates = templates.New(templates.Config{DataDir: cfg.DataDir, Helper: cfg.Helper, HostPaths: cfg.HostPaths, Log: cfg.Log}, j, s.engines)
+	if s.lease, err = fence.New(ctx, fence.Config{File: cfg.FenceFile, Watchdog: cfg.Watchdog, Log: cfg.Log}, j, s.runner, s.engines); err != nil {
+		s.runner.Close()
 		j.Close()
 		return nil, err
 	}
-	s.metrics = newMetrics(s)
-	s.unsettled = newUnsettledEnds()
-	background := context.WithoutCancel(ctx)
-	s.stopSettling = tick.Every(background, settleEvery, func() { s.writeUnsettled(background) })
+	s.actors = lifecycle.New(lifecycle.Config{DataDir: cfg.DataDir, Log: cfg.Log, KeepPaused: cfg.KeepPaused, PullWhole: cfg.PullWhole},
+		lifecycle.Parts{Journal: j, Runner: s.runner, Engines: s.engines, Templates: s.templates, Store: s.store, Staged: staged, Lease: s.lease})
 	return s, nil
 }
 
 // Close stops the writing of pulled copies still going on (they are pulled
 // again when needed) and closes the journal.
 func (s *Service) Close() error {
-	s.stopSettling()
-	s.pulled.stopAll()
+	s.runner.Close()
+	s.actors.Close()
 	return s.journal.Close()
 }
 
@@ -182,73 +168,6 @@ func (s *Service) Journal() *journal.Journal { return s.journal }
 
 // Metrics is the service's Prometheus collectors.
 func (s *Service) Metrics() *Metrics { return s.metrics }
-
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
-
-func checkName(what, name string) error {
-	if !validName.MatchString(name) {
-		return fmt.Errorf("%w: %s name %q: use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalid, what, name)
-	}
-	return nil
-}
-
-// ErrInvalid marks a request that is malformed.
-var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid request")
-
-func newID(prefix string) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "-" + hex.EncodeToString(b[:])
-}
-
-func (s *Service) actorDir(id string) string { return filepath.Join(s.cfg.DataDir, "actors", id) }
-
-func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.DataDir, "snapshots", id) }
-
-// viewsDir is where resumes mount the views they restore from while they
-// pull (transfer.Stored.Views).
-func (s *Service) viewsDir() string { return filepath.Join(s.cfg.DataDir, "views") }
-
-// event appends a line to an actor's history and logs it.
-func (s *Service) event(actor, opID, step, msg string, d time.Duration, err error) {
-	e := journal.Event{Actor: actor, Operation: opID, Step: step, Message: msg, Duration: d}
-	attrs := []any{"actor", actor, "operation", opID, "duration", d.String(), "message", msg}
-	level := slog.LevelInfo
-	if err != nil {
-		e.Error = err.Error()
-		attrs, level = append(attrs, "error", e.Error), slog.LevelWarn
-	}
-	if _, jerr := s.journal.AddEvent(context.Background(), e); jerr != nil {
-		s.cfg.Log.Error("journal event", "actor", actor, "error", jerr)
-	} else {
-		s.events.notify()
-	}
-	s.cfg.Log.Log(context.Background(), level, step, attrs...)
-}
-
-// noteObserver records the engine's steps in an actor's history outside
-// any operation (the reconciler's removal of a leftover sandbox).
-func (s *Service) noteObserver(actor string) engine.Observer {
-	return engine.Observer{After: func(st engine.Step) {
-		var err error
-		if st.Err != "" {
-			err = errors.New(st.Err)
-		}
-		s.event(actor, "", st.Name, st.Message, st.Duration, err)
-	}}
-}
-
-// failpoint kills this process when the configured failpoint is reached.
-func (s *Service) failpoint(kind, step string, after bool) {
-	if s.cfg.Failpoint == "" {
-		return
-	}
-	if at := Failpoint(kind, step, after); at == s.cfg.Failpoint {
-		s.cfg.Log.Warn("failpoint reached: killing stasisd", "failpoint", at)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL is not delivered synchronously; never go on
-	}
-}
 
 // NodeInfo is this node's fingerprint, for placement across nodes.
 func (s *Service) NodeInfo(ctx context.Context) (fingerprint.Fingerprint, error) {
@@ -260,9 +179,16 @@ func (s *Service) NodeInfo(ctx context.Context) (fingerprint.Fingerprint, error)
 		return f, err
 	}
 	var rt runtime.Runtime
-	if s.cfg.MicroVM != nil {
-		rt = s.cfg.MicroVM.Runtime
+	microVM, absence := s.engines.MicroVM()
+	if microVM != nil {
+		rt = microVM.Runtime
 	}
-	f.Runtimes = append(f.Runtimes, fingerprint.Offer(api.RuntimeMicroVM, rt, s.cfg.microVMAbsence()))
+	f.Runtimes = append(f.Runtimes, fingerprint.Offer(api.RuntimeMicroVM, rt, absence))
 	return f, nil
+}
+
+// NodeStatus says where the node's store and fleet lease stand.
+func (s *Service) NodeStatus(ctx context.Context, _ api.Empty) (api.NodeStatus, error) {
+	l, err := s.lease.Get(ctx)
+	return api.NodeStatus{Store: s.store.Status(), Lease: l}, err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/service/hostpolicy"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/local"
 	"github.com/stasis-run/stasis/testkit/runtimetest"
@@ -53,7 +54,7 @@ func newEnv(t *testing.T, tweak func(*service.Config)) *env {
 		DataDir:   data,
 		Engine:    &engine.Engine{Runtime: e.rt},
 		Repo:      repo,
-		HostPaths: service.HostPolicy{Paths: []service.HostPath{{Path: e.host}}, DataDir: data, TemplatesDir: filepath.Join(data, "templates")},
+		HostPaths: hostpolicy.Policy{Paths: []hostpolicy.Path{{Path: e.host}}, DataDir: data, TemplatesDir: filepath.Join(data, "templates")},
 	}
 	if tweak != nil {
 		tweak(&e.cfg)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spf13/cobra"
 
 	"github.com/stasis-run/stasis/cmd/internal/compose"
@@ -30,6 +31,7 @@ import (
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/service/hostpolicy"
 	"github.com/stasis-run/stasis/service/server"
 	"github.com/stasis-run/stasis/store"
 )
@@ -162,9 +164,9 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	policy := service.HostPolicy{Paths: service.DefaultHostPaths(o.TemplatesDir()), AllowRoot: o.allowHostRoot, DataDir: o.DataDir, TemplatesDir: o.TemplatesDir()}
+	policy := hostpolicy.Policy{Paths: hostpolicy.Defaults(o.TemplatesDir()), AllowRoot: o.allowHostRoot, DataDir: o.DataDir, TemplatesDir: o.TemplatesDir()}
 	for _, p := range o.hostPaths {
-		hp, err := service.ParseHostPath(p)
+		hp, err := hostpolicy.ParsePath(p)
 		if err != nil {
 			return fmt.Errorf("--host-path: %w", err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/service/hostpolicy"
 	"github.com/stasis-run/stasis/service/server"
 	"github.com/stasis-run/stasis/testkit/runtimetest"
 )
@@ -36,7 +37,7 @@ func serveService(t *testing.T, host string) (*api.Client, *http.Client, *servic
 	data := t.TempDir()
 	cfg := service.Config{DataDir: data, Engine: &engine.Engine{Runtime: runtimetest.New()}}
 	if host != "" {
-		cfg.HostPaths = service.HostPolicy{Paths: []service.HostPath{{Path: host}}, DataDir: data, TemplatesDir: filepath.Join(data, "templates")}
+		cfg.HostPaths = hostpolicy.Policy{Paths: []hostpolicy.Path{{Path: host}}, DataDir: data, TemplatesDir: filepath.Join(data, "templates")}
 	}
 	svc, err := service.New(context.Background(), cfg)
 	if err != nil {

@@ -1,8 +1,7 @@
-package service
+package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +13,8 @@ import (
 	"github.com/stasis-run/stasis/internal/lazyfs"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/service/internal/fence"
+	"github.com/stasis-run/stasis/service/internal/op"
 	"github.com/stasis-run/stasis/snapshot"
 )
 
@@ -31,7 +32,7 @@ import (
 // operation that cannot be settled otherwise leaves its actor CRASHED with
 // the reason, and the others are settled all the same: the daemon always
 // starts. Only a journal that cannot be read is an error.
-func (s *Service) Reconcile(ctx context.Context) error {
+func (s *Actors) Reconcile(ctx context.Context) error {
 	ops, err := s.journal.Running(ctx)
 	if err != nil {
 		return err
@@ -57,7 +58,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			// The runtime could not say where the sandbox stands, which is
 			// no sign that it is gone: the actor is left as it is.
 			s.cfg.Log.Error("reconcile: an actor could not be checked against its sandbox", "actor", a.ID, "error", err.Error())
-			s.event(a.ID, "", "reconcile", fmt.Sprintf("stasisd could not check sandbox %s when it started; the actor was left %s", a.Sandbox, a.State), 0, err)
+			s.runner.Event(a.ID, "", "reconcile", fmt.Sprintf("stasisd could not check sandbox %s when it started; the actor was left %s", a.Sandbox, a.State), 0, err)
 		}
 	}
 	return s.dropCutCopies(ctx)
@@ -68,7 +69,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 // memory image is written into the folder after the resume). No resume can
 // take such a copy, which would only hold the disk; the next resume pulls
 // the stored snapshot again.
-func (s *Service) dropCutCopies(ctx context.Context) error {
+func (s *Actors) dropCutCopies(ctx context.Context) error {
 	snaps, err := s.journal.Snapshots(ctx, "")
 	if err != nil {
 		return err
@@ -92,19 +93,15 @@ func (s *Service) dropCutCopies(ctx context.Context) error {
 		if err := s.journal.PutSnapshot(ctx, snap); err != nil {
 			return err
 		}
-		s.event(snap.Actor, "", "reconcile", fmt.Sprintf("removed the incomplete copy of stored snapshot %s at %s (stasisd stopped while it was written); the next resume pulls the snapshot from the store", snap.ID, dir), 0, nil)
+		s.runner.Event(snap.Actor, "", "reconcile", fmt.Sprintf("removed the incomplete copy of stored snapshot %s at %s (stasisd stopped while it was written); the next resume pulls the snapshot from the store", snap.ID, dir), 0, nil)
 	}
 	return nil
 }
 
-func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
-	k := kindNamed(rec.Kind)
-	if k == nil {
-		return fmt.Errorf("unknown operation kind %q (a newer stasisd wrote it?)", rec.Kind)
-	}
-	var args opArgs
-	if err := json.Unmarshal(rec.Args, &args); err != nil {
-		return fmt.Errorf("operation arguments: %w", err)
+func (s *Actors) recover(ctx context.Context, rec journal.Operation) error {
+	o, err := s.runner.Recovered(rec)
+	if err != nil {
+		return err
 	}
 	a, err := s.journal.Actor(ctx, rec.Actor)
 	if errors.Is(err, journal.ErrNotFound) {
@@ -118,13 +115,13 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 	if err != nil {
 		return err
 	}
-	o := &operation{s: s, id: rec.ID, kind: k, args: args, actor: a}
+	o.Actor = a
 	at := fmt.Sprintf("stasisd stopped during %s at step %q", rec.Kind, rec.Step)
-	st, err := s.engineOf(a).Status(ctx, a.Sandbox)
+	st, err := s.engines.Of(a).Status(ctx, a.Sandbox)
 	if err != nil {
 		// Not an answer that the sandbox is gone: the actor goes back to
 		// where it stood, and nothing is removed.
-		back := o.args.Previous
+		back := o.Args.Previous
 		if back == "" {
 			back = api.Crashed
 		}
@@ -132,41 +129,41 @@ func (s *Service) recover(ctx context.Context, rec journal.Operation) error {
 		_, err := s.journal.End(ctx, journal.End{OpID: rec.ID, State: journal.OpFailed, Error: reason, ErrorCode: errdefs.Code(errdefs.ErrUnavailable), Actor: a.ID, ActorState: string(back), Reason: reason})
 		return err
 	}
-	s.event(a.ID, rec.ID, "reconcile", at+"; sandbox "+string(st), 0, nil)
-	var out outcome
-	switch k.recovery {
-	case recoverStart:
+	s.runner.Event(a.ID, rec.ID, "reconcile", at+"; sandbox "+string(st), 0, nil)
+	var out op.Outcome
+	switch o.Kind.Recovery {
+	case op.RecoverStart:
 		out = s.recoverStart(ctx, o, st, at)
-	case recoverSnapshot:
+	case op.RecoverSnapshot:
 		out, err = s.recoverSnapshot(ctx, o, st, at)
-	case recoverResume:
+	case op.RecoverResume:
 		out = s.recoverResume(ctx, o, st, at)
-	case recoverRelease:
-		out = outcome{state: api.Paused, reason: at + "; its kept sandbox was stopped: resume loads its snapshot"}
-		if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
-			out.reason = fmt.Sprintf("%s; its kept sandbox could not be stopped (%v): resume loads its snapshot", at, err)
+	case op.RecoverRelease:
+		out = op.Outcome{State: api.Paused, Reason: at + "; its kept sandbox was stopped: resume loads its snapshot"}
+		if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
+			out.Reason = fmt.Sprintf("%s; its kept sandbox could not be stopped (%v): resume loads its snapshot", at, err)
 		}
-	case recoverFence:
-		out = recoverFenced(st, at, o.actor)
-	case recoverDelete:
+	case op.RecoverFence:
+		out = fence.Recovered(st, at, o.Actor)
+	case op.RecoverDelete:
 		if _, err := s.finishDelete(ctx, o); err != nil {
-			out = outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the delete could not be finished, run it again: %v", at, err)}
+			out = op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("%s; the delete could not be finished, run it again: %v", at, err)}
 		} else {
-			out = outcome{deleted: true}
+			out = op.Outcome{Deleted: true}
 		}
 	}
 	if err != nil {
 		return err
 	}
-	end := journal.End{OpID: rec.ID, State: journal.OpFailed, Error: at, ErrorCode: errdefs.Code(errdefs.ErrUnavailable), Actor: a.ID, ActorState: string(out.state), Reason: out.reason}
-	if out.deleted {
+	end := journal.End{OpID: rec.ID, State: journal.OpFailed, Error: at, ErrorCode: errdefs.Code(errdefs.ErrUnavailable), Actor: a.ID, ActorState: string(out.State), Reason: out.Reason}
+	if out.Deleted {
 		end.ActorState = ""
 		s.cfg.Log.Info("reconcile: the interrupted delete was finished", "actor", a.ID, "operation", rec.ID)
 	} else {
-		s.event(a.ID, rec.ID, "reconcile", fmt.Sprintf("ended %s: %s", out.state, out.reason), 0, nil)
-		s.cfg.Log.Info("reconcile: an interrupted operation was settled", "kind", rec.Kind, "actor", a.ID, "operation", rec.ID, "state", out.state, "reason", out.reason)
+		s.runner.Event(a.ID, rec.ID, "reconcile", fmt.Sprintf("ended %s: %s", out.State, out.Reason), 0, nil)
+		s.cfg.Log.Info("reconcile: an interrupted operation was settled", "kind", rec.Kind, "actor", a.ID, "operation", rec.ID, "state", out.State, "reason", out.Reason)
 	}
-	if _, err := s.journal.End(ctx, end); err != nil && !(out.deleted && errors.Is(err, journal.ErrNotFound)) {
+	if _, err := s.journal.End(ctx, end); err != nil && !(out.Deleted && errors.Is(err, journal.ErrNotFound)) {
 		return err
 	}
 	return nil
@@ -191,111 +188,99 @@ func dropViews(dir string) (map[string]bool, error) {
 }
 
 // thaw makes sure a sandbox that may have been cut off mid-step runs.
-func (s *Service) thaw(ctx context.Context, o *operation) error {
-	t, err := s.Template(ctx, o.actor.Template)
+func (s *Actors) thaw(ctx context.Context, o *op.Operation) error {
+	t, err := s.templates.Get(ctx, o.Actor.Template)
 	if err != nil {
 		return err
 	}
-	return s.engineOf(o.actor).Thaw(ctx, s.engineActor(t, o.actor), o.actor.Sandbox, o.observer())
+	return s.engines.Of(o.Actor).Thaw(ctx, s.templates.EngineActor(t, o.Actor), o.Actor.Sandbox, o.Observer())
 }
 
 func running(st runtime.Status) bool {
 	return st == runtime.StatusRunning || st == runtime.StatusPaused
 }
 
-func (s *Service) recoverStart(ctx context.Context, o *operation, st runtime.Status, at string) outcome {
-	if running(st) && !s.lostViews[o.actor.Sandbox] {
+func (s *Actors) recoverStart(ctx context.Context, o *op.Operation, st runtime.Status, at string) op.Outcome {
+	if running(st) && !s.lostViews[o.Actor.Sandbox] {
 		// It may have been restored from a golden snapshot with its GPU
 		// state still in host memory.
 		if err := s.thaw(ctx, o); err == nil {
-			return outcome{state: api.Running, reason: at + "; the sandbox was running and is kept"}
+			return op.Outcome{State: api.Running, Reason: at + "; the sandbox was running and is kept"}
 		}
 	}
-	_ = s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
-	return outcome{state: api.Crashed, reason: at + "; the actor did not start: delete it and run it again"}
+	_ = s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer())
+	return op.Outcome{State: api.Crashed, Reason: at + "; the actor did not start: delete it and run it again"}
 }
 
 // recoverSnapshot finishes a pause, suspend or golden whose snapshot was
 // committed, and rolls back one whose snapshot was not.
-func (s *Service) recoverSnapshot(ctx context.Context, o *operation, st runtime.Status, at string) (outcome, error) {
-	t, err := s.Template(ctx, o.actor.Template)
+func (s *Actors) recoverSnapshot(ctx context.Context, o *op.Operation, st runtime.Status, at string) (op.Outcome, error) {
+	t, err := s.templates.Get(ctx, o.Actor.Template)
 	if err != nil {
-		return outcome{}, err
+		return op.Outcome{}, err
 	}
 	// A push that got as far as recording the stored name is done.
 	stored, pushed := "", false
-	if rec, err := s.journal.Snapshot(ctx, o.args.Snapshot); err == nil {
+	if rec, err := s.journal.Snapshot(ctx, o.Args.Snapshot); err == nil {
 		stored, pushed = rec.Stored, rec.Pushed
 	}
 	onlyHere := ""
-	if o.kind == opSuspend && stored == "" {
+	if o.Kind == op.Suspend && stored == "" {
 		onlyHere = "; the snapshot is on this node only: suspend again to store it"
 	}
-	if o.args.Previous != api.Running {
+	if o.Args.Previous != api.Running {
 		// Storing the snapshot of a paused or suspended actor: nothing
 		// ran in the sandbox, the snapshot is as it was.
-		return outcome{state: api.Suspended, reason: at + onlyHere}, nil
+		return op.Outcome{State: api.Suspended, Reason: at + onlyHere}, nil
 	}
-	if m, err := snapshot.Load(o.args.Dir); err == nil {
-		snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: o.actor.Template, Kind: string(o.kind.snapshot), Scope: string(m.Scope), Dir: o.args.Dir, Stored: stored, Pushed: pushed, Size: m.Size()}
+	if m, err := snapshot.Load(o.Args.Dir); err == nil {
+		snap := journal.Snapshot{ID: o.Args.Snapshot, Actor: o.Actor.ID, Template: o.Actor.Template, Kind: string(o.Kind.Snapshot), Scope: string(m.Scope), Dir: o.Args.Dir, Stored: stored, Pushed: pushed, Size: m.Size()}
 		if stored != "" {
 			snap.Kind = string(api.KindCommit)
 		}
-		if o.kind == opGolden {
+		if o.Kind == op.Golden {
 			err = s.setGolden(ctx, t, snap)
 		} else {
 			err = s.adopt(ctx, snap)
 		}
 		if err != nil {
-			return outcome{}, err
+			return op.Outcome{}, err
 		}
 		// The snapshot is whole: finish by stopping the sandbox.
-		if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+		if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
 			if terr := s.thaw(ctx, o); terr == nil {
-				return outcome{state: api.Running, reason: fmt.Sprintf("%s; the snapshot %s was committed but the sandbox could not be stopped (%v), so the actor keeps running", at, snap.ID, err)}, nil
+				return op.Outcome{State: api.Running, Reason: fmt.Sprintf("%s; the snapshot %s was committed but the sandbox could not be stopped (%v), so the actor keeps running", at, snap.ID, err)}, nil
 			}
-			return outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the snapshot %s is whole, the sandbox could not be stopped: %v", at, snap.ID, err)}, nil
+			return op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("%s; the snapshot %s is whole, the sandbox could not be stopped: %v", at, snap.ID, err)}, nil
 		}
-		return outcome{state: o.kind.target, reason: at + "; the snapshot was committed, the operation was finished" + onlyHere}, nil
+		return op.Outcome{State: o.Kind.Target, Reason: at + "; the snapshot was committed, the operation was finished" + onlyHere}, nil
 	}
-	_ = s.removeDir(o.args.Dir)
+	_ = s.removeDir(o.Args.Dir)
 	if running(st) {
 		if err := s.thaw(ctx, o); err != nil {
-			return outcome{state: api.Crashed, reason: fmt.Sprintf("%s; the snapshot was not committed and the workload could not be thawed: %v", at, err)}, nil
+			return op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("%s; the snapshot was not committed and the workload could not be thawed: %v", at, err)}, nil
 		}
-		return outcome{state: api.Running, reason: at + "; the snapshot was not committed, the actor was rolled back and keeps running"}, nil
+		return op.Outcome{State: api.Running, Reason: at + "; the snapshot was not committed, the actor was rolled back and keeps running"}, nil
 	}
-	_ = s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
-	return outcome{state: api.Crashed, reason: at + "; the sandbox is gone and no new snapshot was committed" + resumable(o.actor)}, nil
+	_ = s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer())
+	return op.Outcome{State: api.Crashed, Reason: at + "; the sandbox is gone and no new snapshot was committed" + op.Resumable(o.Actor)}, nil
 }
 
-func (s *Service) recoverResume(ctx context.Context, o *operation, st runtime.Status, at string) outcome {
+func (s *Actors) recoverResume(ctx context.Context, o *op.Operation, st runtime.Status, at string) op.Outcome {
 	// A sandbox restored through a view while its pull went on is kept
 	// only once the pull was whole and the view closed.
-	if running(st) && !s.lostViews[o.actor.Sandbox] {
+	if running(st) && !s.lostViews[o.Actor.Sandbox] {
 		if err := s.thaw(ctx, o); err == nil {
-			return outcome{state: api.Running, reason: at + "; the restored sandbox was running, the resume was finished"}
+			return op.Outcome{State: api.Running, Reason: at + "; the restored sandbox was running, the resume was finished"}
 		}
 	}
-	_ = s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer())
-	return outcome{state: o.args.Previous, reason: at + "; the resume was rolled back, the snapshot is intact"}
-}
-
-// recoverFenced settles a fence or unfence by what the sandbox is: the
-// fence loop acts again on what the lease then says.
-func recoverFenced(st runtime.Status, at string, a journal.Actor) outcome {
-	switch st {
-	case runtime.StatusPaused:
-		return outcome{state: api.Fenced, reason: at + "; its sandbox is frozen"}
-	case runtime.StatusRunning:
-		return outcome{state: api.Running, reason: at + "; its sandbox runs"}
-	}
-	return outcome{state: api.Crashed, reason: at + "; its sandbox is gone" + resumable(a)}
+	_ = s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer())
+	return op.Outcome{State: o.Args.Previous, Reason: at + "; the resume was rolled back, the snapshot is intact"}
 }
 
 // check compares a stable actor with its sandbox.
-func (s *Service) check(ctx context.Context, a journal.Actor) error {
-	st, err := s.engineOf(a).Status(ctx, a.Sandbox)
+func (s *Actors) check(ctx context.Context, a journal.Actor) error {
+	st, err := s.engines.Of(a).Status(ctx, a.Sandbox)
 	if err != nil {
 		return err
 	}
@@ -310,24 +295,24 @@ func (s *Service) check(ctx context.Context, a journal.Actor) error {
 			// node whose stasisd does not answer, or by hand. Nothing is
 			// lost; the fence loop thaws it if the fleet lease binds it.
 			reason := "its sandbox was found frozen when stasisd started (fenced by the fleet agent while stasisd did not answer, or paused by hand); resume it, or let a renewal of the fleet lease thaw it"
-			s.event(a.ID, "", "reconcile", reason, 0, nil)
+			s.runner.Event(a.ID, "", "reconcile", reason, 0, nil)
 			return s.journal.SetActor(ctx, a.ID, string(api.Fenced), reason)
 		case st == runtime.StatusRunning:
 			reason := "its sandbox was found running when stasisd started, though it was fenced"
-			s.event(a.ID, "", "reconcile", reason, 0, nil)
+			s.runner.Event(a.ID, "", "reconcile", reason, 0, nil)
 			return s.journal.SetActor(ctx, a.ID, string(api.Running), reason)
 		}
-		_ = s.engineOf(a).Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
-		reason := fmt.Sprintf("the sandbox vanished while the actor was running (runtime: %s)%s", st, resumable(a))
-		s.event(a.ID, "", "reconcile", reason, 0, nil)
+		_ = s.engines.Of(a).Remove(ctx, a.ID, a.Sandbox, s.runner.NoteObserver(a.ID))
+		reason := fmt.Sprintf("the sandbox vanished while the actor was running (runtime: %s)%s", st, op.Resumable(a))
+		s.runner.Event(a.ID, "", "reconcile", reason, 0, nil)
 		return s.journal.SetActor(ctx, a.ID, string(api.Crashed), reason)
 	case api.Paused, api.Suspended, api.Crashed:
 		if st == runtime.StatusPaused && api.State(a.State) == api.Paused && s.cfg.KeepPaused != nil {
 			return nil // kept in memory by its pause
 		}
 		if st != runtime.StatusStopped {
-			s.event(a.ID, "", "reconcile", fmt.Sprintf("removed a leftover %s sandbox of a %s actor", st, a.State), 0, nil)
-			return s.engineOf(a).Remove(ctx, a.ID, a.Sandbox, s.noteObserver(a.ID))
+			s.runner.Event(a.ID, "", "reconcile", fmt.Sprintf("removed a leftover %s sandbox of a %s actor", st, a.State), 0, nil)
+			return s.engines.Of(a).Remove(ctx, a.ID, a.Sandbox, s.runner.NoteObserver(a.ID))
 		}
 	}
 	return nil

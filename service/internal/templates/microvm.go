@@ -1,11 +1,10 @@
-package service
+package templates
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -13,14 +12,15 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/runtime/microvm"
+	"github.com/stasis-run/stasis/service/hostpolicy"
 )
 
 // validateVM checks what a micro-VM template adds: its guest (a bundle's
 // vm section, or the template's vm and args), its devices, and that it
 // asks for nothing a VM does not have.
-func (s *Service) validateVM(t *api.Template) error {
+func (s *Templates) validateVM(t *api.Template) error {
 	refuse := func(format string, args ...any) error {
-		return fmt.Errorf("%w: micro-VM template %s: %s", ErrInvalid, t.Name, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: micro-VM template %s: %s", errdefs.ErrInvalidArgument, t.Name, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case t.Rootfs != "":
@@ -63,11 +63,11 @@ func (s *Service) validateVM(t *api.Template) error {
 			if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
 				return refuse("%s %s is not a file", what, path)
 			}
-			if err := s.cfg.HostPaths.allows("guest "+what[len("vm."):], path, false); err != nil {
+			if err := s.cfg.HostPaths.Allows("guest "+what[len("vm."):], path, false); err != nil {
 				return fmt.Errorf("template %s: %w", t.Name, err)
 			}
 		}
-		if err := checkVMDevices(vm.Devices); err != nil {
+		if err := hostpolicy.CheckVMDevices(vm.Devices); err != nil {
 			return fmt.Errorf("template %s: %w", t.Name, err)
 		}
 		devices = len(vm.Devices)
@@ -78,45 +78,11 @@ func (s *Service) validateVM(t *api.Template) error {
 	return nil
 }
 
-// vmDrivers are the device drivers a micro-VM template may name: a GPU
-// passed through, and the stand-ins the tests detach and attach where a
-// GPU would be (without properties neither reaches anything on the host).
-// Any other QEMU device could reach the host (a file, a socket, a
-// network), so it is refused.
-var vmDrivers = map[string]bool{"vfio-pci": true, "virtio-rng-pci": true, "virtio-serial-pci": true}
-
-var pciAddress = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
-
-var deviceID = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
-
-// checkVMDevices refuses devices a template may not give a VM.
-func checkVMDevices(devices []api.Device) error {
-	seen := map[string]bool{}
-	for _, d := range devices {
-		if !deviceID.MatchString(d.ID) || seen[d.ID] {
-			return fmt.Errorf("%w: device id %q: want a unique lowercase name of up to 32 letters, digits, '-' or '_'", ErrInvalid, d.ID)
-		}
-		seen[d.ID] = true
-		if !vmDrivers[d.Driver] {
-			return fmt.Errorf("%w: device %s: driver %q: a micro-VM template may give vfio-pci (a GPU passed through), or virtio-rng-pci or virtio-serial-pci (stand-ins)", ErrForbidden, d.ID, d.Driver)
-		}
-		for k, v := range d.Props {
-			if d.Driver != "vfio-pci" || k != "host" || !pciAddress.MatchString(v) {
-				return fmt.Errorf("%w: device %s: property %s=%q: the only property is vfio-pci's host, a PCI address such as 0000:3b:00.0", ErrForbidden, d.ID, k, v)
-			}
-		}
-		if d.Driver == "vfio-pci" && d.Props["host"] == "" {
-			return fmt.Errorf("%w: device %s: vfio-pci needs props.host, the GPU's PCI address such as 0000:3b:00.0", ErrInvalid, d.ID)
-		}
-	}
-	return nil
-}
-
 // vmSpec is the OCI spec of a micro-VM template without a bundle.
-func (s *Service) vmSpec(t api.Template) (*specs.Spec, error) {
+func (s *Templates) vmSpec(t api.Template) (*specs.Spec, error) {
 	vm := t.VM
 	for what, path := range map[string]string{"kernel": vm.Kernel, "initramfs": vm.Initramfs} {
-		if err := s.cfg.HostPaths.allows("guest "+what, path, false); err != nil {
+		if err := s.cfg.HostPaths.Allows("guest "+what, path, false); err != nil {
 			return nil, err
 		}
 	}
@@ -137,13 +103,4 @@ func (s *Service) vmSpec(t api.Template) (*specs.Spec, error) {
 		spec.Annotations[microvm.AnnotationDevices] = string(d)
 	}
 	return spec, nil
-}
-
-// bundlePath is a path a bundle's spec gives, taken from the bundle's
-// folder when relative.
-func bundlePath(bundleDir, p string) string {
-	if filepath.IsAbs(p) {
-		return p
-	}
-	return filepath.Join(bundleDir, p)
 }

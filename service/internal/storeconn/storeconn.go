@@ -1,8 +1,12 @@
-package service
+// Package storeconn holds stasisd's snapshot store, which may be out of
+// reach when stasisd starts or at any time after, and opens it in the
+// background.
+package storeconn
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -11,12 +15,12 @@ import (
 	"github.com/stasis-run/stasis/store"
 )
 
-// storeConn is stasisd's snapshot store, which may be out of reach when
+// Conn is stasisd's snapshot store, which may be out of reach when
 // stasisd starts or at any time after (a remote bucket that is down, a
 // damaged config): stasisd serves all the same. Actors run, pause, resume
 // from their local snapshots and are removed; what needs the store says it
 // is unavailable and why, and the store is opened again in the background.
-type storeConn struct {
+type Conn struct {
 	location string
 	open     func(context.Context) (*store.Repository, error)
 
@@ -31,24 +35,26 @@ type storeConn struct {
 	kick chan struct{}
 }
 
-// storeRetryMax bounds the wait between tries to open the store: 1 s, 2 s,
+// retryMax bounds the wait between tries to open the store: 1 s, 2 s,
 // 4 s ... up to it.
-const storeRetryMax = 30 * time.Second
+const retryMax = 30 * time.Second
 
-func newStoreConn(cfg Config) *storeConn {
-	c := &storeConn{location: cfg.StoreLocation, open: cfg.OpenStore, repo: cfg.Repo, kick: make(chan struct{}, 1)}
+// New is the store at location: repo, open already, or opened by open
+// when it can (Open, KeepOpening). Neither: no store (--no-store).
+func New(location string, repo *store.Repository, open func(context.Context) (*store.Repository, error)) *Conn {
+	c := &Conn{location: location, open: open, repo: repo, kick: make(chan struct{}, 1)}
 	if c.repo != nil && c.location == "" {
 		c.location = c.repo.Backend().Location()
 	}
 	return c
 }
 
-// configured says whether stasisd has a store at all (--no-store: none).
-func (c *storeConn) configured() bool { return c.repo != nil || c.open != nil }
+// Configured says whether stasisd has a store at all (--no-store: none).
+func (c *Conn) Configured() bool { return c.repo != nil || c.open != nil }
 
-// get is the store, or why it is out of reach (unavailable). A store that
+// Get is the store, or why it is out of reach (unavailable). A store that
 // is not configured is (nil, nil).
-func (c *storeConn) get() (*store.Repository, error) {
+func (c *Conn) Get() (*store.Repository, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.repo != nil || c.open == nil {
@@ -66,7 +72,7 @@ func (c *storeConn) get() (*store.Repository, error) {
 }
 
 // connect tries to open the store once.
-func (c *storeConn) connect(ctx context.Context) error {
+func (c *Conn) connect(ctx context.Context) error {
 	repo, err := c.open(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -82,21 +88,20 @@ func (c *storeConn) connect(ctx context.Context) error {
 	return nil
 }
 
-// OpenStore opens the snapshot store, within timeout; on failure stasisd
-// goes on without it and KeepOpeningStore tries again.
-func (s *Service) OpenStore(ctx context.Context, timeout time.Duration) error {
-	if s.store.open == nil {
+// Open opens the snapshot store, within timeout; on failure stasisd
+// goes on without it and KeepOpening tries again.
+func (c *Conn) Open(ctx context.Context, timeout time.Duration) error {
+	if c.open == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return s.store.connect(ctx)
+	return c.connect(ctx)
 }
 
-// KeepOpeningStore tries to open a store that is out of reach, in a
+// KeepOpening tries to open a store that is out of reach, in a
 // goroutine of its own, with a growing wait, until it opens or ctx ends.
-func (s *Service) KeepOpeningStore(ctx context.Context) {
-	c := s.store
+func (c *Conn) KeepOpening(ctx context.Context, log *slog.Logger) {
 	if c.open == nil {
 		return
 	}
@@ -118,26 +123,25 @@ func (s *Service) KeepOpeningStore(ctx context.Context) {
 			case <-c.kick:
 				t.Stop()
 			}
-			tctx, cancel := context.WithTimeout(ctx, storeRetryMax)
+			tctx, cancel := context.WithTimeout(ctx, retryMax)
 			err := c.connect(tctx)
 			cancel()
 			if err == nil {
-				s.cfg.Log.Info("the snapshot store is open again", "store", c.location)
+				log.Info("the snapshot store is open again", "store", c.location)
 				return
 			}
-			s.cfg.Log.Warn("the snapshot store is still out of reach", "store", c.location, "error", err.Error(), "retry", wait.String())
-			wait = min(2*wait, storeRetryMax)
+			log.Warn("the snapshot store is still out of reach", "store", c.location, "error", err.Error(), "retry", wait.String())
+			wait = min(2*wait, retryMax)
 		}
 	}()
 }
 
-// StoreStatus says where the snapshot store stands, with what its backend
+// Status says where the snapshot store stands, with what its backend
 // did about failures.
-func (s *Service) StoreStatus() api.StoreStatus {
-	c := s.store
+func (c *Conn) Status() api.StoreStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := api.StoreStatus{Location: c.location, Configured: c.configured(), Available: c.repo != nil}
+	st := api.StoreStatus{Location: c.location, Configured: c.Configured(), Available: c.repo != nil}
 	if c.err != nil && c.repo == nil {
 		st.Error, st.Since, st.Failures = c.err.Error(), c.since, c.failures
 	}
@@ -146,10 +150,4 @@ func (s *Service) StoreStatus() api.StoreStatus {
 		st.Retries, st.ResumedReads, st.Stalls, st.BytesReread = rs.Retries, rs.ResumedReads, rs.Stalls, rs.BytesReread
 	}
 	return st
-}
-
-// NodeStatus says where this stasisd stands: its store and its fleet lease.
-func (s *Service) NodeStatus(ctx context.Context, _ api.Empty) (api.NodeStatus, error) {
-	l, err := s.Lease(ctx)
-	return api.NodeStatus{Store: s.StoreStatus(), Lease: l}, err
 }

@@ -1,4 +1,4 @@
-package service
+package lifecycle
 
 import (
 	"context"
@@ -12,7 +12,8 @@ import (
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/journal"
-	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/templates"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
@@ -22,25 +23,25 @@ import (
 // Run starts an actor of a template: from the template's golden snapshot
 // when this node can restore it, by booting it otherwise (the reason says
 // why). A failed start leaves the actor CRASHED, its sandbox removed.
-func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error) {
-	t, err := s.Template(ctx, req.Template)
+func (s *Actors) Run(ctx context.Context, req api.RunRequest) (api.Actor, error) {
+	t, err := s.templates.Get(ctx, req.Template)
 	if err != nil {
 		return api.Actor{}, err
 	}
 	if req.ID == "" {
 		req.ID = api.NewActorID(t.Name, req.RequestID)
 	}
-	if err := checkName("actor", req.ID); err != nil {
+	if err := op.CheckName("actor", req.ID); err != nil {
 		return api.Actor{}, err
 	}
-	if err := s.leaseAllows(req.ID); err != nil {
+	if err := s.lease.Allows(req.ID); err != nil {
 		return api.Actor{}, err
 	}
 	if req.FromStored != "" {
 		switch {
 		case req.Cold:
 			return api.Actor{}, fmt.Errorf("%w: cold and fromStored both given: an actor starts from a stored snapshot or from its template, not both", errdefs.ErrInvalidArgument)
-		case !s.store.configured():
+		case !s.store.Configured():
 			return api.Actor{}, fmt.Errorf("%w: this stasisd has no store to start actor %s from %s (start it without --no-store)", errdefs.ErrFailedPrecondition, req.ID, req.FromStored)
 		}
 		if err := store.CheckSnapshotName(req.FromStored); err != nil {
@@ -48,18 +49,18 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 		}
 		// Refused before the actor exists while the store is out of
 		// reach: nothing to start it from.
-		if _, err := s.store.get(); err != nil {
+		if _, err := s.store.Get(); err != nil {
 			return api.Actor{}, fmt.Errorf("start actor %s from %s: %w", req.ID, req.FromStored, err)
 		}
 	}
-	a, err := s.run(ctx, request{kind: opRun, actor: req.ID, requestID: req.RequestID,
-		create:  &journal.Actor{ID: req.ID, Template: t.Name, Runtime: t.Runtime, Sandbox: api.SandboxID(req.ID)},
-		prepare: func(journal.Actor) (opArgs, error) { return opArgs{Snapshot: t.Golden}, nil },
-		body: func(ctx context.Context, o *operation) (outcome, error) {
+	a, err := s.runner.Run(ctx, op.Request{Kind: op.Run, Actor: req.ID, RequestID: req.RequestID,
+		Create:  &journal.Actor{ID: req.ID, Template: t.Name, Runtime: t.Runtime, Sandbox: api.SandboxID(req.ID)},
+		Prepare: func(journal.Actor) (op.Args, error) { return op.Args{Snapshot: t.Golden}, nil },
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			var ea engine.Actor
-			err := o.step(StepBundle, func() (string, error) {
+			err := o.Step(op.StepBundle, func() (string, error) {
 				var err error
-				ea, err = s.writeBundle(t, o.actor)
+				ea, err = s.templates.WriteBundle(t, o.Actor)
 				return ea.Bundle, err
 			})
 			if err != nil {
@@ -69,34 +70,34 @@ func (s *Service) Run(ctx context.Context, req api.RunRequest) (api.Actor, error
 				if err := s.fromStored(ctx, o, t, ea, req.FromStored); err != nil {
 					return didNotStart(err), err
 				}
-				return outcome{state: api.Running, reason: "resumed from the stored snapshot " + req.FromStored}, nil
+				return op.Outcome{State: api.Running, Reason: "resumed from the stored snapshot " + req.FromStored}, nil
 			}
 			reason := ""
 			if t.Golden != "" && !req.Cold {
 				err := s.fromGolden(ctx, o, t, ea)
 				if err == nil {
-					return outcome{state: api.Running, reason: "started from the golden snapshot " + t.Golden}, nil
+					return op.Outcome{State: api.Running, Reason: "started from the golden snapshot " + t.Golden}, nil
 				}
 				reason = fmt.Sprintf("cold boot: the golden snapshot %s could not be used: %v", t.Golden, err)
-				o.note(reason)
+				o.Note(reason)
 			}
-			if err := s.engineOf(o.actor).Boot(ctx, ea, engine.BootOptions{Probe: probeOf(t.Probe), Observer: o.observer()}); err != nil {
+			if err := s.engines.Of(o.Actor).Boot(ctx, ea, engine.BootOptions{Probe: templates.Probe(t.Probe), Observer: o.Observer()}); err != nil {
 				return didNotStart(err), err
 			}
-			return outcome{state: api.Running, reason: reason}, nil
+			return op.Outcome{State: api.Running, Reason: reason}, nil
 		}})
-	return actorOf(a), err
+	return op.ActorOf(a), err
 }
 
-func didNotStart(err error) outcome {
-	return outcome{state: api.Crashed, reason: fmt.Sprintf("the actor did not start: %v; delete it and run it again", err)}
+func didNotStart(err error) op.Outcome {
+	return op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("the actor did not start: %v; delete it and run it again", err)}
 }
 
 // fromGolden restores the template's golden snapshot into the new actor's
 // sandbox, fetching it from the store when it is not on this node. The
 // engine refuses a snapshot this node cannot restore before any sandbox
 // exists.
-func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, a engine.Actor) error {
+func (s *Actors) fromGolden(ctx context.Context, o *op.Operation, t api.Template, a engine.Actor) error {
 	snap, err := s.journal.Snapshot(ctx, t.Golden)
 	if err != nil {
 		return err
@@ -107,8 +108,8 @@ func (s *Service) fromGolden(ctx context.Context, o *operation, t api.Template, 
 
 // fromStored restores a snapshot of the store, pushed by this node or
 // another, into the new actor's sandbox and makes it the actor's latest.
-func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, a engine.Actor, stored string) error {
-	snap := journal.Snapshot{ID: newID("snap"), Actor: o.actor.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
+func (s *Actors) fromStored(ctx context.Context, o *op.Operation, t api.Template, a engine.Actor, stored string) error {
+	snap := journal.Snapshot{ID: op.NewID("snap"), Actor: o.Actor.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
 	// Not recorded by the restore: adopt records it once, whole, with the
 	// folder the restore pulled it into ("" when it resumed from a copy
 	// this node holds for any actor: a later resume finds that again).
@@ -130,8 +131,8 @@ func (s *Service) fromStored(ctx context.Context, o *operation, t api.Template, 
 // that records snap itself says false). A local copy whose manifest
 // is damaged is refused with the cause, unless a stored copy can replace
 // it.
-func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, snap journal.Snapshot, p api.Probe, recordCopy bool) (*snapshot.Manifest, string, error) {
-	opts := engine.ResumeOptions{Probe: probeOf(p), Verify: engine.VerifyWhileRestoring, Observer: o.observer()}
+func (s *Actors) restore(ctx context.Context, o *op.Operation, a engine.Actor, snap journal.Snapshot, p api.Probe, recordCopy bool) (*snapshot.Manifest, string, error) {
+	opts := engine.ResumeOptions{Probe: templates.Probe(p), Verify: engine.VerifyWhileRestoring, Observer: o.Observer()}
 	dir := snap.Dir
 	if dir != "" {
 		// A copy pulled here a moment ago may still be being written.
@@ -140,18 +141,18 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		// corrupt is fetched again where the store holds the snapshot: a
 		// copy of a stored snapshot is a cache (a pull does not wait for
 		// its bytes to reach the disk, and every later use hashes them).
-		m, err := s.engineOf(o.actor).Resume(ctx, a, dir, opts)
+		m, err := s.engines.Of(o.Actor).Resume(ctx, a, dir, opts)
 		incomplete := errors.Is(err, snapshot.ErrNoManifest)
 		if err == nil || !incomplete && !errors.Is(err, errdefs.ErrCorrupt) {
 			return m, dir, err
 		}
-		if snap.Stored == "" || !s.store.configured() {
+		if snap.Stored == "" || !s.store.Configured() {
 			if incomplete {
 				return nil, "", fmt.Errorf("%w: snapshot %s at %s is incomplete (%v), and it is in no store", errdefs.ErrNotFound, snap.ID, dir, err)
 			}
 			return nil, "", fmt.Errorf("snapshot %s is damaged on this node and in no store: %w", snap.ID, err)
 		}
-		o.note(fmt.Sprintf("the copy of %s on this node cannot be used (%v); fetching the stored one", snap.ID, err))
+		o.Note(fmt.Sprintf("the copy of %s on this node cannot be used (%v); fetching the stored one", snap.ID, err))
 	}
 	if snap.Stored != "" {
 		// A copy this node holds for any actor (staged, or its own golden
@@ -160,10 +161,10 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 			return m, "", err
 		}
 	}
-	if snap.Stored == "" || !s.store.configured() {
+	if snap.Stored == "" || !s.store.Configured() {
 		return nil, "", fmt.Errorf("%w: snapshot %s is neither on this node nor in a store", errdefs.ErrNotFound, snap.ID)
 	}
-	repo, err := s.store.get()
+	repo, err := s.store.Get()
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot %s is not on this node: %w", snap.ID, err)
 	}
@@ -177,7 +178,7 @@ func (s *Service) restore(ctx context.Context, o *operation, a engine.Actor, sna
 		from.Views = s.viewsDir()
 		from.Options.Stage = s.pullMemory.Stage
 	}
-	pull, err := transfer.PullAndResume(ctx, s.engineOf(o.actor), a, dir, from, opts)
+	pull, err := transfer.PullAndResume(ctx, s.engines.Of(o.Actor), a, dir, from, opts)
 	if pull == nil {
 		// Nothing a later resume could take is left behind.
 		_ = s.removeDir(dir)
@@ -214,7 +215,7 @@ const maxSeeds = 4
 // on this node (pulled or pushed here): a pull of snap copies the chunks
 // they share (the template's weights, its libraries) rather than fetching
 // them again.
-func (s *Service) seeds(ctx context.Context, repo *store.Repository, snap journal.Snapshot) []archiver.Seed {
+func (s *Actors) seeds(ctx context.Context, repo *store.Repository, snap journal.Snapshot) []archiver.Seed {
 	all, err := s.journal.Snapshots(ctx, "")
 	if err != nil {
 		return nil
@@ -236,7 +237,7 @@ func (s *Service) seeds(ctx context.Context, repo *store.Repository, snap journa
 	}
 	// The staged copies (golden snapshots, mostly: the weights and
 	// libraries every actor of their template shares).
-	staged, _ := s.stager.list()
+	staged, _ := s.staged.List()
 	for _, c := range staged {
 		if len(seeds) == maxSeeds {
 			break
@@ -250,13 +251,13 @@ func (s *Service) seeds(ctx context.Context, repo *store.Repository, snap journa
 
 // stored is snapshot name in repo, its progress reported in o's history as
 // verb.
-func (s *Service) stored(repo *store.Repository, o *operation, name, verb string) transfer.Stored {
+func (s *Actors) stored(repo *store.Repository, o *op.Operation, name, verb string) transfer.Stored {
 	return transfer.Stored{Repo: repo, Name: name, Options: s.transferEvents(o, verb)}
 }
 
 // transferEvents reports a transfer's progress in the actor's history,
 // every 10% or so.
-func (s *Service) transferEvents(o *operation, verb string) archiver.Options {
+func (s *Actors) transferEvents(o *op.Operation, verb string) archiver.Options {
 	last := -1
 	return archiver.Options{Progress: func(p archiver.Progress) {
 		if p.Bytes <= 0 {
@@ -267,7 +268,7 @@ func (s *Service) transferEvents(o *operation, verb string) archiver.Options {
 			return
 		}
 		last = tenth
-		o.progress(verb, fmt.Sprintf("%s of %s", units.Bytes(p.BytesDone), units.Bytes(p.Bytes)))
+		o.Progress(verb, fmt.Sprintf("%s of %s", units.Bytes(p.BytesDone), units.Bytes(p.Bytes)))
 	}}
 }
 
@@ -276,22 +277,22 @@ func (s *Service) transferEvents(o *operation, verb string) archiver.Options {
 // Config.KeepPaused while the node has room, kept frozen in memory with
 // its GPU released, so that the resume has nothing to load. On failure the
 // actor keeps running.
-func (s *Service) Pause(ctx context.Context, req api.OpRequest) (api.Actor, error) {
-	a, err := s.run(ctx, request{kind: opPause, actor: req.ID, requestID: req.RequestID, prepare: s.newSnapshotArgs,
-		body: func(ctx context.Context, o *operation) (outcome, error) {
-			t, err := s.Template(ctx, o.actor.Template)
+func (s *Actors) Pause(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	a, err := s.runner.Run(ctx, op.Request{Kind: op.Pause, Actor: req.ID, RequestID: req.RequestID, Prepare: s.newSnapshotArgs,
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+			t, err := s.templates.Get(ctx, o.Actor.Template)
 			if err != nil {
-				return s.afterFailure(ctx, o, err), err
+				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
 			}
 			if _, _, err := s.take(ctx, o, t, t.Snapshots.OnPause, s.keep()); err != nil {
-				return s.afterFailure(ctx, o, err), err
+				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
 			}
-			if s.kept(ctx, o.actor) {
-				return outcome{state: api.Paused, reason: keptReason}, nil
+			if s.kept(ctx, o.Actor) {
+				return op.Outcome{State: api.Paused, Reason: keptReason}, nil
 			}
-			return outcome{state: api.Paused}, nil
+			return op.Outcome{State: api.Paused}, nil
 		}})
-	return actorOf(a), err
+	return op.ActorOf(a), err
 }
 
 // keptReason is a paused actor's reason while its sandbox is kept.
@@ -299,9 +300,9 @@ const keptReason = "kept in memory, frozen, its GPU released: resume has nothing
 
 // newSnapshotArgs are the arguments of an operation that snapshots a
 // running actor into a new folder.
-func (s *Service) newSnapshotArgs(before journal.Actor) (opArgs, error) {
-	id := newID("snap")
-	return opArgs{Previous: api.State(before.State), Snapshot: id, Dir: s.snapshotDir(id)}, nil
+func (s *Actors) newSnapshotArgs(before journal.Actor) (op.Args, error) {
+	id := op.NewID("snap")
+	return op.Args{Previous: api.State(before.State), Snapshot: id, Dir: s.snapshotDir(id)}, nil
 }
 
 // Suspend commits an actor: a snapshot (the template's onCommit scope) goes
@@ -309,100 +310,100 @@ func (s *Service) newSnapshotArgs(before journal.Actor) (opArgs, error) {
 // snapshot is stored as it is; a suspended actor whose push failed is
 // pushed again. When the push fails, the actor is SUSPENDED with its
 // snapshot on this node only, and the reason says so.
-func (s *Service) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, error) {
-	a, err := s.run(ctx, request{kind: opSuspend, actor: req.ID, requestID: req.RequestID,
-		prepare: func(before journal.Actor) (opArgs, error) {
+func (s *Actors) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	a, err := s.runner.Run(ctx, op.Request{Kind: op.Suspend, Actor: req.ID, RequestID: req.RequestID,
+		Prepare: func(before journal.Actor) (op.Args, error) {
 			if api.State(before.State) == api.Running {
 				return s.newSnapshotArgs(before)
 			}
-			return opArgs{Previous: api.State(before.State), Snapshot: before.Snapshot}, nil
+			return op.Args{Previous: api.State(before.State), Snapshot: before.Snapshot}, nil
 		},
-		body: func(ctx context.Context, o *operation) (outcome, error) {
-			if o.args.Previous != api.Running {
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+			if o.Args.Previous != api.Running {
 				out, err := s.storeExisting(ctx, o)
-				if out.state == api.Suspended && o.args.Previous == api.Paused {
+				if out.State == api.Suspended && o.Args.Previous == api.Paused {
 					// A suspended actor's sandbox is stopped; the one its
 					// pause kept holds what the snapshot holds.
-					if rerr := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); rerr != nil {
-						out.reason = strings.TrimPrefix(out.reason+"; its sandbox kept in memory could not be stopped: "+rerr.Error(), "; ")
+					if rerr := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); rerr != nil {
+						out.Reason = strings.TrimPrefix(out.Reason+"; its sandbox kept in memory could not be stopped: "+rerr.Error(), "; ")
 					}
 				}
 				return out, err
 			}
-			t, err := s.Template(ctx, o.actor.Template)
+			t, err := s.templates.Get(ctx, o.Actor.Template)
 			if err != nil {
-				return s.afterFailure(ctx, o, err), err
+				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
 			}
 			snap, m, err := s.take(ctx, o, t, t.Snapshots.OnCommit, nil)
 			if err != nil {
-				return s.afterFailure(ctx, o, err), err
+				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
 			}
-			if !s.store.configured() {
+			if !s.store.Configured() {
 				return noStoreOutcome(), nil
 			}
 			// The sandbox is stopped: the GPU and memory are free while the
 			// snapshot is stored.
 			snap.Kind = string(api.KindCommit)
-			if err := s.push(ctx, o, snap, m, api.StoredName(o.actor.ID, snap.ID)); err != nil {
+			if err := s.push(ctx, o, snap, m, api.StoredName(o.Actor.ID, snap.ID)); err != nil {
 				return notStoredOutcome(snap.Dir, err), err
 			}
-			return outcome{state: api.Suspended}, nil
+			return op.Outcome{State: api.Suspended}, nil
 		}})
-	return actorOf(a), err
+	return op.ActorOf(a), err
 }
 
 // push stores snap, whose folder's manifest is m, under name: the one way
 // stasisd stores a snapshot (a suspend's commit, a paused actor's
 // snapshot, a golden one). Its record names the store inside the push
 // step, so that a crash after the step finds it stored.
-func (s *Service) push(ctx context.Context, o *operation, snap journal.Snapshot, m *snapshot.Manifest, name string) error {
-	repo, err := s.store.get()
+func (s *Actors) push(ctx context.Context, o *op.Operation, snap journal.Snapshot, m *snapshot.Manifest, name string) error {
+	repo, err := s.store.Get()
 	if err != nil {
 		return err
 	}
 	snap.Stored, snap.Pushed = name, true
-	return transfer.Push(ctx, o.observer(), o.actor.ID, o.kind.name, snap.Dir, m, s.stored(repo, o, name, transfer.StepPush), func() error {
+	return transfer.Push(ctx, o.Observer(), o.Actor.ID, o.Kind.Name, snap.Dir, m, s.stored(repo, o, name, transfer.StepPush), func() error {
 		return s.journal.PutSnapshot(context.WithoutCancel(ctx), snap)
 	})
 }
 
 // noStoreOutcome is a suspend's end on a node without a store.
-func noStoreOutcome() outcome {
-	return outcome{state: api.Suspended, reason: "no store is configured: the snapshot is kept on this node only"}
+func noStoreOutcome() op.Outcome {
+	return op.Outcome{State: api.Suspended, Reason: "no store is configured: the snapshot is kept on this node only"}
 }
 
 // notStoredOutcome is a suspend's end when the snapshot in dir is whole
 // but its push failed.
-func notStoredOutcome(dir string, err error) outcome {
-	return outcome{state: api.Suspended, reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", dir, err)}
+func notStoredOutcome(dir string, err error) op.Outcome {
+	return op.Outcome{State: api.Suspended, Reason: fmt.Sprintf("the snapshot is kept on this node only (%s): %v; suspend again to store it", dir, err)}
 }
 
 // storeExisting stores the snapshot of a PAUSED actor, or of a SUSPENDED
 // one whose push failed: nothing runs, so nothing but the store changes.
-func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, error) {
-	back := outcome{state: o.args.Previous, reason: o.actor.Reason}
-	if o.args.Snapshot == "" {
-		return back, fmt.Errorf("%w: actor %s is %s without a snapshot to store", errdefs.ErrFailedPrecondition, o.actor.ID, o.args.Previous)
+func (s *Actors) storeExisting(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+	back := op.Outcome{State: o.Args.Previous, Reason: o.Actor.Reason}
+	if o.Args.Snapshot == "" {
+		return back, fmt.Errorf("%w: actor %s is %s without a snapshot to store", errdefs.ErrFailedPrecondition, o.Actor.ID, o.Args.Previous)
 	}
-	snap, err := s.journal.Snapshot(ctx, o.args.Snapshot)
+	snap, err := s.journal.Snapshot(ctx, o.Args.Snapshot)
 	if err != nil {
 		return back, err
 	}
-	if !s.store.configured() {
+	if !s.store.Configured() {
 		return noStoreOutcome(), nil
 	}
 	if snap.Stored != "" {
-		return outcome{state: api.Suspended}, nil
+		return op.Outcome{State: api.Suspended}, nil
 	}
 	m, err := snapshot.Load(snap.Dir)
 	if err != nil {
 		return back, fmt.Errorf("snapshot %s cannot be stored: %w", snap.ID, err)
 	}
 	snap.Kind = string(api.KindCommit)
-	if err := s.push(ctx, o, snap, m, api.StoredName(o.actor.ID, snap.ID)); err != nil {
+	if err := s.push(ctx, o, snap, m, api.StoredName(o.Actor.ID, snap.ID)); err != nil {
 		return notStoredOutcome(snap.Dir, err), err
 	}
-	return outcome{state: api.Suspended}, nil
+	return op.Outcome{State: api.Suspended}, nil
 }
 
 // take snapshots a running actor into the operation's snapshot folder
@@ -410,14 +411,14 @@ func (s *Service) storeExisting(ctx context.Context, o *operation) (outcome, err
 // latest snapshot and removes the older local ones. The engine leaves the
 // actor running on failure; a snapshot that was committed is adopted, and
 // returned, even when a later step failed.
-func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope api.Scope, keep func() (bool, string)) (journal.Snapshot, *snapshot.Manifest, error) {
-	a := s.engineActor(t, o.actor)
-	m, err := s.engineOf(o.actor).Suspend(ctx, a, engine.SuspendOptions{Dir: o.args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.observer()})
+func (s *Actors) take(ctx context.Context, o *op.Operation, t api.Template, scope api.Scope, keep func() (bool, string)) (journal.Snapshot, *snapshot.Manifest, error) {
+	a := s.templates.EngineActor(t, o.Actor)
+	m, err := s.engines.Of(o.Actor).Suspend(ctx, a, engine.SuspendOptions{Dir: o.Args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.Observer()})
 	if m == nil {
-		_ = s.removeDir(o.args.Dir)
+		_ = s.removeDir(o.Args.Dir)
 		return journal.Snapshot{}, nil, err
 	}
-	snap := journal.Snapshot{ID: o.args.Snapshot, Actor: o.actor.ID, Template: t.Name, Kind: string(o.kind.snapshot), Scope: string(m.Scope), Dir: o.args.Dir, Size: m.Size()}
+	snap := journal.Snapshot{ID: o.Args.Snapshot, Actor: o.Actor.ID, Template: t.Name, Kind: string(o.Kind.Snapshot), Scope: string(m.Scope), Dir: o.Args.Dir, Size: m.Size()}
 	if jerr := s.adopt(ctx, snap); jerr != nil && err == nil {
 		err = jerr
 	}
@@ -426,7 +427,7 @@ func (s *Service) take(ctx context.Context, o *operation, t api.Template, scope 
 
 // adopt records a new snapshot as the actor's latest and removes the local
 // folders of its older ones (stored ones stay in the store).
-func (s *Service) adopt(ctx context.Context, snap journal.Snapshot) error {
+func (s *Actors) adopt(ctx context.Context, snap journal.Snapshot) error {
 	ctx = context.WithoutCancel(ctx)
 	if err := s.journal.AdoptSnapshot(ctx, snap); err != nil {
 		return err
@@ -459,36 +460,36 @@ func (s *Service) adopt(ctx context.Context, snap journal.Snapshot) error {
 // snapshot, fetched from the store when it is not on this node. On failure
 // the actor is left as it was, its snapshot intact. A FENCED actor's
 // sandbox is thawed instead (fence.go).
-func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, error) {
-	if err := s.leaseAllows(req.ID); err != nil {
+func (s *Actors) Resume(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	if err := s.lease.Allows(req.ID); err != nil {
 		return api.Actor{}, err
 	}
 	if a, err := s.journal.Actor(ctx, req.ID); err == nil && api.State(a.State) == api.Fenced {
-		return s.resumeFenced(ctx, req)
+		return s.lease.ResumeFenced(ctx, req)
 	}
-	a, err := s.run(ctx, request{kind: opResume, actor: req.ID, requestID: req.RequestID,
-		prepare: func(before journal.Actor) (opArgs, error) {
+	a, err := s.runner.Run(ctx, op.Request{Kind: op.Resume, Actor: req.ID, RequestID: req.RequestID,
+		Prepare: func(before journal.Actor) (op.Args, error) {
 			if before.Snapshot == "" {
-				return opArgs{}, fmt.Errorf("%w: actor %s has no snapshot to resume from; delete it and run a new one", errdefs.ErrFailedPrecondition, before.ID)
+				return op.Args{}, fmt.Errorf("%w: actor %s has no snapshot to resume from; delete it and run a new one", errdefs.ErrFailedPrecondition, before.ID)
 			}
-			return opArgs{Previous: api.State(before.State), Snapshot: before.Snapshot}, nil
+			return op.Args{Previous: api.State(before.State), Snapshot: before.Snapshot}, nil
 		},
-		body: func(ctx context.Context, o *operation) (outcome, error) {
-			back := outcome{state: o.args.Previous, reason: o.actor.Reason}
-			t, err := s.Template(ctx, o.actor.Template)
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+			back := op.Outcome{State: o.Args.Previous, Reason: o.Actor.Reason}
+			t, err := s.templates.Get(ctx, o.Actor.Template)
 			if err != nil {
 				return back, err
 			}
-			snap, err := s.journal.Snapshot(ctx, o.args.Snapshot)
-			if err == nil && o.args.Previous == api.Paused && s.kept(ctx, o.actor) {
-				err = s.engineOf(o.actor).ResumeKept(ctx, s.engineActor(t, o.actor), snap.Dir, engine.ResumeOptions{Probe: probeOf(t.Probe), Observer: o.observer()})
+			snap, err := s.journal.Snapshot(ctx, o.Args.Snapshot)
+			if err == nil && o.Args.Previous == api.Paused && s.kept(ctx, o.Actor) {
+				err = s.engines.Of(o.Actor).ResumeKept(ctx, s.templates.EngineActor(t, o.Actor), snap.Dir, engine.ResumeOptions{Probe: templates.Probe(t.Probe), Observer: o.Observer()})
 				if err == nil {
-					return outcome{state: api.Running}, nil
+					return op.Outcome{State: api.Running}, nil
 				}
 				if errors.Is(err, engine.ErrNotKept) {
 					// The kept sandbox was removed; the snapshot holds the
 					// same state.
-					o.note(fmt.Sprintf("the sandbox kept in memory could not be resumed (%v); resuming from the snapshot", err))
+					o.Note(fmt.Sprintf("the sandbox kept in memory could not be resumed (%v); resuming from the snapshot", err))
 					err = nil
 				}
 			}
@@ -496,39 +497,39 @@ func (s *Service) Resume(ctx context.Context, req api.OpRequest) (api.Actor, err
 				err = s.renameSandbox(ctx, o)
 			}
 			if err == nil {
-				_, _, err = s.restore(ctx, o, s.engineActor(t, o.actor), snap, t.Probe, true)
+				_, _, err = s.restore(ctx, o, s.templates.EngineActor(t, o.Actor), snap, t.Probe, true)
 			}
 			if err != nil {
-				back.reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", o.args.Snapshot, err)
+				back.Reason = fmt.Sprintf("resume failed, the snapshot %s is intact: %v", o.Args.Snapshot, err)
 				return back, err
 			}
-			return outcome{state: api.Running}, nil
+			return op.Outcome{State: api.Running}, nil
 		}})
-	return actorOf(a), err
+	return op.ActorOf(a), err
 }
 
 // Delete removes an actor from any stable state: its sandbox (which frees
 // its memory and GPUs), its folders and local snapshots. Stored snapshots
 // stay unless Purge is set.
-func (s *Service) Delete(ctx context.Context, req api.DeleteRequest) (api.Deleted, error) {
-	if req.Purge && s.store.configured() {
+func (s *Actors) Delete(ctx context.Context, req api.DeleteRequest) (api.Deleted, error) {
+	if req.Purge && s.store.Configured() {
 		// A purge needs the store: refused while it is out of reach,
 		// before anything is touched.
-		if _, err := s.store.get(); err != nil {
+		if _, err := s.store.Get(); err != nil {
 			return api.Deleted{ID: req.ID}, fmt.Errorf("delete %s with purge: %w (delete it without purge to keep its stored snapshots)", req.ID, err)
 		}
 	}
 	var kept []string
-	_, err := s.run(ctx, request{kind: opDelete, actor: req.ID, requestID: req.RequestID,
-		prepare: func(before journal.Actor) (opArgs, error) {
-			return opArgs{Previous: api.State(before.State), Purge: req.Purge}, nil
+	_, err := s.runner.Run(ctx, op.Request{Kind: op.Delete, Actor: req.ID, RequestID: req.RequestID,
+		Prepare: func(before journal.Actor) (op.Args, error) {
+			return op.Args{Previous: api.State(before.State), Purge: req.Purge}, nil
 		},
-		body: func(ctx context.Context, o *operation) (outcome, error) {
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			var err error
 			if kept, err = s.finishDelete(ctx, o); err != nil {
-				return outcome{state: api.Crashed, reason: fmt.Sprintf("delete failed, run it again: %v", err)}, err
+				return op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("delete failed, run it again: %v", err)}, err
 			}
-			return outcome{deleted: true}, nil
+			return op.Outcome{Deleted: true}, nil
 		}})
 	if err != nil {
 		return api.Deleted{ID: req.ID}, err
@@ -539,13 +540,13 @@ func (s *Service) Delete(ctx context.Context, req api.DeleteRequest) (api.Delete
 // finishDelete removes the sandbox, the actor's files and local snapshots
 // (stored ones too with purge), then the actor's records; it returns the
 // stored snapshots kept.
-func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, error) {
-	if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
+func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) ([]string, error) {
+	if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
 		return nil, err
 	}
 	var kept []string
-	err := o.step(StepRemoveFiles, func() (string, error) {
-		snaps, err := s.journal.Snapshots(ctx, o.actor.ID)
+	err := o.Step(op.StepRemoveFiles, func() (string, error) {
+		snaps, err := s.journal.Snapshots(ctx, o.Actor.ID)
 		if err != nil {
 			return "", err
 		}
@@ -559,8 +560,8 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 			// Purge deletes what this actor pushed (its record says so),
 			// never a snapshot it only started from: another actor's, or a
 			// template's golden one, which other actors may share.
-			if snap.Stored != "" && snap.Pushed && o.args.Purge && s.store.configured() {
-				repo, err := s.store.get()
+			if snap.Stored != "" && snap.Pushed && o.Args.Purge && s.store.Configured() {
+				repo, err := s.store.Get()
 				if err != nil {
 					return "", err
 				}
@@ -580,7 +581,7 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 				return "", err
 			}
 		}
-		if err := os.RemoveAll(s.actorDir(o.actor.ID)); err != nil {
+		if err := os.RemoveAll(s.templates.ActorDir(o.Actor.ID)); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("%d stored snapshot(s) kept", len(kept)), nil
@@ -588,42 +589,17 @@ func (s *Service) finishDelete(ctx context.Context, o *operation) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	if err := s.journal.DeleteActor(ctx, o.actor.ID, o.id); err != nil {
+	if err := s.journal.DeleteActor(ctx, o.Actor.ID, o.ID); err != nil {
 		return kept, err
 	}
 	// The watchers of its history end: it has no more.
-	s.events.notify()
+	s.runner.Feed().Notify()
 	return kept, nil
-}
-
-// afterFailure says where a failed operation leaves an actor whose sandbox
-// should be running: RUNNING when it is, CRASHED when it is gone. A runtime
-// that cannot say where the sandbox stands (it does not answer, or cannot
-// tell the sandbox from another) has not said it is gone: the actor stays
-// RUNNING, the reason saying so.
-func (s *Service) afterFailure(ctx context.Context, o *operation, err error) outcome {
-	sctx, cancel := s.settle(ctx)
-	defer cancel()
-	st, serr := s.engineOf(o.actor).Status(sctx, o.actor.Sandbox)
-	switch {
-	case serr != nil:
-		return outcome{state: api.Running, reason: fmt.Sprintf("last operation failed: %v; and the runtime could not say where sandbox %s stands (%v), so it is taken to run on", err, o.actor.Sandbox, serr)}
-	case st == runtime.StatusRunning:
-		return outcome{state: api.Running, reason: fmt.Sprintf("last operation failed, the actor keeps running: %v", err)}
-	}
-	return outcome{state: api.Crashed, reason: fmt.Sprintf("the sandbox is %s after a failed operation: %v%s", st, err, resumable(o.actor))}
-}
-
-func resumable(a journal.Actor) string {
-	if a.Snapshot != "" {
-		return fmt.Sprintf("; resume it from its last snapshot %s, or delete it", a.Snapshot)
-	}
-	return "; delete it"
 }
 
 // removeDir removes a snapshot folder, stopping first a pull's writing of
 // it that goes on after its resume (pulledFolders).
-func (s *Service) removeDir(dir string) error {
+func (s *Actors) removeDir(dir string) error {
 	if dir == "" {
 		return nil
 	}
@@ -632,11 +608,11 @@ func (s *Service) removeDir(dir string) error {
 }
 
 // Exec runs a command inside a RUNNING actor's sandbox and waits for it.
-func (s *Service) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult, error) {
+func (s *Actors) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult, error) {
 	if len(req.Args) == 0 {
-		return api.ExecResult{}, fmt.Errorf("%w: exec needs a command", ErrInvalid)
+		return api.ExecResult{}, fmt.Errorf("%w: exec needs a command", errdefs.ErrInvalidArgument)
 	}
-	a, err := s.actorRecord(ctx, req.ID)
+	a, err := s.runner.ActorRecord(ctx, req.ID)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
@@ -646,7 +622,7 @@ func (s *Service) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult
 	if api.State(a.State) != api.Running {
 		return api.ExecResult{}, &journal.StateError{Actor: a.ID, State: a.State, Kind: "exec", From: []string{string(api.Running)}}
 	}
-	res, err := s.engineOf(a).Exec(ctx, a.Sandbox, req.Args)
+	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, req.Args)
 	if err != nil {
 		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
 	}

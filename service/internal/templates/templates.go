@@ -1,10 +1,13 @@
-package service
+// Package templates keeps the templates actors are made from, checked
+// against the host path policy and the runtimes this stasisd runs, and
+// writes each actor's bundle from its template.
+package templates
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,20 +20,46 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/journal"
-	"github.com/stasis-run/stasis/store"
+	"github.com/stasis-run/stasis/service/hostpolicy"
+	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/runtimes"
 )
 
-func probeOf(p api.Probe) engine.Probe {
+// Config is what the templates are checked and written with.
+type Config struct {
+	// DataDir holds the actors' folders (DATA/actors/ID).
+	DataDir string
+	// Helper is the host path of stasis-cuda, mounted into GPU actors.
+	Helper string
+	// HostPaths is what host paths templates may give their sandboxes.
+	HostPaths hostpolicy.Policy
+	Log       *slog.Logger
+}
+
+// Templates are the templates in the journal. Safe for concurrent use.
+type Templates struct {
+	cfg     Config
+	journal *journal.Journal
+	engines *runtimes.Engines
+}
+
+// New keeps templates in j, for the runtimes of engines.
+func New(cfg Config, j *journal.Journal, engines *runtimes.Engines) *Templates {
+	return &Templates{cfg: cfg, journal: j, engines: engines}
+}
+
+// Probe is a template's probe as the engine runs it.
+func Probe(p api.Probe) engine.Probe {
 	return engine.Probe{Command: p.Command, URL: p.URL, Timeout: time.Duration(p.TimeoutSeconds * float64(time.Second))}
 }
 
 // validate checks a template and fills in its defaults; the host paths it
 // names are checked against the policy.
-func (s *Service) validate(t *api.Template) error {
-	if err := checkName("template", t.Name); err != nil {
+func (s *Templates) validate(t *api.Template) error {
+	if err := op.CheckName("template", t.Name); err != nil {
 		return err
 	}
-	if err := s.runtimeOffered(*t); err != nil {
+	if err := s.engines.Offered(*t); err != nil {
 		return err
 	}
 	if t.Runtime == "" {
@@ -45,36 +74,36 @@ func (s *Service) validate(t *api.Template) error {
 	case t.Runtime == api.RuntimeMicroVM && t.Bundle == "":
 		// validateVM checked the guest and the args.
 	case t.VM != nil:
-		return fmt.Errorf("%w: template %s: a vm section is for micro-VM templates (runtime %s)", ErrInvalid, t.Name, api.RuntimeMicroVM)
+		return fmt.Errorf("%w: template %s: a vm section is for micro-VM templates (runtime %s)", errdefs.ErrInvalidArgument, t.Name, api.RuntimeMicroVM)
 	case (t.Bundle == "") == (t.Rootfs == ""):
-		return fmt.Errorf("%w: template %s: give either a bundle or a rootfs", ErrInvalid, t.Name)
+		return fmt.Errorf("%w: template %s: give either a bundle or a rootfs", errdefs.ErrInvalidArgument, t.Name)
 	case t.Bundle != "":
 		if !filepath.IsAbs(t.Bundle) {
-			return fmt.Errorf("%w: template %s: bundle %q must be an absolute path", ErrInvalid, t.Name, t.Bundle)
+			return fmt.Errorf("%w: template %s: bundle %q must be an absolute path", errdefs.ErrInvalidArgument, t.Name, t.Bundle)
 		}
 		if _, err := s.loadBundle(*t); err != nil {
 			return fmt.Errorf("template %s: %w", t.Name, err)
 		}
 	default:
 		if !filepath.IsAbs(t.Rootfs) || len(t.Args) == 0 {
-			return fmt.Errorf("%w: template %s: a rootfs template needs an absolute rootfs path and the args to run", ErrInvalid, t.Name)
+			return fmt.Errorf("%w: template %s: a rootfs template needs an absolute rootfs path and the args to run", errdefs.ErrInvalidArgument, t.Name)
 		}
 		if st, err := os.Stat(t.Rootfs); err != nil || !st.IsDir() {
-			return fmt.Errorf("%w: template %s: rootfs %s is not a folder", ErrInvalid, t.Name, t.Rootfs)
+			return fmt.Errorf("%w: template %s: rootfs %s is not a folder", errdefs.ErrInvalidArgument, t.Name, t.Rootfs)
 		}
-		if err := s.cfg.HostPaths.allows("rootfs", t.Rootfs, false); err != nil {
+		if err := s.cfg.HostPaths.Allows("rootfs", t.Rootfs, false); err != nil {
 			return fmt.Errorf("template %s: %w", t.Name, err)
 		}
 	}
 	if t.GPUs < 0 || t.MemoryBytes < 0 || t.Probe.TimeoutSeconds < 0 {
-		return fmt.Errorf("%w: template %s: gpus, memoryBytes and probe.timeoutSeconds cannot be negative", ErrInvalid, t.Name)
+		return fmt.Errorf("%w: template %s: gpus, memoryBytes and probe.timeoutSeconds cannot be negative", errdefs.ErrInvalidArgument, t.Name)
 	}
 	if t.GPUs > 0 && s.cfg.Helper == "" && t.Runtime == api.RuntimeGVisor {
-		return fmt.Errorf("%w: template %s wants GPUs, and stasisd has no stasis-cuda helper to mount (start it with --helper)", ErrInvalid, t.Name)
+		return fmt.Errorf("%w: template %s wants GPUs, and stasisd has no stasis-cuda helper to mount (start it with --helper)", errdefs.ErrInvalidArgument, t.Name)
 	}
 	for i, d := range t.Durable {
 		if !filepath.IsAbs(d) || filepath.Clean(d) != d || d == "/" || slices.Contains(t.Durable[:i], d) {
-			return fmt.Errorf("%w: template %s: durable folder %q must be a clean absolute path other than /, given once", ErrInvalid, t.Name, d)
+			return fmt.Errorf("%w: template %s: durable folder %q must be a clean absolute path other than /, given once", errdefs.ErrInvalidArgument, t.Name, d)
 		}
 	}
 	for _, sc := range []*api.Scope{&t.Snapshots.OnPause, &t.Snapshots.OnCommit} {
@@ -84,17 +113,17 @@ func (s *Service) validate(t *api.Template) error {
 		case api.ScopeFull:
 		case api.ScopeData:
 			if len(t.Durable) == 0 {
-				return fmt.Errorf("%w: template %s: Data snapshots keep the durable folders, and it has none", ErrInvalid, t.Name)
+				return fmt.Errorf("%w: template %s: Data snapshots keep the durable folders, and it has none", errdefs.ErrInvalidArgument, t.Name)
 			}
 		default:
-			return fmt.Errorf("%w: template %s: snapshot scope %q: want Full or Data", ErrInvalid, t.Name, *sc)
+			return fmt.Errorf("%w: template %s: snapshot scope %q: want Full or Data", errdefs.ErrInvalidArgument, t.Name, *sc)
 		}
 	}
 	return nil
 }
 
-// CreateTemplate validates and records a template.
-func (s *Service) CreateTemplate(ctx context.Context, t api.Template) (api.Template, error) {
+// Create validates and records a template.
+func (s *Templates) Create(ctx context.Context, t api.Template) (api.Template, error) {
 	t.Golden, t.CreatedAt = "", time.Time{}
 	if err := s.validate(&t); err != nil {
 		s.cfg.Log.Info("template refused", "template", t.Name, "code", errdefs.Code(err), "error", err.Error())
@@ -107,11 +136,11 @@ func (s *Service) CreateTemplate(ctx context.Context, t api.Template) (api.Templ
 	if err := s.journal.PutTemplate(ctx, journal.Template{Name: t.Name, Spec: spec}); err != nil {
 		return t, err
 	}
-	return s.Template(ctx, t.Name)
+	return s.Get(ctx, t.Name)
 }
 
-// Template reads one template.
-func (s *Service) Template(ctx context.Context, name string) (api.Template, error) {
+// Get reads one template.
+func (s *Templates) Get(ctx context.Context, name string) (api.Template, error) {
 	rec, err := s.journal.Template(ctx, name)
 	if err != nil {
 		return api.Template{}, err
@@ -119,8 +148,8 @@ func (s *Service) Template(ctx context.Context, name string) (api.Template, erro
 	return templateOf(rec)
 }
 
-// Templates lists every template.
-func (s *Service) Templates(ctx context.Context) ([]api.Template, error) {
+// List lists every template.
+func (s *Templates) List(ctx context.Context) ([]api.Template, error) {
 	recs, err := s.journal.Templates(ctx)
 	if err != nil {
 		return nil, err
@@ -136,49 +165,17 @@ func (s *Service) Templates(ctx context.Context) ([]api.Template, error) {
 	return out, nil
 }
 
-// DeleteTemplate removes a template that no actor uses, with its golden
-// snapshot (here and in the store).
-func (s *Service) DeleteTemplate(ctx context.Context, name string) error {
-	t, err := s.Template(ctx, name)
+// Delete removes a template's record and returns it as it was: its golden
+// snapshot is the caller's to remove.
+func (s *Templates) Delete(ctx context.Context, name string) (api.Template, error) {
+	t, err := s.Get(ctx, name)
 	if err != nil {
-		return err
+		return t, err
 	}
-	if err := s.journal.DeleteTemplate(ctx, name); err != nil {
-		return err
-	}
-	if t.Golden == "" {
-		return nil
-	}
-	if err := s.dropSnapshot(ctx, t.Golden); err != nil {
-		return fmt.Errorf("template %s was deleted, but its golden snapshot %s was not: %w", name, t.Golden, err)
-	}
-	return nil
+	return t, s.journal.DeleteTemplate(ctx, name)
 }
 
-// dropSnapshot removes a snapshot's folder, its stored copy and its record.
-func (s *Service) dropSnapshot(ctx context.Context, id string) error {
-	snap, err := s.journal.Snapshot(ctx, id)
-	if errors.Is(err, journal.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := s.removeDir(snap.Dir); err != nil {
-		return err
-	}
-	if snap.Stored != "" && s.store.configured() {
-		repo, err := s.store.get()
-		if err == nil {
-			err = repo.Delete(ctx, snap.Stored)
-		}
-		if err != nil && !errors.Is(err, store.ErrNotExist) {
-			s.cfg.Log.Warn("a dropped snapshot stays in the store", "snapshot", snap.Stored, "error", err)
-		}
-	}
-	return s.journal.DeleteSnapshot(ctx, id)
-}
-
+// templateOf is a template's record as the API gives it.
 func templateOf(r journal.Template) (api.Template, error) {
 	var t api.Template
 	if err := json.Unmarshal(r.Spec, &t); err != nil {
@@ -191,15 +188,15 @@ func templateOf(r journal.Template) (api.Template, error) {
 // loadBundle reads a bundle template's spec, its root made absolute, and
 // checks it against the host path policy: at creation, and again at every
 // run, since the folder may have changed since.
-func (s *Service) loadBundle(t api.Template) (*specs.Spec, error) {
-	if err := s.cfg.HostPaths.allows("bundle", t.Bundle, false); err != nil {
+func (s *Templates) loadBundle(t api.Template) (*specs.Spec, error) {
+	if err := s.cfg.HostPaths.Allows("bundle", t.Bundle, false); err != nil {
 		return nil, err
 	}
 	spec, err := bundle.Load(t.Bundle)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
-	if err := s.cfg.HostPaths.checkSpec(spec, t.Bundle); err != nil {
+	if err := s.cfg.HostPaths.CheckSpec(spec, t.Bundle); err != nil {
 		return nil, err
 	}
 	if spec.Root != nil && !filepath.IsAbs(spec.Root.Path) {
@@ -208,17 +205,17 @@ func (s *Service) loadBundle(t api.Template) (*specs.Spec, error) {
 	// The actor's bundle is written elsewhere: a guest's kernel and
 	// initramfs are named from the template's folder.
 	if vm := spec.VM; vm != nil {
-		vm.Kernel.Path, vm.Kernel.InitRD = bundlePath(t.Bundle, vm.Kernel.Path), bundlePath(t.Bundle, vm.Kernel.InitRD)
+		vm.Kernel.Path, vm.Kernel.InitRD = bundle.HostPath(t.Bundle, vm.Kernel.Path), bundle.HostPath(t.Bundle, vm.Kernel.InitRD)
 	}
 	return spec, nil
 }
 
-// writeBundle writes the actor's OCI bundle under its folder: the
+// WriteBundle writes the actor's OCI bundle under its folder: the
 // template's process and rootfs, its memory limit, a host folder per
 // durable folder, and for GPU templates the NVIDIA devices and the helper.
-func (s *Service) writeBundle(t api.Template, a journal.Actor) (engine.Actor, error) {
+func (s *Templates) WriteBundle(t api.Template, a journal.Actor) (engine.Actor, error) {
 	id := a.ID
-	dir := s.actorDir(id)
+	dir := s.ActorDir(id)
 	bundleDir := filepath.Join(dir, "bundle")
 	if err := os.MkdirAll(bundleDir, 0o700); err != nil {
 		return engine.Actor{}, err
@@ -235,7 +232,7 @@ func (s *Service) writeBundle(t api.Template, a journal.Actor) (engine.Actor, er
 			return engine.Actor{}, err
 		}
 	} else {
-		if err := s.cfg.HostPaths.allows("rootfs", t.Rootfs, false); err != nil {
+		if err := s.cfg.HostPaths.Allows("rootfs", t.Rootfs, false); err != nil {
 			return engine.Actor{}, err
 		}
 		spec = &specs.Spec{
@@ -277,12 +274,15 @@ func (s *Service) writeBundle(t api.Template, a journal.Actor) (engine.Actor, er
 	if err := bundle.Save(bundleDir, spec); err != nil {
 		return engine.Actor{}, err
 	}
-	return s.engineActor(t, a), nil
+	return s.EngineActor(t, a), nil
 }
 
-// engineActor is the engine's view of actor a: its current sandbox, its
+// EngineActor is the engine's view of actor a: its current sandbox, its
 // bundle and files under the actor's folder.
-func (s *Service) engineActor(t api.Template, a journal.Actor) engine.Actor {
+func (s *Templates) EngineActor(t api.Template, a journal.Actor) engine.Actor {
 	id := a.ID
-	return engine.Actor{ID: a.Sandbox, Name: id, Bundle: filepath.Join(s.actorDir(id), "bundle"), GPU: t.GPUs > 0, DurableDirs: t.Durable, ConsoleLog: filepath.Join(s.actorDir(id), "console.log")}
+	return engine.Actor{ID: a.Sandbox, Name: id, Bundle: filepath.Join(s.ActorDir(id), "bundle"), GPU: t.GPUs > 0, DurableDirs: t.Durable, ConsoleLog: filepath.Join(s.ActorDir(id), "console.log")}
 }
+
+// ActorDir is an actor's folder: its bundle, durable folders and console.
+func (s *Templates) ActorDir(id string) string { return filepath.Join(s.cfg.DataDir, "actors", id) }

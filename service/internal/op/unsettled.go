@@ -1,4 +1,4 @@
-package service
+package op
 
 import (
 	"context"
@@ -87,9 +87,26 @@ func (u *unsettledEnds) overlay(rec journal.Actor) journal.Actor {
 
 // writeUnsettled writes the unsettled ends again, once each, saying so for
 // those it wrote.
-func (s *Service) writeUnsettled(ctx context.Context) {
+func (s *Runner) writeUnsettled(ctx context.Context) {
 	for _, end := range s.unsettled.writeAll(ctx, s.journal) {
 		s.cfg.Log.Info("the end of an operation, kept while the journal's disk was full, is recorded", "actor", end.Actor, "operation", end.OpID, "state", end.ActorState)
-		s.events.notify()
+		s.feed.Notify()
 	}
+}
+
+// ActorRecord reads an actor's record as it stands: as the end of its last
+// operation left it, when the journal could not record that end yet
+// (unsettledEnds).
+func (s *Runner) ActorRecord(ctx context.Context, id string) (journal.Actor, error) {
+	rec, err := s.journal.Actor(ctx, id)
+	return s.unsettled.overlay(rec), err
+}
+
+// ActorRecords reads every actor's record as it stands (ActorRecord).
+func (s *Runner) ActorRecords(ctx context.Context) ([]journal.Actor, error) {
+	recs, err := s.journal.Actors(ctx)
+	for i := range recs {
+		recs[i] = s.unsettled.overlay(recs[i])
+	}
+	return recs, err
 }

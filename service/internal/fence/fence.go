@@ -1,10 +1,13 @@
-package service
+// Package fence holds this node's fleet lease in stasisd and fences the
+// fleet's actors when it lapses.
+package fence
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +18,8 @@ import (
 	"github.com/stasis-run/stasis/internal/fencefile"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/runtimes"
 )
 
 // Fencing. A fleet agent that runs this node's actors for a cluster holds
@@ -30,9 +35,9 @@ import (
 // stasisd that starts after it lapsed fences before it serves. Without a
 // lease, nothing is fenced.
 
-// DefaultFenceCheck is how often stasisd compares its actors with the fleet
+// DefaultCheck is how often stasisd compares its actors with the fleet
 // lease: a lapse is acted on within it.
-const DefaultFenceCheck = 100 * time.Millisecond
+const DefaultCheck = 100 * time.Millisecond
 
 // watchdogGrace is how long after the lapse of a lease renewed for
 // validFor the watchdog fences: a sixth of it. The agent renews for three
@@ -58,7 +63,7 @@ type fleetLease struct {
 	until time.Time
 	// untilBoot is when the watchdog fences, on CLOCK_BOOTTIME
 	// (fencefile.Now): watchdogGrace after the lapse, so that this
-	// process, which fences within DefaultFenceCheck, does it first;
+	// process, which fences within DefaultCheck, does it first;
 	// written is the hand-over file as last written.
 	untilBoot int64
 	written   []byte
@@ -68,8 +73,36 @@ type fleetLease struct {
 	kick chan struct{}
 }
 
-func newFleetLease() *fleetLease {
-	return &fleetLease{retry: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+// Config is what the fence runs with.
+type Config struct {
+	// File, when set, is where the fleet lease's lapse and the fence
+	// commands are handed over to the fence watchdog (fencefile), which
+	// freezes the fleet actors when the lease lapses even with stasisd
+	// and the agent both gone; Watchdog starts it when it is not running,
+	// at each renewal.
+	File     string
+	Watchdog func() error
+	Log      *slog.Logger
+}
+
+// Lease is the fleet lease and the fence that enforces it. Safe for
+// concurrent use.
+type Lease struct {
+	cfg     Config
+	journal *journal.Journal
+	runner  *op.Runner
+	engines *runtimes.Engines
+	lease   *fleetLease
+}
+
+// New is the fleet lease as the journal j holds it: one that lapsed while
+// stasisd was stopped is enforced by the first Enforce.
+func New(ctx context.Context, cfg Config, j *journal.Journal, runner *op.Runner, engines *runtimes.Engines) (*Lease, error) {
+	l := &Lease{cfg: cfg, journal: j, runner: runner, engines: engines, lease: &fleetLease{retry: map[string]time.Time{}, kick: make(chan struct{}, 1)}}
+	if err := l.lease.load(ctx, j); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // load reads the lease from the journal, as a start does.
@@ -93,9 +126,9 @@ func (f *fleetLease) state() (rec journal.Lease, held, lapsed bool) {
 	return f.rec, f.held, f.held && !time.Now().Before(f.until)
 }
 
-// RenewLease takes or renews the fleet lease and wakes the fence loop,
+// Renew takes or renews the fleet lease and wakes the fence loop,
 // which thaws the FENCED actors the renewal lists as bound here.
-func (s *Service) RenewLease(ctx context.Context, req api.LeaseRequest) (api.Lease, error) {
+func (s *Lease) Renew(ctx context.Context, req api.LeaseRequest) (api.Lease, error) {
 	if err := checkLeaseRequest(req); err != nil {
 		return api.Lease{}, err
 	}
@@ -123,7 +156,7 @@ func (s *Service) RenewLease(ctx context.Context, req api.LeaseRequest) (api.Lea
 	case f.kick <- struct{}{}:
 	default:
 	}
-	actors, err := s.actorRecords(ctx)
+	actors, err := s.runner.ActorRecords(ctx)
 	if err != nil {
 		return api.Lease{}, err
 	}
@@ -141,22 +174,22 @@ func (s *Service) RenewLease(ctx context.Context, req api.LeaseRequest) (api.Lea
 func checkLeaseRequest(req api.LeaseRequest) error {
 	switch {
 	case req.Holder == "" || len(req.Holder) > 253 || strings.ContainsFunc(req.Holder, func(r rune) bool { return r < ' ' || r == 0x7f }):
-		return fmt.Errorf("%w: the lease's holder %q: name it in 1-253 printable characters", ErrInvalid, req.Holder)
+		return fmt.Errorf("%w: the lease's holder %q: name it in 1-253 printable characters", errdefs.ErrInvalidArgument, req.Holder)
 	case !(req.ValidForSeconds > 0 && req.ValidForSeconds <= api.MaxLeaseSeconds):
-		return fmt.Errorf("%w: a lease valid for %v s: give more than 0 and at most %d", ErrInvalid, req.ValidForSeconds, api.MaxLeaseSeconds)
+		return fmt.Errorf("%w: a lease valid for %v s: give more than 0 and at most %d", errdefs.ErrInvalidArgument, req.ValidForSeconds, api.MaxLeaseSeconds)
 	}
 	for _, id := range req.Bound {
-		if err := checkName("actor", id); err != nil {
+		if err := op.CheckName("actor", id); err != nil {
 			return fmt.Errorf("the lease's bound actors: %w", err)
 		}
 	}
 	return nil
 }
 
-// Lease says where the fleet lease stands, with the FENCED actors and the
+// Get says where the fleet lease stands, with the FENCED actors and the
 // commands that fence the running fleet actors without stasisd.
-func (s *Service) Lease(ctx context.Context) (api.Lease, error) {
-	actors, err := s.actorRecords(ctx)
+func (s *Lease) Get(ctx context.Context) (api.Lease, error) {
+	actors, err := s.runner.ActorRecords(ctx)
 	if err != nil {
 		return api.Lease{}, err
 	}
@@ -164,7 +197,7 @@ func (s *Service) Lease(ctx context.Context) (api.Lease, error) {
 }
 
 // leaseOf is the lease now, with what actors say of it.
-func (s *Service) leaseOf(actors []journal.Actor) api.Lease {
+func (s *Lease) leaseOf(actors []journal.Actor) api.Lease {
 	rec, held, lapsed := s.lease.state()
 	out := api.Lease{Lapsed: lapsed}
 	if held {
@@ -183,11 +216,11 @@ func (s *Service) leaseOf(actors []journal.Actor) api.Lease {
 
 // fenceCommands are the commands that freeze the sandboxes of the fleet
 // actors that may run, without stasisd: for the agent, and the watchdog.
-func (s *Service) fenceCommands(actors []journal.Actor) [][]string {
+func (s *Lease) fenceCommands(actors []journal.Actor) [][]string {
 	var cmds [][]string
 	for _, a := range actors {
 		if api.FleetActorID(a.ID) && mayRun(api.State(a.State)) {
-			if cmd := s.engineOf(a).PauseCommand(a.Sandbox); cmd != nil {
+			if cmd := s.engines.Of(a).PauseCommand(a.Sandbox); cmd != nil {
 				cmds = append(cmds, cmd)
 			}
 		}
@@ -197,8 +230,8 @@ func (s *Service) fenceCommands(actors []journal.Actor) [][]string {
 
 // handOver writes, where it changed, the watchdog's file: the lease's lapse
 // and the fence commands of actors (fencefile).
-func (s *Service) handOver(actors []journal.Actor) {
-	if s.cfg.FenceFile == "" {
+func (s *Lease) handOver(actors []journal.Actor) {
+	if s.cfg.File == "" {
 		return
 	}
 	f := s.lease
@@ -211,8 +244,8 @@ func (s *Service) handOver(actors []journal.Actor) {
 	if err != nil || bytes.Equal(data, f.written) {
 		return
 	}
-	if err := fencefile.Write(s.cfg.FenceFile, data); err != nil {
-		s.cfg.Log.Warn("the fence watchdog's file could not be written", "file", s.cfg.FenceFile, "error", err.Error())
+	if err := fencefile.Write(s.cfg.File, data); err != nil {
+		s.cfg.Log.Warn("the fence watchdog's file could not be written", "file", s.cfg.File, "error", err.Error())
 		return
 	}
 	f.written = data
@@ -229,19 +262,19 @@ func mayRun(st api.State) bool {
 	return false
 }
 
-// ReleaseLease gives the fleet lease up: nothing is fenced any more, and
+// Release gives the fleet lease up: nothing is fenced any more, and
 // the FENCED actors stay so until they are resumed or deleted. For a node
 // that leaves its fleet; an agent never calls it, as its absence must
 // fence.
-func (s *Service) ReleaseLease(ctx context.Context) (api.Lease, error) {
+func (s *Lease) Release(ctx context.Context) (api.Lease, error) {
 	f := s.lease
 	f.mu.Lock()
 	err := s.journal.DeleteLease(ctx)
 	if err == nil {
 		f.held, f.rec = false, journal.Lease{}
-		if s.cfg.FenceFile != "" {
+		if s.cfg.File != "" {
 			// The watchdog, finding no lease, ends.
-			if err = fencefile.Remove(s.cfg.FenceFile); err == nil {
+			if err = fencefile.Remove(s.cfg.File); err == nil {
 				f.written = nil
 			}
 		}
@@ -251,12 +284,12 @@ func (s *Service) ReleaseLease(ctx context.Context) (api.Lease, error) {
 		return api.Lease{}, fmt.Errorf("give the fleet lease up: %w", err)
 	}
 	s.cfg.Log.Info("the fleet lease was given up: nothing is fenced any more")
-	return s.Lease(ctx)
+	return s.Get(ctx)
 }
 
-// leaseAllows refuses to run or resume fleet actor id while the fleet lease
+// Allows refuses to run or resume fleet actor id while the fleet lease
 // has lapsed: the fleet may run it elsewhere.
-func (s *Service) leaseAllows(id string) error {
+func (s *Lease) Allows(id string) error {
 	rec, _, lapsed := s.lease.state()
 	if !lapsed || !api.FleetActorID(id) {
 		return nil
@@ -267,12 +300,12 @@ func (s *Service) leaseAllows(id string) error {
 
 // KeepFencing compares the actors with the fleet lease every interval, and
 // at once after a renewal, until ctx ends.
-func (s *Service) KeepFencing(ctx context.Context, interval time.Duration) {
+func (s *Lease) KeepFencing(ctx context.Context, interval time.Duration) {
 	go func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			if err := s.EnforceLease(ctx); err != nil && ctx.Err() == nil {
+			if err := s.Enforce(ctx); err != nil && ctx.Err() == nil {
 				s.cfg.Log.Warn("the fleet lease could not be enforced", "error", err.Error())
 			}
 			select {
@@ -285,18 +318,18 @@ func (s *Service) KeepFencing(ctx context.Context, interval time.Duration) {
 	}()
 }
 
-// EnforceLease fences, while the fleet lease has lapsed, every RUNNING
+// Enforce fences, while the fleet lease has lapsed, every RUNNING
 // fleet actor that no operation holds, and thaws, while it holds, every
 // FENCED one it binds here. The actors are acted on at once: a fence must
 // land before the cluster counts the node lost.
-func (s *Service) EnforceLease(ctx context.Context) error {
+func (s *Lease) Enforce(ctx context.Context) error {
 	rec, held, lapsed := s.lease.state()
 	if !held {
 		return nil
 	}
 	// An operation that ended, its end not yet recorded, holds the actor
 	// no more (actorRecords).
-	actors, err := s.actorRecords(ctx)
+	actors, err := s.runner.ActorRecords(ctx)
 	if err != nil {
 		return err
 	}
@@ -346,18 +379,18 @@ func (f *fleetLease) done(id string, err error) {
 
 // fence freezes a RUNNING actor's sandbox: FENCED. A sandbox that is gone
 // makes the actor CRASHED, as after any failed operation.
-func (s *Service) fence(ctx context.Context, id, why string) error {
-	_, err := s.run(ctx, request{kind: opFence, actor: id,
-		prepare: func(before journal.Actor) (opArgs, error) { return opArgs{Previous: api.State(before.State)}, nil },
-		body: func(ctx context.Context, o *operation) (outcome, error) {
-			if err := s.engineOf(o.actor).Fence(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
-				out := s.afterFailure(ctx, o, err)
-				if out.state == api.Running {
-					out.reason = fmt.Sprintf("could not be fenced (%v), tried again in %s: %s", err, fenceRetry, why)
+func (s *Lease) fence(ctx context.Context, id, why string) error {
+	_, err := s.runner.Run(ctx, op.Request{Kind: op.Fence, Actor: id,
+		Prepare: func(before journal.Actor) (op.Args, error) { return op.Args{Previous: api.State(before.State)}, nil },
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+			if err := s.engines.Of(o.Actor).Fence(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
+				out := o.AfterFailure(ctx, s.engines.Of(o.Actor), err)
+				if out.State == api.Running {
+					out.Reason = fmt.Sprintf("could not be fenced (%v), tried again in %s: %s", err, fenceRetry, why)
 				}
 				return out, err
 			}
-			return outcome{state: api.Fenced, reason: why}, nil
+			return op.Outcome{State: api.Fenced, Reason: why}, nil
 		}})
 	if err != nil {
 		s.cfg.Log.Warn("an actor could not be fenced", "actor", id, "error", err.Error())
@@ -367,26 +400,26 @@ func (s *Service) fence(ctx context.Context, id, why string) error {
 
 // unfence lets a FENCED actor's sandbox run again: RUNNING. One that is gone
 // is CRASHED; one that cannot be thawed stays FENCED.
-func (s *Service) unfence(ctx context.Context, id, requestID, why string) (journal.Actor, error) {
-	return s.run(ctx, request{kind: opUnfence, actor: id, requestID: requestID,
-		prepare: func(before journal.Actor) (opArgs, error) { return opArgs{Previous: api.State(before.State)}, nil },
-		body: func(ctx context.Context, o *operation) (outcome, error) {
-			if err := s.engineOf(o.actor).Unfence(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
-				st, serr := s.engineOf(o.actor).Status(ctx, o.actor.Sandbox)
+func (s *Lease) unfence(ctx context.Context, id, requestID, why string) (journal.Actor, error) {
+	return s.runner.Run(ctx, op.Request{Kind: op.Unfence, Actor: id, RequestID: requestID,
+		Prepare: func(before journal.Actor) (op.Args, error) { return op.Args{Previous: api.State(before.State)}, nil },
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+			if err := s.engines.Of(o.Actor).Unfence(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
+				st, serr := s.engines.Of(o.Actor).Status(ctx, o.Actor.Sandbox)
 				if serr == nil && st == runtime.StatusStopped {
-					return outcome{state: api.Crashed, reason: fmt.Sprintf("its sandbox is gone; it was FENCED: %v%s", err, resumable(o.actor))}, err
+					return op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("its sandbox is gone; it was FENCED: %v%s", err, op.Resumable(o.Actor))}, err
 				}
-				return outcome{state: api.Fenced, reason: fmt.Sprintf("could not be thawed (%v): %s", err, o.actor.Reason)}, err
+				return op.Outcome{State: api.Fenced, Reason: fmt.Sprintf("could not be thawed (%v): %s", err, o.Actor.Reason)}, err
 			}
-			return outcome{state: api.Running, reason: why}, nil
+			return op.Outcome{State: api.Running, Reason: why}, nil
 		}})
 }
 
-// resumeFenced is a resume of a FENCED actor: its sandbox thawed, while no
+// ResumeFenced is a resume of a FENCED actor: its sandbox thawed, while no
 // lapsed lease forbids it and, with a lease, when the lease binds it here.
-func (s *Service) resumeFenced(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+func (s *Lease) ResumeFenced(ctx context.Context, req api.OpRequest) (api.Actor, error) {
 	rec, held, _ := s.lease.state()
-	if err := s.leaseAllows(req.ID); err != nil {
+	if err := s.Allows(req.ID); err != nil {
 		return api.Actor{}, err
 	}
 	why := "resumed by request, no fleet lease is held"
@@ -397,5 +430,18 @@ func (s *Service) resumeFenced(ctx context.Context, req api.OpRequest) (api.Acto
 		why = "resumed by request; the fleet lease binds it here"
 	}
 	a, err := s.unfence(ctx, req.ID, req.RequestID, why)
-	return actorOf(a), err
+	return op.ActorOf(a), err
+}
+
+// Recovered settles a fence or unfence that a stopped stasisd left running
+// by what the sandbox is (at says where it stopped): the fence loop acts
+// again on what the lease then says.
+func Recovered(st runtime.Status, at string, a journal.Actor) op.Outcome {
+	switch st {
+	case runtime.StatusPaused:
+		return op.Outcome{State: api.Fenced, Reason: at + "; its sandbox is frozen"}
+	case runtime.StatusRunning:
+		return op.Outcome{State: api.Running, Reason: at + "; its sandbox runs"}
+	}
+	return op.Outcome{State: api.Crashed, Reason: at + "; its sandbox is gone" + op.Resumable(a)}
 }

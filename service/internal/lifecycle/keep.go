@@ -1,4 +1,4 @@
-package service
+package lifecycle
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/service/internal/op"
 )
 
 // KeepPolicy says when a paused actor's sandbox stays in memory, frozen,
@@ -62,7 +63,7 @@ func procMemory() (available, total uint64, err error) {
 
 // keep is a pause's answer to the engine's question once its snapshot is
 // committed: keep the sandbox when the policy allows and the node has room.
-func (s *Service) keep() func() (bool, string) {
+func (s *Actors) keep() func() (bool, string) {
 	p := s.cfg.KeepPaused
 	if p == nil {
 		return nil
@@ -80,8 +81,8 @@ func (s *Service) keep() func() (bool, string) {
 }
 
 // kept says whether a PAUSED actor's sandbox is there, frozen.
-func (s *Service) kept(ctx context.Context, a journal.Actor) bool {
-	st, err := s.engineOf(a).Status(ctx, a.Sandbox)
+func (s *Actors) kept(ctx context.Context, a journal.Actor) bool {
+	st, err := s.engines.Of(a).Status(ctx, a.Sandbox)
 	return err == nil && st == runtime.StatusPaused
 }
 
@@ -89,7 +90,7 @@ func (s *Service) kept(ctx context.Context, a journal.Actor) bool {
 // first, while the node's available memory is under the keep policy's
 // reserve; it returns how many it stopped. The actors stay PAUSED and
 // resume from their snapshots. stasisd runs it every DefaultKeepCheck.
-func (s *Service) Release(ctx context.Context) (int, error) {
+func (s *Actors) Release(ctx context.Context) (int, error) {
 	p := s.cfg.KeepPaused
 	if p == nil {
 		return 0, nil
@@ -98,7 +99,7 @@ func (s *Service) Release(ctx context.Context) (int, error) {
 	if err != nil || available >= reserve {
 		return 0, err
 	}
-	actors, err := s.actorRecords(ctx)
+	actors, err := s.runner.ActorRecords(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -130,22 +131,22 @@ func (s *Service) Release(ctx context.Context) (int, error) {
 
 // release stops a paused actor's kept sandbox, as an operation of its own
 // so that no other runs on the actor meanwhile.
-func (s *Service) release(ctx context.Context, id, why string) error {
-	_, err := s.run(ctx, request{kind: opRelease, actor: id,
-		prepare: func(before journal.Actor) (opArgs, error) { return opArgs{Previous: api.State(before.State)}, nil },
-		body: func(ctx context.Context, o *operation) (outcome, error) {
+func (s *Actors) release(ctx context.Context, id, why string) error {
+	_, err := s.runner.Run(ctx, op.Request{Kind: op.Release, Actor: id,
+		Prepare: func(before journal.Actor) (op.Args, error) { return op.Args{Previous: api.State(before.State)}, nil },
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			reason := "its sandbox was stopped to free memory (" + why + "): resume loads its snapshot"
-			if err := s.engineOf(o.actor).Remove(ctx, o.actor.ID, o.actor.Sandbox, o.observer()); err != nil {
-				return outcome{state: api.Paused, reason: o.actor.Reason}, err
+			if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
+				return op.Outcome{State: api.Paused, Reason: o.Actor.Reason}, err
 			}
-			return outcome{state: api.Paused, reason: reason}, nil
+			return op.Outcome{State: api.Paused, Reason: reason}, nil
 		}})
 	return err
 }
 
 // KeepReleasing runs Release every interval, in a goroutine of its own,
 // until ctx ends, logging what it did.
-func (s *Service) KeepReleasing(ctx context.Context, interval time.Duration) {
+func (s *Actors) KeepReleasing(ctx context.Context, interval time.Duration) {
 	if s.cfg.KeepPaused == nil {
 		return
 	}

@@ -1,4 +1,6 @@
-package service
+// Package hostpolicy says which host paths, and which devices, the templates
+// that any caller of stasisd's socket creates may give their sandboxes.
+package hostpolicy
 
 import (
 	"encoding/json"
@@ -12,11 +14,12 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/runtime/microvm"
 )
 
-// HostPolicy says which host paths templates may give their sandboxes.
+// Policy says which host paths templates may give their sandboxes.
 // Whoever reaches stasisd's socket can create templates, and a template's
 // bundle folder, its root filesystem and every bind mount in it are host
 // paths that a sandbox then reads or writes as root. Each must lie, with
@@ -27,8 +30,8 @@ import (
 // bundle may not list devices (GPU templates get theirs from stasisd) or
 // OCI hooks (which runsc runs on the host). docs/service.md describes the
 // trust model.
-type HostPolicy struct {
-	Paths []HostPath
+type Policy struct {
+	Paths []Path
 	// AllowRoot lets a template use the host's / as its rootfs or mount it.
 	AllowRoot bool
 	// DataDir is stasisd's data folder, which templates may not reach but
@@ -36,53 +39,54 @@ type HostPolicy struct {
 	DataDir, TemplatesDir string
 }
 
-// HostPath is a host folder templates may use.
-type HostPath struct {
+// Path is a host folder templates may use.
+type Path struct {
 	Path      string `json:"path"`
 	ReadWrite bool   `json:"readWrite,omitempty"`
 }
 
-func (p HostPath) String() string {
+func (p Path) String() string {
 	if p.ReadWrite {
 		return p.Path + ":rw"
 	}
 	return p.Path
 }
 
-// ParseHostPath reads PATH, PATH:ro or PATH:rw.
-func ParseHostPath(s string) (HostPath, error) {
+// ParsePath reads PATH, PATH:ro or PATH:rw.
+func ParsePath(s string) (Path, error) {
 	path, mode, hasMode := strings.Cut(s, ":")
-	hp := HostPath{Path: path, ReadWrite: mode == "rw"}
+	hp := Path{Path: path, ReadWrite: mode == "rw"}
 	if hasMode && mode != "rw" && mode != "ro" {
-		return hp, fmt.Errorf("%w: host path %q: want PATH, PATH:ro or PATH:rw", ErrInvalid, s)
+		return hp, fmt.Errorf("%w: host path %q: want PATH, PATH:ro or PATH:rw", errdefs.ErrInvalidArgument, s)
 	}
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return hp, fmt.Errorf("%w: host path %q must be a clean absolute path", ErrInvalid, s)
+		return hp, fmt.Errorf("%w: host path %q must be a clean absolute path", errdefs.ErrInvalidArgument, s)
 	}
 	return hp, nil
 }
 
-// DefaultHostPaths are the folders templates may always use, read-only:
+// Defaults are the folders templates may always use, read-only:
 // the host's system software, and the data folder's templates folder.
-func DefaultHostPaths(templatesDir string) []HostPath {
-	return []HostPath{{Path: "/usr"}, {Path: "/opt"}, {Path: templatesDir}}
+func Defaults(templatesDir string) []Path {
+	return []Path{{Path: "/usr"}, {Path: "/opt"}, {Path: templatesDir}}
 }
 
 // ErrForbidden marks a template refused by the host path policy.
 var ErrForbidden = errdefs.New(errdefs.ErrPermissionDenied, "forbidden by the host path policy")
 
-func (p HostPolicy) check() error {
+// Check refuses a policy with a malformed path.
+func (p Policy) Check() error {
 	for _, hp := range p.Paths {
-		if _, err := ParseHostPath(hp.String()); err != nil {
+		if _, err := ParsePath(hp.String()); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// allows refuses a host path a sandbox may not have; rw says it would be
+// Allows refuses a host path a sandbox may not have; rw says it would be
 // mounted read-write.
-func (p HostPolicy) allows(what, path string, rw bool) error {
+func (p Policy) Allows(what, path string, rw bool) error {
 	if !filepath.IsAbs(path) {
 		return fmt.Errorf("%w: %s %q must be an absolute host path", ErrForbidden, what, path)
 	}
@@ -121,7 +125,7 @@ func (p HostPolicy) allows(what, path string, rw bool) error {
 	}
 	// The most specific allowed folder decides (a read-write folder
 	// inside a read-only one is read-write).
-	var best *HostPath
+	var best *Path
 	bestLen := -1
 	for i, hp := range p.Paths {
 		base := hp.Path
@@ -143,7 +147,7 @@ func (p HostPolicy) allows(what, path string, rw bool) error {
 
 // within says whether path lies in a folder templates may use, as
 // written (without resolving symlinks).
-func (p HostPolicy) within(path string) bool {
+func (p Policy) within(path string) bool {
 	for _, hp := range p.Paths {
 		if base := filepath.Clean(hp.Path); path == base || strings.HasPrefix(path, strings.TrimSuffix(base, "/")+"/") {
 			return true
@@ -152,7 +156,7 @@ func (p HostPolicy) within(path string) bool {
 	return false
 }
 
-func (p HostPolicy) describe() string {
+func (p Policy) describe() string {
 	if len(p.Paths) == 0 {
 		return "none are allowed"
 	}
@@ -163,9 +167,9 @@ func (p HostPolicy) describe() string {
 	return strings.Join(names, ", ")
 }
 
-// checkSpec refuses a bundle's spec that gives the sandbox more of the host
+// CheckSpec refuses a bundle's spec that gives the sandbox more of the host
 // than the policy allows: its root, every bind mount, any device or hook.
-func (p HostPolicy) checkSpec(spec *specs.Spec, bundleDir string) error {
+func (p Policy) CheckSpec(spec *specs.Spec, bundleDir string) error {
 	//lint:ignore SA1019 Prestart is deprecated in the spec, but runtimes still run it: a bundle with one is refused like any hook
 	if h := spec.Hooks; h != nil && (len(h.Prestart) > 0 || len(h.CreateRuntime) > 0 || len(h.CreateContainer) > 0 || len(h.StartContainer) > 0 || len(h.Poststart) > 0 || len(h.Poststop) > 0) {
 		return fmt.Errorf("%w: the bundle %s has OCI hooks, which run on the host; remove them", ErrForbidden, bundleDir)
@@ -180,7 +184,7 @@ func (p HostPolicy) checkSpec(spec *specs.Spec, bundleDir string) error {
 		}
 		// runsc lays an overlay over the root filesystem: the sandbox's
 		// writes never reach the host folder, which it only reads.
-		if err := p.allows("root filesystem", root, false); err != nil {
+		if err := p.Allows("root filesystem", root, false); err != nil {
 			return err
 		}
 	}
@@ -190,7 +194,7 @@ func (p HostPolicy) checkSpec(spec *specs.Spec, bundleDir string) error {
 			if path == "" {
 				continue
 			}
-			if err := p.allows(what, bundlePath(bundleDir, path), false); err != nil {
+			if err := p.Allows(what, bundle.HostPath(bundleDir, path), false); err != nil {
 				return err
 			}
 		}
@@ -198,9 +202,9 @@ func (p HostPolicy) checkSpec(spec *specs.Spec, bundleDir string) error {
 	if v, ok := spec.Annotations[microvm.AnnotationDevices]; ok {
 		var devices []api.Device
 		if err := json.Unmarshal([]byte(v), &devices); err != nil {
-			return fmt.Errorf("%w: the bundle %s: annotation %s: %v", ErrInvalid, bundleDir, microvm.AnnotationDevices, err)
+			return fmt.Errorf("%w: the bundle %s: annotation %s: %v", errdefs.ErrInvalidArgument, bundleDir, microvm.AnnotationDevices, err)
 		}
-		if err := checkVMDevices(devices); err != nil {
+		if err := CheckVMDevices(devices); err != nil {
 			return fmt.Errorf("the bundle %s: %w", bundleDir, err)
 		}
 	}
@@ -209,7 +213,7 @@ func (p HostPolicy) checkSpec(spec *specs.Spec, bundleDir string) error {
 			continue
 		}
 		rw := !slices.Contains(m.Options, "ro")
-		if err := p.allows("bind mount source for "+m.Destination, m.Source, rw); err != nil {
+		if err := p.Allows("bind mount source for "+m.Destination, m.Source, rw); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,101 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/service/internal/op"
+)
+
+// Actor reads an actor with its latest snapshot and running operation.
+func (s *Actors) Actor(ctx context.Context, id string) (api.Actor, error) {
+	rec, err := s.runner.ActorRecord(ctx, id)
+	if err != nil {
+		return api.Actor{}, err
+	}
+	return op.ActorOf(rec), nil
+}
+
+// Actors lists every actor.
+func (s *Actors) Actors(ctx context.Context) ([]api.Actor, error) {
+	recs, err := s.runner.ActorRecords(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Actor, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, op.ActorOf(r))
+	}
+	return out, nil
+}
+
+// Events lists an actor's history after a sequence number, and where it
+// ends.
+func (s *Actors) Events(ctx context.Context, req api.EventsRequest) (api.Events, error) {
+	if _, err := s.journal.Actor(ctx, req.ID); err != nil {
+		return api.Events{}, err
+	}
+	recs, last, err := s.journal.Events(ctx, req.ID, req.After)
+	if err != nil {
+		return api.Events{}, err
+	}
+	out := api.Events{Events: make([]api.Event, 0, len(recs)), Last: last}
+	for _, e := range recs {
+		out.Events = append(out.Events, api.Event{Seq: e.Seq, Operation: e.Operation, Step: e.Step, Message: e.Message, Error: e.Error, Duration: e.Duration.Seconds(), At: e.At})
+	}
+	return out, nil
+}
+
+// Snapshots lists snapshots, of one actor when actor is set.
+func (s *Actors) Snapshots(ctx context.Context, actor string) ([]api.Snapshot, error) {
+	recs, err := s.journal.Snapshots(ctx, actor)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Snapshot, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, op.SnapshotOf(r))
+	}
+	return out, nil
+}
+
+// Snapshot reads one snapshot.
+func (s *Actors) Snapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	r, err := s.journal.Snapshot(ctx, id)
+	return op.SnapshotOf(r), err
+}
+
+// WatchEvents sends an actor's history after req.After to send, oldest
+// first, then each event as it is added, until ctx ends, send fails, the
+// actor is deleted (nil) or stasisd stops (StopWatching: unavailable).
+func (s *Actors) WatchEvents(ctx context.Context, req api.EventsRequest, send func(api.Event) error) error {
+	found := false
+	for {
+		// Taken before the read, so that an event added after it wakes
+		// this watcher even if the read missed it.
+		added := s.runner.Feed().Next()
+		res, err := s.Events(ctx, req)
+		if errors.Is(err, errdefs.ErrNotFound) && found {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		for _, e := range res.Events {
+			if err := send(e); err != nil {
+				return err
+			}
+			req.After = e.Seq
+		}
+		select {
+		case <-added:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.runner.Feed().Stopped():
+			return errdefs.New(errdefs.ErrUnavailable, "stasisd is stopping: watch again once it is back")
+		}
+	}
+}

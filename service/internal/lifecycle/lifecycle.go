@@ -1,0 +1,84 @@
+// Package lifecycle drives actors through their lifecycle: run, pause,
+// suspend, resume, delete, exec, golden snapshots and the release of kept
+// sandboxes, each an operation of the runner (package op), and the
+// reconcile that settles what a stopped stasisd left (docs/service.md has
+// the state machine).
+package lifecycle
+
+import (
+	"log/slog"
+	"path/filepath"
+
+	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/service/internal/fence"
+	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/runtimes"
+	"github.com/stasis-run/stasis/service/internal/staging"
+	"github.com/stasis-run/stasis/service/internal/storeconn"
+	"github.com/stasis-run/stasis/service/internal/templates"
+	"github.com/stasis-run/stasis/transfer"
+)
+
+// Config is what the lifecycle runs with.
+type Config struct {
+	// DataDir holds the snapshots' folders (DATA/snapshots/ID) and the
+	// views resumes restore from while they pull (DATA/views).
+	DataDir string
+	Log     *slog.Logger
+	// KeepPaused, when set, keeps paused actors' sandboxes frozen in memory
+	// while the node has room; when nil every pause stops its sandbox.
+	KeepPaused *KeepPolicy
+	// PullWhole pulls a stored snapshot whole before restoring it, rather
+	// than restoring it through a view while it pulls (transfer.Stored.Views).
+	PullWhole bool
+}
+
+// Parts are the parts of stasisd the lifecycle works with.
+type Parts struct {
+	Journal   *journal.Journal
+	Runner    *op.Runner
+	Engines   *runtimes.Engines
+	Templates *templates.Templates
+	Store     *storeconn.Conn
+	Staged    *staging.Copies
+	Lease     *fence.Lease
+}
+
+// Actors are the actors of this stasisd. Safe for concurrent use.
+type Actors struct {
+	cfg       Config
+	journal   *journal.Journal
+	runner    *op.Runner
+	engines   *runtimes.Engines
+	templates *templates.Templates
+	store     *storeconn.Conn
+	staged    *staging.Copies
+	lease     *fence.Lease
+	pulled    *pulledFolders
+	// pullMemory lends memory to pulls that hold their image in memory.
+	pullMemory transfer.PullMemory
+	// lostViews are the sandboxes restored through a view (a pull that
+	// went on during the resume) that a stopped stasisd left mounted:
+	// Reconcile removes them rather than keeping them.
+	lostViews map[string]bool
+}
+
+// New is the lifecycle of the actors in p.Journal. Call Reconcile before
+// anything else.
+func New(cfg Config, p Parts) *Actors {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Actors{cfg: cfg, journal: p.Journal, runner: p.Runner, engines: p.Engines, templates: p.Templates,
+		store: p.Store, staged: p.Staged, lease: p.Lease, pulled: newPulledFolders()}
+}
+
+// Close stops the writing of pulled copies still going on (they are pulled
+// again when needed).
+func (s *Actors) Close() { s.pulled.stopAll() }
+
+func (s *Actors) snapshotDir(id string) string { return filepath.Join(s.cfg.DataDir, "snapshots", id) }
+
+// viewsDir is where resumes mount the views they restore from while they
+// pull (transfer.Stored.Views).
+func (s *Actors) viewsDir() string { return filepath.Join(s.cfg.DataDir, "views") }
