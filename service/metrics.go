@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/journal"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,7 +18,9 @@ type Metrics struct {
 	durations  *prometheus.HistogramVec
 }
 
-func newMetrics(s *Service) *Metrics {
+// newMetrics counts the operations (observe), and at each scrape the
+// actors in j by state and where the store stands (store).
+func newMetrics(j *journal.Journal, store func() api.StoreStatus) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -28,7 +31,7 @@ func newMetrics(s *Service) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
 		}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.operations, m.durations, &actorStates{s: s}, &storeMetrics{s: s},
+	m.Registry.MustRegister(m.operations, m.durations, &actorStates{journal: j}, &storeMetrics{status: store},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -40,14 +43,14 @@ func (m *Metrics) observe(kind, result string, d time.Duration) {
 
 // actorStates counts actors by state from the journal at each scrape, so
 // the gauge can never drift from the truth.
-type actorStates struct{ s *Service }
+type actorStates struct{ journal *journal.Journal }
 
 var actorsDesc = prometheus.NewDesc("stasis_actors", "Actors by state.", []string{"state"}, nil)
 
 func (c *actorStates) Describe(ch chan<- *prometheus.Desc) { ch <- actorsDesc }
 
 func (c *actorStates) Collect(ch chan<- prometheus.Metric) {
-	actors, err := c.s.journal.Actors(context.Background())
+	actors, err := c.journal.Actors(context.Background())
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(actorsDesc, err)
 		return
@@ -67,7 +70,7 @@ func (c *actorStates) Collect(ch chan<- prometheus.Metric) {
 // storeMetrics says at each scrape whether the store is in reach and what
 // its backend did about failures, so that an operator sees a flaky link
 // before it fails an operation.
-type storeMetrics struct{ s *Service }
+type storeMetrics struct{ status func() api.StoreStatus }
 
 var (
 	storeUpDesc      = prometheus.NewDesc("stasis_store_up", "1 while the snapshot store is open, 0 while it is out of reach (absent without a store).", []string{"store"}, nil)
@@ -84,7 +87,7 @@ func (c *storeMetrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *storeMetrics) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.StoreStatus()
+	st := c.status()
 	if !st.Configured {
 		return
 	}

@@ -96,6 +96,13 @@ type Config struct {
 	PullWhole bool
 }
 
+// KeepPolicy is when a pause keeps its sandbox frozen in memory
+// (Config.KeepPaused).
+type KeepPolicy = lifecycle.KeepPolicy
+
+// DefaultKeepCheck is how often KeepReleasing looks at the node's memory.
+const DefaultKeepCheck = lifecycle.DefaultKeepCheck
+
 // Service runs actors. It is safe for concurrent use.
 type Service struct {
 	cfg       Config
@@ -141,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, journal: j, store: storeconn.New(cfg.StoreLocation, cfg.Repo, cfg.OpenStore)}
-	s.metrics = newMetrics(s)
+	s.metrics = newMetrics(j, s.store.Status)
 	s.runner = op.NewRunner(ctx, op.Config{Journal: j, Log: cfg.Log, Deadlines: cfg.Deadlines, CleanupTimeout: cfg.CleanupTimeout, Failpoint: cfg.Failpoint, Observe: s.metrics.observe})
 	s.engines = runtimes.New(cfg.Engine, cfg.MicroVM, cfg.MicroVMUnavailable)
 	s.templates = templates.New(templates.Config{DataDir: cfg.DataDir, Helper: cfg.Helper, HostPaths: cfg.HostPaths, Log: cfg.Log}, j, s.engines)

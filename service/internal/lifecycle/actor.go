@@ -3,9 +3,11 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/service/internal/op"
 )
 
@@ -98,4 +100,26 @@ func (s *Actors) WatchEvents(ctx context.Context, req api.EventsRequest, send fu
 			return errdefs.New(errdefs.ErrUnavailable, "stasisd is stopping: watch again once it is back")
 		}
 	}
+}
+
+// Exec runs a command inside a RUNNING actor's sandbox and waits for it.
+func (s *Actors) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult, error) {
+	if len(req.Args) == 0 {
+		return api.ExecResult{}, fmt.Errorf("%w: exec needs a command", errdefs.ErrInvalidArgument)
+	}
+	a, err := s.runner.ActorRecord(ctx, req.ID)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	if a.Running != nil {
+		return api.ExecResult{}, &journal.BusyError{Actor: a.ID, Op: *a.Running}
+	}
+	if api.State(a.State) != api.Running {
+		return api.ExecResult{}, &journal.StateError{Actor: a.ID, State: a.State, Kind: "exec", From: []string{string(api.Running)}}
+	}
+	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, req.Args)
+	if err != nil {
+		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
+	}
+	return api.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
 }

@@ -7,6 +7,7 @@ package lifecycle
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/stasis-run/stasis/journal"
@@ -82,3 +83,13 @@ func (s *Actors) snapshotDir(id string) string { return filepath.Join(s.cfg.Data
 // viewsDir is where resumes mount the views they restore from while they
 // pull (transfer.Stored.Views).
 func (s *Actors) viewsDir() string { return filepath.Join(s.cfg.DataDir, "views") }
+
+// removeDir removes a snapshot folder, stopping first a pull's writing of
+// it that goes on after its resume (pulledFolders).
+func (s *Actors) removeDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	s.pulled.stop(dir)
+	return os.RemoveAll(dir)
+}

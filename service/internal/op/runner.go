@@ -94,28 +94,28 @@ type Request struct {
 // not past the kind's deadline, whose expiry fails and rolls back the
 // operation like any other failure; End records the outcome and the
 // error's category in one transaction, the disk reserve making sure it can.
-func (s *Runner) Run(ctx context.Context, r Request) (journal.Actor, error) {
-	k := r.Kind
-	deadline := s.deadline(k)
+func (r *Runner) Run(ctx context.Context, req Request) (journal.Actor, error) {
+	k := req.Kind
+	deadline := r.deadline(k)
 	opID := NewID("op")
 	done := make(chan struct{})
-	s.mu.Lock()
-	s.done[opID] = done
-	s.mu.Unlock()
+	r.mu.Lock()
+	r.done[opID] = done
+	r.mu.Unlock()
 	finished := func() {
-		s.mu.Lock()
-		delete(s.done, opID)
-		s.mu.Unlock()
+		r.mu.Lock()
+		delete(r.done, opID)
+		r.mu.Unlock()
 		close(done)
 	}
 	var args Args
 	start := journal.Start{
-		Op: journal.Operation{ID: opID, Actor: r.Actor, Kind: k.Name, RequestID: r.RequestID, Deadline: time.Now().Add(deadline)},
-		To: string(k.During), From: k.fromStrings(), Create: r.Create,
+		Op: journal.Operation{ID: opID, Actor: req.Actor, Kind: k.Name, RequestID: req.RequestID, Deadline: time.Now().Add(deadline)},
+		To: string(k.During), From: k.fromStrings(), Create: req.Create,
 		Args: func(before journal.Actor) ([]byte, error) {
-			if r.Prepare != nil {
+			if req.Prepare != nil {
 				var err error
-				if args, err = r.Prepare(before); err != nil {
+				if args, err = req.Prepare(before); err != nil {
 					return nil, err
 				}
 			}
@@ -125,62 +125,62 @@ func (s *Runner) Run(ctx context.Context, r Request) (journal.Actor, error) {
 	// The end of the actor's last operation, if the journal could not
 	// record it, is recorded first: until it is, the journal holds the
 	// actor busy with an operation that has ended.
-	_, err := s.unsettled.write(ctx, s.journal, r.Actor)
+	_, err := r.unsettled.write(ctx, r.journal, req.Actor)
 	var b journal.Began
 	if err == nil {
-		b, err = s.journal.Begin(ctx, start)
+		b, err = r.journal.Begin(ctx, start)
 	}
 	if err != nil {
 		finished()
-		s.cfg.Log.Info("operation refused", "kind", k.Name, "actor", r.Actor, "request", r.RequestID, "code", errdefs.Code(err), "error", err.Error())
+		r.cfg.Log.Info("operation refused", "kind", k.Name, "actor", req.Actor, "request", req.RequestID, "code", errdefs.Code(err), "error", err.Error())
 		return journal.Actor{}, err
 	}
 	if b.Replay {
 		finished()
-		return s.replay(ctx, b.Op)
+		return r.replay(ctx, b.Op)
 	}
 	defer finished()
-	o := &Operation{r: s, ID: opID, Kind: k, Args: args, Actor: b.Actor}
-	s.cfg.Log.Info("operation started", "kind", k.Name, "actor", r.Actor, "operation", opID, "request", r.RequestID, "from", b.Actor.State, "deadline", deadline.String())
+	o := &Operation{r: r, ID: opID, Kind: k, Args: args, Actor: b.Actor}
+	r.cfg.Log.Info("operation started", "kind", k.Name, "actor", req.Actor, "operation", opID, "request", req.RequestID, "from", b.Actor.State, "deadline", deadline.String())
 	// The operation outlives its caller: a client that goes away does not
 	// cut a suspend in half, and its retry finds the result.
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline)
 	began := time.Now()
-	out, opErr := r.Body(octx, o)
+	out, opErr := req.Body(octx, o)
 	if opErr != nil && errors.Is(octx.Err(), context.DeadlineExceeded) {
 		step := "?"
-		if rec, err := s.journal.Operation(context.Background(), opID); err == nil {
+		if rec, err := r.journal.Operation(context.Background(), opID); err == nil {
 			step = rec.Step
 		}
-		opErr = errdefs.Mark(fmt.Errorf("%s of %s ran past its deadline of %s at step %s and was rolled back (raise it with --deadline %s=DURATION): %w", k.Name, r.Actor, deadline, step, k.Name, opErr), errdefs.ErrDeadlineExceeded)
+		opErr = errdefs.Mark(fmt.Errorf("%s of %s ran past its deadline of %s at step %s and was rolled back (raise it with --deadline %s=DURATION): %w", k.Name, req.Actor, deadline, step, k.Name, opErr), errdefs.ErrDeadlineExceeded)
 	}
 	cancel()
-	end := journal.End{OpID: opID, State: journal.OpDone, Actor: r.Actor, ActorState: string(out.State), Reason: out.Reason}
+	end := journal.End{OpID: opID, State: journal.OpDone, Actor: req.Actor, ActorState: string(out.State), Reason: out.Reason}
 	if opErr != nil {
 		end.State, end.Error, end.ErrorCode = journal.OpFailed, opErr.Error(), errdefs.Code(opErr)
 	}
 	if out.Deleted {
 		end.ActorState = ""
 	}
-	a, endErr := s.journal.End(context.WithoutCancel(ctx), end)
+	a, endErr := r.journal.End(context.WithoutCancel(ctx), end)
 	if out.Deleted && errors.Is(endErr, journal.ErrNotFound) {
 		endErr = nil
 	}
-	if s.cfg.Observe != nil {
-		s.cfg.Observe(k.Name, end.State, time.Since(began))
+	if r.cfg.Observe != nil {
+		r.cfg.Observe(k.Name, end.State, time.Since(began))
 	}
 	level := slog.LevelInfo
 	if opErr != nil {
 		level = slog.LevelWarn
 	}
-	s.cfg.Log.Log(ctx, level, "operation ended", "kind", k.Name, "actor", r.Actor, "operation", opID, "result", end.State, "state", end.ActorState,
+	r.cfg.Log.Log(ctx, level, "operation ended", "kind", k.Name, "actor", req.Actor, "operation", opID, "result", end.State, "state", end.ActorState,
 		"duration", time.Since(began).String(), "code", end.ErrorCode, "error", end.Error)
 	if endErr != nil {
 		// The operation has ended: the actor is in a stable state, which
 		// its record says once the end is written (unsettledEnds).
-		s.unsettled.add(end)
-		s.cfg.Log.Warn("the end of an operation could not be recorded; it is written again every second", "kind", k.Name, "actor", r.Actor, "operation", opID, "error", endErr)
-		rec, err := s.ActorRecord(context.WithoutCancel(ctx), r.Actor)
+		r.unsettled.add(end)
+		r.cfg.Log.Warn("the end of an operation could not be recorded; it is written again every second", "kind", k.Name, "actor", req.Actor, "operation", opID, "error", endErr)
+		rec, err := r.ActorRecord(context.WithoutCancel(ctx), req.Actor)
 		if err != nil {
 			return journal.Actor{}, fmt.Errorf("journal the end of %s %s: %w", k.Name, opID, endErr)
 		}
@@ -190,8 +190,8 @@ func (s *Runner) Run(ctx context.Context, r Request) (journal.Actor, error) {
 }
 
 // deadline is how long an operation of kind k may run.
-func (s *Runner) deadline(k *Kind) time.Duration {
-	if d, ok := s.cfg.Deadlines[k.Name]; ok && d > 0 {
+func (r *Runner) deadline(k *Kind) time.Duration {
+	if d, ok := r.cfg.Deadlines[k.Name]; ok && d > 0 {
 		return d
 	}
 	return k.Deadline
@@ -200,10 +200,10 @@ func (s *Runner) deadline(k *Kind) time.Duration {
 // replay answers a retried request as the first one did: it waits for the
 // first to end if it still runs in this process, then gives the actor as
 // it stands and the first one's error, with its category.
-func (s *Runner) replay(ctx context.Context, rec journal.Operation) (journal.Actor, error) {
-	s.mu.Lock()
-	done := s.done[rec.ID]
-	s.mu.Unlock()
+func (r *Runner) replay(ctx context.Context, rec journal.Operation) (journal.Actor, error) {
+	r.mu.Lock()
+	done := r.done[rec.ID]
+	r.mu.Unlock()
 	if done != nil {
 		select {
 		case <-done:
@@ -211,11 +211,11 @@ func (s *Runner) replay(ctx context.Context, rec journal.Operation) (journal.Act
 			return journal.Actor{}, ctx.Err()
 		}
 		var err error
-		if rec, err = s.journal.Operation(ctx, rec.ID); err != nil {
+		if rec, err = r.journal.Operation(ctx, rec.ID); err != nil {
 			return journal.Actor{}, err
 		}
 	}
-	a, err := s.journal.Actor(ctx, rec.Actor)
+	a, err := r.journal.Actor(ctx, rec.Actor)
 	if err != nil && !(rec.Kind == Delete.Name && errors.Is(err, journal.ErrNotFound)) {
 		return a, err
 	}
@@ -227,13 +227,13 @@ func (s *Runner) replay(ctx context.Context, rec journal.Operation) (journal.Act
 
 // Settle is a context for the checks and rollbacks after a failure: the
 // operation's own may have run out at its deadline.
-func (s *Runner) Settle(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CleanupTimeout)
+func (r *Runner) Settle(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CleanupTimeout)
 }
 
 // Recovered is the operation rec, which a stopped stasisd left running, to
 // be settled by a reconcile; its Actor is the caller's to read.
-func (s *Runner) Recovered(rec journal.Operation) (*Operation, error) {
+func (r *Runner) Recovered(rec journal.Operation) (*Operation, error) {
 	k := Named(rec.Kind)
 	if k == nil {
 		return nil, fmt.Errorf("unknown operation kind %q (a newer stasisd wrote it?)", rec.Kind)
@@ -242,11 +242,11 @@ func (s *Runner) Recovered(rec journal.Operation) (*Operation, error) {
 	if err := json.Unmarshal(rec.Args, &args); err != nil {
 		return nil, fmt.Errorf("operation arguments: %w", err)
 	}
-	return &Operation{r: s, ID: rec.ID, Kind: k, Args: args}, nil
+	return &Operation{r: r, ID: rec.ID, Kind: k, Args: args}, nil
 }
 
 // Event appends a line to an actor's history and logs it.
-func (s *Runner) Event(actor, opID, step, msg string, d time.Duration, err error) {
+func (r *Runner) Event(actor, opID, step, msg string, d time.Duration, err error) {
 	e := journal.Event{Actor: actor, Operation: opID, Step: step, Message: msg, Duration: d}
 	attrs := []any{"actor", actor, "operation", opID, "duration", d.String(), "message", msg}
 	level := slog.LevelInfo
@@ -254,33 +254,33 @@ func (s *Runner) Event(actor, opID, step, msg string, d time.Duration, err error
 		e.Error = err.Error()
 		attrs, level = append(attrs, "error", e.Error), slog.LevelWarn
 	}
-	if _, jerr := s.journal.AddEvent(context.Background(), e); jerr != nil {
-		s.cfg.Log.Error("journal event", "actor", actor, "error", jerr)
+	if _, jerr := r.journal.AddEvent(context.Background(), e); jerr != nil {
+		r.cfg.Log.Error("journal event", "actor", actor, "error", jerr)
 	} else {
-		s.feed.Notify()
+		r.feed.Notify()
 	}
-	s.cfg.Log.Log(context.Background(), level, step, attrs...)
+	r.cfg.Log.Log(context.Background(), level, step, attrs...)
 }
 
 // NoteObserver records the engine's steps in an actor's history outside
 // any operation (the reconciler's removal of a leftover sandbox).
-func (s *Runner) NoteObserver(actor string) engine.Observer {
+func (r *Runner) NoteObserver(actor string) engine.Observer {
 	return engine.Observer{After: func(st engine.Step) {
 		var err error
 		if st.Err != "" {
 			err = errors.New(st.Err)
 		}
-		s.Event(actor, "", st.Name, st.Message, st.Duration, err)
+		r.Event(actor, "", st.Name, st.Message, st.Duration, err)
 	}}
 }
 
 // failpoint kills this process when the configured failpoint is reached.
-func (s *Runner) failpoint(kind, step string, after bool) {
-	if s.cfg.Failpoint == "" {
+func (r *Runner) failpoint(kind, step string, after bool) {
+	if r.cfg.Failpoint == "" {
 		return
 	}
-	if at := Failpoint(kind, step, after); at == s.cfg.Failpoint {
-		s.cfg.Log.Warn("failpoint reached: killing stasisd", "failpoint", at)
+	if at := Failpoint(kind, step, after); at == r.cfg.Failpoint {
+		r.cfg.Log.Warn("failpoint reached: killing stasisd", "failpoint", at)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL is not delivered synchronously; never go on
 	}

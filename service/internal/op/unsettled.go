@@ -87,26 +87,26 @@ func (u *unsettledEnds) overlay(rec journal.Actor) journal.Actor {
 
 // writeUnsettled writes the unsettled ends again, once each, saying so for
 // those it wrote.
-func (s *Runner) writeUnsettled(ctx context.Context) {
-	for _, end := range s.unsettled.writeAll(ctx, s.journal) {
-		s.cfg.Log.Info("the end of an operation, kept while the journal's disk was full, is recorded", "actor", end.Actor, "operation", end.OpID, "state", end.ActorState)
-		s.feed.Notify()
+func (r *Runner) writeUnsettled(ctx context.Context) {
+	for _, end := range r.unsettled.writeAll(ctx, r.journal) {
+		r.cfg.Log.Info("the end of an operation, kept while the journal's disk was full, is recorded", "actor", end.Actor, "operation", end.OpID, "state", end.ActorState)
+		r.feed.Notify()
 	}
 }
 
 // ActorRecord reads an actor's record as it stands: as the end of its last
 // operation left it, when the journal could not record that end yet
 // (unsettledEnds).
-func (s *Runner) ActorRecord(ctx context.Context, id string) (journal.Actor, error) {
-	rec, err := s.journal.Actor(ctx, id)
-	return s.unsettled.overlay(rec), err
+func (r *Runner) ActorRecord(ctx context.Context, id string) (journal.Actor, error) {
+	rec, err := r.journal.Actor(ctx, id)
+	return r.unsettled.overlay(rec), err
 }
 
 // ActorRecords reads every actor's record as it stands (ActorRecord).
-func (s *Runner) ActorRecords(ctx context.Context) ([]journal.Actor, error) {
-	recs, err := s.journal.Actors(ctx)
+func (r *Runner) ActorRecords(ctx context.Context) ([]journal.Actor, error) {
+	recs, err := r.journal.Actors(ctx)
 	for i := range recs {
-		recs[i] = s.unsettled.overlay(recs[i])
+		recs[i] = r.unsettled.overlay(recs[i])
 	}
 	return recs, err
 }

@@ -1,0 +1,102 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/store"
+)
+
+// Delete removes an actor from any stable state: its sandbox (which frees
+// its memory and GPUs), its folders and local snapshots. Stored snapshots
+// stay unless Purge is set.
+func (s *Actors) Delete(ctx context.Context, req api.DeleteRequest) (api.Deleted, error) {
+	if req.Purge && s.store.Configured() {
+		// A purge needs the store: refused while it is out of reach,
+		// before anything is touched.
+		if _, err := s.store.Get(); err != nil {
+			return api.Deleted{ID: req.ID}, fmt.Errorf("delete %s with purge: %w (delete it without purge to keep its stored snapshots)", req.ID, err)
+		}
+	}
+	var kept []string
+	_, err := s.runner.Run(ctx, op.Request{Kind: op.Delete, Actor: req.ID, RequestID: req.RequestID,
+		Prepare: func(before journal.Actor) (op.Args, error) {
+			return op.Args{Previous: api.State(before.State), Purge: req.Purge}, nil
+		},
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+			var err error
+			if kept, err = s.finishDelete(ctx, o); err != nil {
+				return op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("delete failed, run it again: %v", err)}, err
+			}
+			return op.Outcome{Deleted: true}, nil
+		}})
+	if err != nil {
+		return api.Deleted{ID: req.ID}, err
+	}
+	return api.Deleted{ID: req.ID, Deleted: true, KeptSnapshots: kept}, nil
+}
+
+// finishDelete removes the sandbox, the actor's files and local snapshots
+// (stored ones too with purge), then the actor's records; it returns the
+// stored snapshots kept.
+func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) ([]string, error) {
+	if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
+		return nil, err
+	}
+	var kept []string
+	err := o.Step(op.StepRemoveFiles, func() (string, error) {
+		snaps, err := s.journal.Snapshots(ctx, o.Actor.ID)
+		if err != nil {
+			return "", err
+		}
+		for _, snap := range snaps {
+			if snap.Kind == string(api.KindGolden) {
+				continue
+			}
+			if err := s.removeDir(snap.Dir); err != nil {
+				return "", err
+			}
+			// Purge deletes what this actor pushed (its record says so),
+			// never a snapshot it only started from: another actor's, or a
+			// template's golden one, which other actors may share.
+			if snap.Stored != "" && snap.Pushed && o.Args.Purge && s.store.Configured() {
+				repo, err := s.store.Get()
+				if err != nil {
+					return "", err
+				}
+				if err := repo.Delete(ctx, snap.Stored); err != nil && !errors.Is(err, store.ErrNotExist) {
+					return "", err
+				}
+				snap.Stored = ""
+			}
+			if snap.Stored == "" {
+				err = s.journal.DeleteSnapshot(ctx, snap.ID)
+			} else {
+				snap.Dir = ""
+				kept = append(kept, snap.Stored)
+				err = s.journal.PutSnapshot(ctx, snap)
+			}
+			if err != nil {
+				return "", err
+			}
+		}
+		if err := os.RemoveAll(s.templates.ActorDir(o.Actor.ID)); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d stored snapshot(s) kept", len(kept)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.journal.DeleteActor(ctx, o.Actor.ID, o.ID); err != nil {
+		return kept, err
+	}
+	// The watchers of its history end: it has no more.
+	s.runner.Feed().Notify()
+	return kept, nil
+}

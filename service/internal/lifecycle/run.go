@@ -1,0 +1,115 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/templates"
+	"github.com/stasis-run/stasis/store"
+)
+
+// Run starts an actor of a template: from the template's golden snapshot
+// when this node can restore it, by booting it otherwise (the reason says
+// why). A failed start leaves the actor CRASHED, its sandbox removed.
+func (s *Actors) Run(ctx context.Context, req api.RunRequest) (api.Actor, error) {
+	t, err := s.templates.Get(ctx, req.Template)
+	if err != nil {
+		return api.Actor{}, err
+	}
+	if req.ID == "" {
+		req.ID = api.NewActorID(t.Name, req.RequestID)
+	}
+	if err := op.CheckName("actor", req.ID); err != nil {
+		return api.Actor{}, err
+	}
+	if err := s.lease.Allows(req.ID); err != nil {
+		return api.Actor{}, err
+	}
+	if req.FromStored != "" {
+		switch {
+		case req.Cold:
+			return api.Actor{}, fmt.Errorf("%w: cold and fromStored both given: an actor starts from a stored snapshot or from its template, not both", errdefs.ErrInvalidArgument)
+		case !s.store.Configured():
+			return api.Actor{}, fmt.Errorf("%w: this stasisd has no store to start actor %s from %s (start it without --no-store)", errdefs.ErrFailedPrecondition, req.ID, req.FromStored)
+		}
+		if err := store.CheckSnapshotName(req.FromStored); err != nil {
+			return api.Actor{}, err
+		}
+		// Refused before the actor exists while the store is out of
+		// reach: nothing to start it from.
+		if _, err := s.store.Get(); err != nil {
+			return api.Actor{}, fmt.Errorf("start actor %s from %s: %w", req.ID, req.FromStored, err)
+		}
+	}
+	a, err := s.runner.Run(ctx, op.Request{Kind: op.Run, Actor: req.ID, RequestID: req.RequestID,
+		Create:  &journal.Actor{ID: req.ID, Template: t.Name, Runtime: t.Runtime, Sandbox: api.SandboxID(req.ID)},
+		Prepare: func(journal.Actor) (op.Args, error) { return op.Args{Snapshot: t.Golden}, nil },
+		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+			var ea engine.Actor
+			err := o.Step(op.StepBundle, func() (string, error) {
+				var err error
+				ea, err = s.templates.WriteBundle(t, o.Actor)
+				return ea.Bundle, err
+			})
+			if err != nil {
+				return didNotStart(err), err
+			}
+			if req.FromStored != "" {
+				if err := s.fromStored(ctx, o, t, ea, req.FromStored); err != nil {
+					return didNotStart(err), err
+				}
+				return op.Outcome{State: api.Running, Reason: "resumed from the stored snapshot " + req.FromStored}, nil
+			}
+			reason := ""
+			if t.Golden != "" && !req.Cold {
+				err := s.fromGolden(ctx, o, t, ea)
+				if err == nil {
+					return op.Outcome{State: api.Running, Reason: "started from the golden snapshot " + t.Golden}, nil
+				}
+				reason = fmt.Sprintf("cold boot: the golden snapshot %s could not be used: %v", t.Golden, err)
+				o.Note(reason)
+			}
+			if err := s.engines.Of(o.Actor).Boot(ctx, ea, engine.BootOptions{Probe: templates.Probe(t.Probe), Observer: o.Observer()}); err != nil {
+				return didNotStart(err), err
+			}
+			return op.Outcome{State: api.Running, Reason: reason}, nil
+		}})
+	return op.ActorOf(a), err
+}
+
+func didNotStart(err error) op.Outcome {
+	return op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("the actor did not start: %v; delete it and run it again", err)}
+}
+
+// fromGolden restores the template's golden snapshot into the new actor's
+// sandbox, fetching it from the store when it is not on this node. The
+// engine refuses a snapshot this node cannot restore before any sandbox
+// exists.
+func (s *Actors) fromGolden(ctx context.Context, o *op.Operation, t api.Template, a engine.Actor) error {
+	snap, err := s.journal.Snapshot(ctx, t.Golden)
+	if err != nil {
+		return err
+	}
+	_, _, err = s.restore(ctx, o, a, snap, t.Probe, true)
+	return err
+}
+
+// fromStored restores a snapshot of the store, pushed by this node or
+// another, into the new actor's sandbox and makes it the actor's latest.
+func (s *Actors) fromStored(ctx context.Context, o *op.Operation, t api.Template, a engine.Actor, stored string) error {
+	snap := journal.Snapshot{ID: op.NewID("snap"), Actor: o.Actor.ID, Template: t.Name, Kind: string(api.KindCommit), Stored: stored}
+	// Not recorded by the restore: adopt records it once, whole, with the
+	// folder the restore pulled it into ("" when it resumed from a copy
+	// this node holds for any actor: a later resume finds that again).
+	m, dir, err := s.restore(ctx, o, a, snap, t.Probe, false)
+	if err != nil {
+		return err
+	}
+	snap.Dir, snap.Scope, snap.Size = dir, string(m.Scope), m.Size()
+	return s.adopt(ctx, snap)
+}
