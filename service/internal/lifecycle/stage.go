@@ -25,7 +25,7 @@ import (
 // golden snapshot it made), is answered at once. Calls for the same name
 // share one pull.
 func (s *Actors) Stage(ctx context.Context, name string) (api.StagedSnapshot, error) {
-	return s.staged.Stage(ctx, name, s.localCopy, func(ctx context.Context, into string) error {
+	return s.staged.Stage(ctx, name, s.goldenCopy, func(ctx context.Context, into string) error {
 		return s.pullStaged(ctx, name, into)
 	})
 }
@@ -73,6 +73,12 @@ func (s *Actors) localCopy(ctx context.Context, name string) (dir string, releas
 	if dir, release, ok := s.staged.Use(name); ok {
 		return dir, release, true
 	}
+	return s.goldenCopy(ctx, name)
+}
+
+// goldenCopy is the folder of this node's own golden snapshot stored as
+// name, when it is whole.
+func (s *Actors) goldenCopy(ctx context.Context, name string) (dir string, release func(), ok bool) {
 	all, err := s.journal.Snapshots(ctx, "")
 	if err != nil {
 		return "", nil, false

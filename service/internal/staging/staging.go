@@ -154,11 +154,12 @@ func (st *Copies) MakeRoom(size int64) error {
 	return nil
 }
 
-// Stage makes a staged copy of the stored snapshot name, unless local finds
-// a copy on this node already (answered at once, Already). pull fetches it
+// Stage makes a staged copy of the stored snapshot name, unless there is
+// one, or elsewhere finds another whole copy of it on this node (either is
+// answered at once, Already). pull fetches it
 // into a folder of its own, which becomes the copy once whole; it calls
 // MakeRoom before any chunk moves. Calls for the same name share one pull.
-func (st *Copies) Stage(ctx context.Context, name string, local func(ctx context.Context, name string) (dir string, release func(), ok bool), pull func(ctx context.Context, into string) error) (api.StagedSnapshot, error) {
+func (st *Copies) Stage(ctx context.Context, name string, elsewhere func(ctx context.Context, name string) (dir string, release func(), ok bool), pull func(ctx context.Context, into string) error) (api.StagedSnapshot, error) {
 	if err := store.CheckSnapshotName(name); err != nil {
 		return api.StagedSnapshot{}, err
 	}
@@ -166,7 +167,11 @@ func (st *Copies) Stage(ctx context.Context, name string, local func(ctx context
 		return api.StagedSnapshot{}, fmt.Errorf("%w: staging is off on this node (stasisd --stage-budget 0)", errdefs.ErrFailedPrecondition)
 	}
 	for {
-		if dir, release, ok := local(ctx, name); ok {
+		dir, release, ok := st.Use(name)
+		if !ok {
+			dir, release, ok = elsewhere(ctx, name)
+		}
+		if ok {
 			release()
 			c, err := Info(name, dir)
 			c.Already = true
