@@ -93,7 +93,10 @@ func TestRunRefusesABusyActorAndARetryWaitsForTheFirst(t *testing.T) {
 	}()
 	<-started
 	_, err := r.Run(context.Background(), op.Request{Kind: op.Suspend, Actor: "a1", RequestID: "req-2",
-		Body: func(context.Context, *op.Operation) (op.Outcome, error) { t.Error("a busy actor's body ran"); return op.Outcome{}, nil }})
+		Body: func(context.Context, *op.Operation) (op.Outcome, error) {
+			t.Error("a busy actor's body ran")
+			return op.Outcome{}, nil
+		}})
 	var busy *journal.BusyError
 	if !errors.As(err, &busy) || !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("suspend during a pause: %v (%s), want busy", err, errdefs.Code(err))
