@@ -4,9 +4,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
 )
 
@@ -83,10 +87,123 @@ type Template struct {
 	Durable   []string       `json:"durable,omitempty"`
 	Probe     Probe          `json:"probe"`
 	Snapshots SnapshotConfig `json:"snapshots"`
+	// Network is the network the actors get; Ports are published for
+	// each (docs/service.md, "Networking").
+	Network Network `json:"network,omitempty"`
+	Ports   []Port  `json:"ports,omitempty"`
+	// Idle, when set, pauses or suspends an actor that no connection
+	// through its published ports and no exec has used for a while;
+	// WakeTimeout bounds how long a connection that arrives for a paused
+	// or suspended actor is held while it wakes (2m when empty). Both are
+	// Go durations ("10m", "90s").
+	Idle        *Idle  `json:"idle,omitempty"`
+	WakeTimeout string `json:"wakeTimeout,omitempty"`
 	// Golden is the snapshot new actors start from, once warmed (set by
 	// stasisd).
 	Golden    string    `json:"golden,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Network is the network an actor gets.
+type Network struct {
+	// Mode is cni (a namespace of its own on the node's CNI network),
+	// netns (the namespace at Netns, which the caller made), host (the
+	// node's) or none (its loopback alone); empty: the node's default,
+	// cni where CNI is installed, none otherwise.
+	Mode  string `json:"mode,omitempty"`
+	Netns string `json:"netns,omitempty"`
+}
+
+// Port is a published port: stasisd listens at HostIP:HostPort on the node
+// (every address when HostIP is empty) and hands each TCP connection to
+// the actor's ContainerPort, waking the actor first when it is paused or
+// suspended.
+type Port struct {
+	HostIP        string `json:"hostIP,omitempty"`
+	HostPort      int    `json:"hostPort"`
+	ContainerPort int    `json:"containerPort"`
+}
+
+// String is the port as docker run -p writes it.
+func (p Port) String() string {
+	s := fmt.Sprintf("%d:%d", p.HostPort, p.ContainerPort)
+	if p.HostIP != "" {
+		s = net.JoinHostPort(p.HostIP, strconv.Itoa(p.HostPort)) + ":" + strconv.Itoa(p.ContainerPort)
+	}
+	return s
+}
+
+// ParsePort reads a published port as docker run -p does: HOSTPORT:PORT,
+// or HOSTIP:HOSTPORT:PORT ([::1]:8080:8000 for IPv6), TCP only; PORT alone
+// publishes it on the same host port.
+func ParsePort(s string) (Port, error) {
+	bad := func(why string) (Port, error) {
+		return Port{}, fmt.Errorf("%w: port %q: %s; want [HOSTIP:]HOSTPORT:PORT, such as 8080:8000 or 127.0.0.1:8080:8000", errdefs.ErrInvalidArgument, s, why)
+	}
+	s2, proto, _ := strings.Cut(s, "/")
+	if proto != "" && proto != "tcp" {
+		return bad("only TCP is published")
+	}
+	var p Port
+	i := strings.LastIndex(s2, ":")
+	container := s2[i+1:]
+	host := ""
+	if i >= 0 {
+		host = s2[:i]
+	}
+	var err error
+	if p.ContainerPort, err = strconv.Atoi(container); err != nil {
+		return bad("the actor's port is not a number")
+	}
+	p.HostPort = p.ContainerPort
+	if host != "" {
+		hostPort := host
+		if j := strings.LastIndex(host, ":"); j >= 0 {
+			p.HostIP, hostPort = strings.TrimSuffix(strings.TrimPrefix(host[:j], "["), "]"), host[j+1:]
+		}
+		if p.HostPort, err = strconv.Atoi(hostPort); err != nil {
+			return bad("the host port is not a number")
+		}
+	}
+	if err := p.Check(); err != nil {
+		return Port{}, err
+	}
+	return p, nil
+}
+
+// Check refuses a port out of range or an address that is not one.
+func (p Port) Check() error {
+	switch {
+	case p.HostPort < 1 || p.HostPort > 65535 || p.ContainerPort < 1 || p.ContainerPort > 65535:
+		return fmt.Errorf("%w: port %s: ports are 1-65535", errdefs.ErrInvalidArgument, p)
+	case p.HostIP != "" && net.ParseIP(p.HostIP) == nil:
+		return fmt.Errorf("%w: port %s: %q is not an IP address", errdefs.ErrInvalidArgument, p, p.HostIP)
+	}
+	return nil
+}
+
+// Idle is what happens to an actor left idle: after that long (a Go
+// duration) with no connection through its published ports and no exec,
+// it is paused (IdlePause: kept, resumed in moments) or suspended
+// (IdleSuspend: its GPU and memory freed).
+type Idle struct {
+	After string `json:"after"`
+	Then  string `json:"then"`
+}
+
+// What an idle actor becomes.
+const (
+	IdlePause   = "pause"
+	IdleSuspend = "suspend"
+)
+
+// ActorNetwork is an actor's network as set up on its node.
+type ActorNetwork struct {
+	Mode string `json:"mode"`
+	// Address is the actor's address on the node's network, when it has
+	// one (cni, and netns where the namespace has one).
+	Address string `json:"address,omitempty"`
+	Ports   []Port `json:"ports,omitempty"`
 }
 
 // The runtimes a template can name.
@@ -151,8 +268,11 @@ type Actor struct {
 	Snapshot *Snapshot `json:"snapshot,omitempty"`
 	// Operation is the operation in flight, if any.
 	Operation *Operation `json:"operation,omitempty"`
-	CreatedAt time.Time  `json:"createdAt"`
-	UpdatedAt time.Time  `json:"updatedAt"`
+	// Network is the actor's network on this node: its address and
+	// published ports, kept while it is paused or suspended here.
+	Network   *ActorNetwork `json:"network,omitempty"`
+	CreatedAt time.Time     `json:"createdAt"`
+	UpdatedAt time.Time     `json:"updatedAt"`
 }
 
 // Operation is an operation on an actor.
@@ -229,6 +349,10 @@ type (
 		// a snapshot that cannot be restored here leaves the actor
 		// CRASHED with the reason.
 		FromStored string `json:"fromStored,omitempty"`
+		// Network, when its mode is set, replaces the template's; Ports
+		// are published beside the template's.
+		Network Network `json:"network,omitempty"`
+		Ports   []Port  `json:"ports,omitempty"`
 	}
 
 	// OpRequest names an actor for Pause, Suspend and Resume.

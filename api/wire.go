@@ -41,7 +41,49 @@ func (t Template) Wire() *stasisv1.Template {
 		Snapshots: &stasisv1.SnapshotConfig{OnPause: string(t.Snapshots.OnPause), OnCommit: string(t.Snapshots.OnCommit)},
 		Golden:    t.Golden, CreatedAt: timestamp(t.CreatedAt),
 		Runtime: t.Runtime, Vm: t.VM.wire(),
+		Network: t.Network.wire(), Ports: portsWire(t.Ports), Idle: t.Idle.wire(), WakeTimeout: t.WakeTimeout,
 	}
+}
+
+func (n Network) wire() *stasisv1.Network {
+	if n == (Network{}) {
+		return nil
+	}
+	return &stasisv1.Network{Mode: n.Mode, Netns: n.Netns}
+}
+
+func networkFromWire(m *stasisv1.Network) Network {
+	return Network{Mode: m.GetMode(), Netns: m.GetNetns()}
+}
+
+func portsWire(ports []Port) []*stasisv1.Port {
+	var out []*stasisv1.Port
+	for _, p := range ports {
+		out = append(out, &stasisv1.Port{HostIp: p.HostIP, HostPort: int32(p.HostPort), ContainerPort: int32(p.ContainerPort)})
+	}
+	return out
+}
+
+func portsFromWire(m []*stasisv1.Port) []Port {
+	var out []Port
+	for _, p := range m {
+		out = append(out, Port{HostIP: p.GetHostIp(), HostPort: int(p.GetHostPort()), ContainerPort: int(p.GetContainerPort())})
+	}
+	return out
+}
+
+func (i *Idle) wire() *stasisv1.Idle {
+	if i == nil {
+		return nil
+	}
+	return &stasisv1.Idle{After: i.After, Then: i.Then}
+}
+
+func idleFromWire(m *stasisv1.Idle) *Idle {
+	if m == nil {
+		return nil
+	}
+	return &Idle{After: m.GetAfter(), Then: m.GetThen()}
 }
 
 func (v *VM) wire() *stasisv1.VM {
@@ -74,6 +116,7 @@ func TemplateFromWire(m *stasisv1.Template) Template {
 		Snapshots: SnapshotConfig{OnPause: Scope(m.GetSnapshots().GetOnPause()), OnCommit: Scope(m.GetSnapshots().GetOnCommit())},
 		Golden:    m.GetGolden(), CreatedAt: timeOf(m.GetCreatedAt()),
 		Runtime: m.GetRuntime(), VM: vmFromWire(m.GetVm()),
+		Network: networkFromWire(m.GetNetwork()), Ports: portsFromWire(m.GetPorts()), Idle: idleFromWire(m.GetIdle()), WakeTimeout: m.GetWakeTimeout(),
 	}
 }
 
@@ -84,6 +127,9 @@ func (a Actor) Wire() *stasisv1.Actor {
 	}
 	if a.Snapshot != nil {
 		m.Snapshot = a.Snapshot.Wire()
+	}
+	if n := a.Network; n != nil {
+		m.Network = &stasisv1.ActorNetwork{Mode: n.Mode, Address: n.Address, Ports: portsWire(n.Ports)}
 	}
 	if o := a.Operation; o != nil {
 		m.Operation = &stasisv1.Operation{
@@ -102,6 +148,9 @@ func ActorFromWire(m *stasisv1.Actor) Actor {
 	if m.GetSnapshot() != nil {
 		s := SnapshotFromWire(m.GetSnapshot())
 		a.Snapshot = &s
+	}
+	if n := m.GetNetwork(); n != nil {
+		a.Network = &ActorNetwork{Mode: n.GetMode(), Address: n.GetAddress(), Ports: portsFromWire(n.GetPorts())}
 	}
 	if o := m.GetOperation(); o != nil {
 		a.Operation = &Operation{
@@ -143,11 +192,13 @@ func EventsFromWire(m *stasisv1.Events) Events {
 }
 
 func (r RunRequest) Wire() *stasisv1.RunRequest {
-	return &stasisv1.RunRequest{Template: r.Template, Id: r.ID, RequestId: r.RequestID, Cold: r.Cold, FromStored: r.FromStored}
+	return &stasisv1.RunRequest{Template: r.Template, Id: r.ID, RequestId: r.RequestID, Cold: r.Cold, FromStored: r.FromStored,
+		Network: r.Network.wire(), Ports: portsWire(r.Ports)}
 }
 
 func RunRequestFromWire(m *stasisv1.RunRequest) RunRequest {
-	return RunRequest{Template: m.GetTemplate(), ID: m.GetId(), RequestID: m.GetRequestId(), Cold: m.GetCold(), FromStored: m.GetFromStored()}
+	return RunRequest{Template: m.GetTemplate(), ID: m.GetId(), RequestID: m.GetRequestId(), Cold: m.GetCold(), FromStored: m.GetFromStored(),
+		Network: networkFromWire(m.GetNetwork()), Ports: portsFromWire(m.GetPorts())}
 }
 
 func (r OpRequest) Wire() *stasisv1.OpRequest {

@@ -84,6 +84,7 @@ func newDaemon(t *testing.T, extra ...string) *daemon {
 		// runsc process of this daemon names its state folder.
 		_ = killProcesses(func(cmdline string) bool { return strings.Contains(cmdline, filepath.Join(data, "runsc")) })
 		testactor.UnpinNetNS(filepath.Join(data, "runsc"))
+		releaseNetworks(t, data)
 		if t.Failed() {
 			t.Logf("stasisd log:\n%s", d.logText())
 		}

@@ -39,7 +39,7 @@ import (
 // that knows no fleet lease refuses a journal that may hold one, as it
 // would not fence, and one that knows no runtimes a journal that may hold
 // micro-VM actors.
-const schemaVersion = 5
+const schemaVersion = 6
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -115,6 +115,7 @@ var upgrades = []string{
 	// their actor; every other stored name is a snapshot it started from.
 	`ALTER TABLE snapshots ADD COLUMN pushed INTEGER NOT NULL DEFAULT 0;
 	 UPDATE snapshots SET pushed = 1 WHERE stored != '' AND (stored = actor || '.' || id OR stored = 'golden.' || template || '.' || id);`,
+	`ALTER TABLE actors ADD COLUMN network TEXT NOT NULL DEFAULT '';`,
 }
 
 // DefaultReserve is the disk space kept beside the journal for the writes

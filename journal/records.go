@@ -34,7 +34,10 @@ type Actor struct {
 	// Sandbox is the runtime's container id.
 	Sandbox string
 	// Snapshot is the id of the actor's latest good snapshot.
-	Snapshot  string
+	Snapshot string
+	// Network is the actor's network as the service records it (opaque
+	// to the journal).
+	Network   string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 
@@ -203,19 +206,19 @@ func list[T any](ctx context.Context, db interface {
 	return out, rows.Err()
 }
 
-const actorCols = `id, template, runtime, state, reason, sandbox, snapshot, created_at, updated_at`
+const actorCols = `id, template, runtime, state, reason, sandbox, snapshot, network, created_at, updated_at`
 
 func scanActor(row scanner) (Actor, error) {
 	var a Actor
 	var created, updated string
-	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated)
+	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &created, &updated)
 	a.CreatedAt, a.UpdatedAt = parseTime(created), parseTime(updated)
 	return a, err
 }
 
 // actorView reads an actor with its latest snapshot and its running
 // operation in one query.
-const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sandbox, a.snapshot, a.created_at, a.updated_at,
+const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sandbox, a.snapshot, a.network, a.created_at, a.updated_at,
 	s.id, s.actor, s.template, s.kind, s.scope, s.dir, s.stored, s.pushed, s.size, s.created_at,
 	o.id, o.actor, o.kind, o.request_id, o.state, o.step, o.args, o.error, o.error_code, o.deadline, o.started_at, o.ended_at
 	FROM actors a
@@ -233,7 +236,7 @@ func scanActorView(row scanner) (Actor, error) {
 	var o struct {
 		id, actor, kind, requestID, state, step, args, err, code, deadline, started, ended sql.NullString
 	}
-	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &created, &updated,
+	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &created, &updated,
 		&s.id, &s.actor, &s.template, &s.kind, &s.scope, &s.dir, &s.stored, &s.pushed, &s.size, &s.created,
 		&o.id, &o.actor, &o.kind, &o.requestID, &o.state, &o.step, &o.args, &o.err, &o.code, &o.deadline, &o.started, &o.ended)
 	if err != nil {
@@ -274,6 +277,11 @@ func (j *Journal) SetActor(ctx context.Context, id, state, reason string) error 
 // sandboxes.
 func (j *Journal) SetActorSandbox(ctx context.Context, id, sandbox string) error {
 	return j.update(ctx, starts, "actor", id, `UPDATE actors SET sandbox = ?, updated_at = ? WHERE id = ?`, sandbox, now(), id)
+}
+
+// SetActorNetwork records an actor's network as set up.
+func (j *Journal) SetActorNetwork(ctx context.Context, id, network string) error {
+	return j.update(ctx, starts, "actor", id, `UPDATE actors SET network = ?, updated_at = ? WHERE id = ?`, network, now(), id)
 }
 
 // DeleteActor forgets an actor, its events and its operations, all but
@@ -369,7 +377,7 @@ func (j *Journal) Begin(ctx context.Context, s Start) (Began, error) {
 		ts := now()
 		if s.Create != nil {
 			a := *s.Create
-			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, a.runtime(), s.To, a.Reason, a.Sandbox, a.Snapshot, ts, ts)
+			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, a.runtime(), s.To, a.Reason, a.Sandbox, a.Snapshot, a.Network, ts, ts)
 			if isUnique(err) {
 				return fmt.Errorf("actor %q: %w", a.ID, ErrExists)
 			}

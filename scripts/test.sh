@@ -22,6 +22,7 @@ scripts/install-fake-gcs.sh
 scripts/install-microvm.sh
 scripts/install-kube.sh
 scripts/install-buf.sh
+scripts/install-cni.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l .)

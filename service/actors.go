@@ -118,6 +118,12 @@ func (s *Service) Reconcile(ctx context.Context) error { return s.actors.Reconci
 // while the node's memory is under the reserve; it returns how many.
 func (s *Service) Release(ctx context.Context) (int, error) { return s.actors.Release(ctx) }
 
+// KeepIdling pauses or suspends, every interval until ctx ends, the actors
+// their template's idle policy says have been idle too long.
+func (s *Service) KeepIdling(ctx context.Context, interval time.Duration) {
+	s.actors.KeepIdling(ctx, interval)
+}
+
 // KeepReleasing runs Release every interval until ctx ends.
 func (s *Service) KeepReleasing(ctx context.Context, interval time.Duration) {
 	s.actors.KeepReleasing(ctx, interval)

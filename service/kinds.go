@@ -3,7 +3,9 @@ package service
 import (
 	"time"
 
+	"github.com/stasis-run/stasis/service/internal/lifecycle"
 	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/ports"
 )
 
 // The kinds of operation on an actor, as the journal records them and
@@ -40,3 +42,10 @@ func KindNames() []string { return op.KindNames() }
 func ParseDeadlines(pairs []string) (map[string]time.Duration, error) {
 	return op.ParseDeadlines(pairs)
 }
+
+// DefaultIdleCheck is how often KeepIdling looks for idle actors.
+const DefaultIdleCheck = lifecycle.DefaultIdleCheck
+
+// DefaultMaxHeldConnections is how many connections an actor's published
+// ports hold at most while it wakes, unless Config says otherwise.
+const DefaultMaxHeldConnections = ports.DefaultMaxHeld

@@ -27,11 +27,13 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/network"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/service/hostpolicy"
 	"github.com/stasis-run/stasis/service/internal/fence"
 	"github.com/stasis-run/stasis/service/internal/lifecycle"
 	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/ports"
 	"github.com/stasis-run/stasis/service/internal/runtimes"
 	"github.com/stasis-run/stasis/service/internal/staging"
 	"github.com/stasis-run/stasis/service/internal/storeconn"
@@ -94,6 +96,13 @@ type Config struct {
 	// PullWhole pulls a stored snapshot whole before restoring it, rather
 	// than restoring it through a view while it pulls (transfer.Stored.Views).
 	PullWhole bool
+	// Network sets the actors' networks up (docs/service.md,
+	// "Networking"); nil: stasisd manages none, each sandbox gets what its
+	// bundle says and no port is published. MaxHeldConnections bounds the
+	// connections an actor's published ports hold while it wakes
+	// (ports.DefaultMaxHeld when zero).
+	Network            *network.Manager
+	MaxHeldConnections int
 }
 
 // KeepPolicy is when a pause keeps its sandbox frozen in memory
@@ -113,6 +122,7 @@ type Service struct {
 	templates *templates.Templates
 	store     *storeconn.Conn
 	lease     *fence.Lease
+	ports     *ports.Ports
 	actors    *lifecycle.Actors
 }
 
@@ -157,14 +167,24 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		j.Close()
 		return nil, err
 	}
-	s.actors = lifecycle.New(lifecycle.Config{DataDir: cfg.DataDir, Log: cfg.Log, KeepPaused: cfg.KeepPaused, PullWhole: cfg.PullWhole},
-		lifecycle.Parts{Journal: j, Runner: s.runner, Engines: s.engines, Templates: s.templates, Store: s.store, Staged: staged, Lease: s.lease})
+	// The ports ask the actors where they stand and wake them; the actors
+	// publish and give up their ports.
+	s.ports = ports.New(ports.Config{Log: cfg.Log, MaxHeld: cfg.MaxHeldConnections, Changed: s.runner.Feed().Next,
+		Target: func(ctx context.Context, id string) ports.Target { return s.actors.Target(ctx, id) },
+		Wake:   func(ctx context.Context, id string) error { return s.actors.Wake(ctx, id) },
+		Note:   func(id, msg string) { s.runner.Event(id, "", "wake", msg, 0, nil) }})
+	parts := lifecycle.Parts{Journal: j, Runner: s.runner, Engines: s.engines, Templates: s.templates, Store: s.store, Staged: staged, Lease: s.lease, Ports: s.ports}
+	if cfg.Network != nil {
+		parts.Networks = cfg.Network
+	}
+	s.actors = lifecycle.New(lifecycle.Config{DataDir: cfg.DataDir, Log: cfg.Log, KeepPaused: cfg.KeepPaused, PullWhole: cfg.PullWhole}, parts)
 	return s, nil
 }
 
-// Close stops the writing of pulled copies still going on (they are pulled
-// again when needed) and closes the journal.
+// Close stops publishing ports and the writing of pulled copies still
+// going on (they are pulled again when needed), and closes the journal.
 func (s *Service) Close() error {
+	s.ports.Close()
 	s.runner.Close()
 	s.actors.Close()
 	return s.journal.Close()

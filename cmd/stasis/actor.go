@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,12 +23,22 @@ func newActor(g *globals) *cobra.Command {
 	var cold bool
 	var fromStored string
 	var id string
+	var publish []string
+	var netMode, netns string
 	run := &cobra.Command{
 		Use:   "run TEMPLATE [--id ID]",
 		Short: "Start an actor of a template: from its golden snapshot when this node can, by booting otherwise",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := api.RunRequest{Template: args[0], ID: id, RequestID: requestID, Cold: cold, FromStored: fromStored}
+			req := api.RunRequest{Template: args[0], ID: id, RequestID: requestID, Cold: cold, FromStored: fromStored,
+				Network: api.Network{Mode: netMode, Netns: netns}}
+			for _, p := range publish {
+				port, err := api.ParsePort(p)
+				if err != nil {
+					return err
+				}
+				req.Ports = append(req.Ports, port)
+			}
 			if req.ID == "" {
 				// Name it here, so that its progress can be followed.
 				req.ID = api.NewActorID(args[0], requestID)
@@ -45,6 +58,9 @@ func newActor(g *globals) *cobra.Command {
 	run.Flags().BoolVar(&cold, "cold", false, "boot even when the template has a golden snapshot")
 	run.Flags().StringVar(&fromStored, "from-stored", "", "start from this snapshot in stasisd's store (as another node pushed it) instead of from the template")
 	run.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
+	run.Flags().StringArrayVarP(&publish, "publish", "p", nil, "publish a port as docker run -p does: [HOSTIP:]HOSTPORT:PORT (TCP), beside the template's; a connection that comes while the actor is paused or suspended wakes it; repeatable")
+	run.Flags().StringVar(&netMode, "network", "", "the actor's network, over the template's: cni, netns (with --netns), host or none (default: the template's, else cni where CNI is installed)")
+	run.Flags().StringVar(&netns, "netns", "", "the network namespace the actor joins, for --network netns (such as /var/run/netns/NAME)")
 	cmd.AddCommand(run, newActorPS(g), newActorInspect(g), newActorEvents(g), newActorExec(g), newActorRm(g))
 	for _, v := range []struct {
 		use, short string
@@ -139,6 +155,16 @@ func describeActor(a api.Actor) string {
 	if a.Snapshot != nil {
 		fmt.Fprintf(&b, "  snapshot:  %s\n", describeSnapshotLine(*a.Snapshot))
 	}
+	if n := a.Network; n != nil {
+		fmt.Fprintf(&b, "  network:   %s", n.Mode)
+		if n.Address != "" {
+			fmt.Fprintf(&b, ", address %s", n.Address)
+		}
+		if len(n.Ports) > 0 {
+			fmt.Fprintf(&b, ", published %s", portList(n.Ports))
+		}
+		b.WriteString("\n")
+	}
 	if o := a.Operation; o != nil {
 		fmt.Fprintf(&b, "  operation: %s %s, step %s, since %s", o.Kind, o.ID, o.Step, o.StartedAt.Format(time.RFC3339))
 		if !o.Deadline.IsZero() {
@@ -147,6 +173,15 @@ func describeActor(a api.Actor) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// portList is published ports as docker ps shows them: HOSTIP:HOSTPORT->PORT.
+func portList(ports []api.Port) string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = fmt.Sprintf("%s->%d", net.JoinHostPort(cmp.Or(p.HostIP, "0.0.0.0"), strconv.Itoa(p.HostPort)), p.ContainerPort)
+	}
+	return strings.Join(out, ", ")
 }
 
 func describeSnapshotLine(s api.Snapshot) string {
@@ -172,13 +207,17 @@ func newActorPS(g *globals) *cobra.Command {
 			}
 			var b strings.Builder
 			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "ACTOR\tSTATE\tTEMPLATE\tSNAPSHOT\tREASON")
+			fmt.Fprintln(w, "ACTOR\tSTATE\tTEMPLATE\tADDRESS\tPORTS\tSNAPSHOT\tREASON")
 			for _, a := range actors {
 				snap := "-"
 				if a.Snapshot != nil {
 					snap = a.Snapshot.ID
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Template, snap, a.Reason)
+				addr, ports := "-", "-"
+				if n := a.Network; n != nil {
+					addr, ports = cmp.Or(n.Address, "-"), cmp.Or(portList(n.Ports), "-")
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Template, addr, ports, snap, a.Reason)
 			}
 			w.Flush()
 			if actors == nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/stasis-run/stasis/internal/fencefile"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/internal/units"
+	"github.com/stasis-run/stasis/network"
 	"github.com/stasis-run/stasis/node"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/service/hostpolicy"
@@ -45,6 +46,8 @@ type options struct {
 	hostPaths, deadlines                   []string
 	noStore, allowHostRoot, pullWhole      bool
 	microVM                                compose.MicroVMOptions
+	cni                                    network.CNIConfig
+	maxHeld                                int
 }
 
 func main() {
@@ -107,10 +110,37 @@ line win).`,
 	f.StringVar(&o.stageBudget, "stage-budget", "", "disk the staged copies of stored snapshots may take (such as 200GiB; 0 turns staging off): whole copies made before an actor needs them (a fleet agent stages its templates' golden snapshots), the least recently used making room (default: a quarter of the data folder's disk)")
 	f.BoolVar(&o.pullWhole, "pull-whole", false, "pull a stored snapshot whole before restoring it; by default runsc restores it through a read-only FUSE view of the folder while it is pulled, each read waiting for its hash-checked bytes (without FUSE the pull is whole first)")
 	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden, release); repeatable")
+	f.StringVar(&o.cni.ConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the operator's CNI network configuration lists are (docs/service.md, \"Networking\")")
+	f.StringVar(&o.cni.Network, "cni-network", network.DefaultNetwork, "the CNI network actors join (network mode cni): a list of that name in --cni-conf-dir, or for stasis when there is none Stasis's own (a bridge stasis0 on 10.89.0.0/16)")
+	f.StringSliceVar(&o.cni.BinDirs, "cni-bin-dir", network.DefaultBinDirs, "where the CNI plugins are (scripts/install-cni.sh installs them in the first)")
+	f.IntVar(&o.maxHeld, "max-held-connections", service.DefaultMaxHeldConnections, "connections an actor's published ports hold at most while it wakes; more are refused")
 	cmd.AddCommand(newWatchdog())
 	// Older stasisd took single-dash flags (-data); they still work.
 	cmd.SetArgs(doubleDash(os.Args[1:], f))
 	return cmd
+}
+
+// networks is what sets the actors' networks up: with runsc's own network
+// (--network sandbox, the default) each actor gets a namespace of its own;
+// with --network host or none runsc gives every sandbox that, and stasisd
+// manages no networks.
+func (o options) networks(log *slog.Logger) (*network.Manager, error) {
+	if o.Runsc.Network != "" && o.Runsc.Network != "sandbox" {
+		log.Info("stasisd manages no networks: runsc gives every sandbox its --network", "network", o.Runsc.Network)
+		return nil, nil
+	}
+	cni := o.cni
+	cni.CacheDir = filepath.Join(o.DataDir, "cni")
+	m, err := network.New(network.Config{NetnsDir: filepath.Join(o.DataDir, "netns"), CNI: cni})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.CNIError(); err != nil {
+		log.Info("actors get a loopback alone unless their template names a namespace: CNI cannot be used", "reason", err.Error())
+	} else {
+		log.Info("actors join the CNI network by default", "network", cni.Network)
+	}
+	return m, nil
 }
 
 func (o options) logger() (*slog.Logger, func(), error) {
@@ -227,6 +257,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 			log.Warn(n)
 		}
 	}
+	networks, err := o.networks(log)
+	if err != nil {
+		return err
+	}
 	svc, err := service.New(ctx, service.Config{
 		DataDir:            o.DataDir,
 		Engine:             eng,
@@ -244,6 +278,8 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		KeepPaused:         keep,
 		StageBudget:        stageBudget,
 		PullWhole:          o.pullWhole,
+		Network:            networks,
+		MaxHeldConnections: o.maxHeld,
 		Node: func(ctx context.Context) (fingerprint.Fingerprint, error) {
 			return eng.Fingerprint(ctx)
 		},
@@ -268,6 +304,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	svc.KeepFencing(ctx, service.DefaultFenceCheck)
 	svc.KeepReleasing(ctx, service.DefaultKeepCheck)
+	svc.KeepIdling(ctx, service.DefaultIdleCheck)
 	ln, err := listen(o.Socket, os.FileMode(mode))
 	if err != nil {
 		return err

@@ -4,7 +4,9 @@
 // unix socket and print "<id> <value>". "counter await incr|get" first waits,
 // with inotify, for the socket to appear, for use right after a start. A
 // restored process answers with the same id and the value it had when it was
-// checkpointed; a cold boot answers with a new id and 0.
+// checkpointed; a cold boot answers with a new id and 0. "counter serve ADDR"
+// also answers over TCP at ADDR (such as :8000), the same way: a line
+// "incr" or "get", the answer "<id> <value>".
 package counter
 
 import (
@@ -16,6 +18,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,24 +38,55 @@ func Run(args []string, stdout io.Writer) error {
 		}
 		args = args[1:]
 	}
+	if len(args) == 2 && args[0] == "serve" {
+		return serve(stdout, args[1])
+	}
 	if len(args) != 1 {
-		return fmt.Errorf("usage: serve|incr|get|await incr|await get")
+		return fmt.Errorf("usage: serve [ADDR]|incr|get|await incr|await get")
 	}
 	switch args[0] {
 	case "serve":
-		return serve(stdout)
+		return serve(stdout, "")
 	case "incr", "get":
 		return ask(args[0], stdout)
 	}
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-func serve(stdout io.Writer) error {
+func serve(stdout io.Writer, tcp string) error {
 	idBytes := make([]byte, 8)
 	if _, err := rand.Read(idBytes); err != nil {
 		return err
 	}
 	id := hex.EncodeToString(idBytes)
+	var mu sync.Mutex
+	value := 0
+	answer := func(conn net.Conn) {
+		defer conn.Close()
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		mu.Lock()
+		if strings.TrimSpace(line) == "incr" {
+			value++
+		}
+		v := value
+		mu.Unlock()
+		fmt.Fprintf(conn, "%s %d\n", id, v)
+	}
+	if tcp != "" {
+		l, err := net.Listen("tcp", tcp)
+		if err != nil {
+			return err
+		}
+		go func() {
+			for {
+				conn, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go answer(conn)
+			}
+		}()
+	}
 	// Listen under a temporary name and rename, so that the socket appears
 	// only once it accepts connections.
 	tmp := socket + ".new"
@@ -64,18 +98,12 @@ func serve(stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout, "serving", id)
-	value := 0
 	for {
 		conn, err := l.Accept()
 		if err != nil {
 			return err
 		}
-		line, _ := bufio.NewReader(conn).ReadString('\n')
-		if strings.TrimSpace(line) == "incr" {
-			value++
-		}
-		fmt.Fprintf(conn, "%s %d\n", id, value)
-		conn.Close()
+		answer(conn)
 	}
 }
 

@@ -82,6 +82,9 @@ type Options struct {
 	// folder Ctl at /stasis-ctl.
 	FakeHelper bool
 	Ctl        string
+	// Listen, when set, has the counter answer over TCP there too (such
+	// as :8000).
+	Listen string
 }
 
 // Bundle writes an OCI bundle in dir whose process is "counter serve", or
@@ -96,6 +99,9 @@ func Bundle(t testing.TB, dir string, opts Options) string {
 		}
 	}
 	program, args := counter, []string{"/counter", "serve"}
+	if opts.Listen != "" {
+		args = append(args, opts.Listen)
+	}
 	if opts.Ballast != nil {
 		program, args = binaries.memholder, append([]string{"/counter"}, opts.Ballast...)
 	}

@@ -117,6 +117,9 @@ func (s *Actors) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult,
 	if api.State(a.State) != api.Running {
 		return api.ExecResult{}, &journal.StateError{Actor: a.ID, State: a.State, Kind: "exec", From: []string{string(api.Running)}}
 	}
+	// An exec is a use: the actor is not idle while one runs.
+	s.ports.Touch(a.ID)
+	defer s.ports.Touch(a.ID)
 	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, req.Args)
 	if err != nil {
 		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)

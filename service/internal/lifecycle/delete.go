@@ -48,6 +48,11 @@ func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) ([]string, e
 	if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
 		return nil, err
 	}
+	if err := o.Step(op.StepNetwork, func() (string, error) {
+		return "its network removed and its ports given up", s.teardownNetwork(ctx, o.Actor)
+	}); err != nil {
+		return nil, err
+	}
 	var kept []string
 	err := o.Step(op.StepRemoveFiles, func() (string, error) {
 		snaps, err := s.journal.Snapshots(ctx, o.Actor.ID)

@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/service/internal/fence"
 	"github.com/stasis-run/stasis/service/internal/op"
+	"github.com/stasis-run/stasis/service/internal/ports"
 	"github.com/stasis-run/stasis/service/internal/runtimes"
 	"github.com/stasis-run/stasis/service/internal/staging"
 	"github.com/stasis-run/stasis/service/internal/storeconn"
@@ -43,6 +45,10 @@ type Parts struct {
 	Store     *storeconn.Conn
 	Staged    *staging.Copies
 	Lease     *fence.Lease
+	// Networks sets the actors' networks up (nil: this stasisd manages
+	// none); Ports publishes their ports.
+	Networks Networks
+	Ports    *ports.Ports
 }
 
 // Actors are the actors of this stasisd. Safe for concurrent use.
@@ -55,7 +61,12 @@ type Actors struct {
 	store     *storeconn.Conn
 	staged    *staging.Copies
 	lease     *fence.Lease
+	networks  Networks
+	ports     *ports.Ports
 	pulled    *pulledFolders
+	// idling holds the actors an idle pause or suspend runs on.
+	idling map[string]bool
+	mu     sync.Mutex
 	// pullMemory lends memory to pulls that hold their image in memory.
 	pullMemory transfer.PullMemory
 	// lostViews are the sandboxes restored through a view (a pull that
@@ -70,8 +81,11 @@ func New(cfg Config, p Parts) *Actors {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if p.Networks == nil {
+		p.Networks = noNetworks{}
+	}
 	return &Actors{cfg: cfg, journal: p.Journal, runner: p.Runner, engines: p.Engines, templates: p.Templates,
-		store: p.Store, staged: p.Staged, lease: p.Lease, pulled: newPulledFolders()}
+		store: p.Store, staged: p.Staged, lease: p.Lease, networks: p.Networks, ports: p.Ports, pulled: newPulledFolders(), idling: map[string]bool{}}
 }
 
 // Close stops the writing of pulled copies still going on (they are pulled

@@ -61,6 +61,9 @@ func (s *Actors) Reconcile(ctx context.Context) error {
 			s.runner.Event(a.ID, "", "reconcile", fmt.Sprintf("stasisd could not check sandbox %s when it started; the actor was left %s", a.Sandbox, a.State), 0, err)
 		}
 	}
+	if err := s.publishAll(ctx); err != nil {
+		return err
+	}
 	return s.dropCutCopies(ctx)
 }
 

@@ -55,6 +55,11 @@ func (s *Actors) Resume(ctx context.Context, req api.OpRequest) (api.Actor, erro
 				err = s.renameSandbox(ctx, o)
 			}
 			if err == nil {
+				// Its namespace is kept while it is paused or suspended;
+				// the address the last sandbox took from it is put back.
+				_, err = s.setupNetwork(ctx, o)
+			}
+			if err == nil {
 				_, _, err = s.restore(ctx, o, s.templates.EngineActor(t, o.Actor), snap, t.Probe, true)
 			}
 			if err != nil {

@@ -17,6 +17,12 @@ import (
 // when this node can restore it, by booting it otherwise (the reason says
 // why). A failed start leaves the actor CRASHED, its sandbox removed.
 func (s *Actors) Run(ctx context.Context, req api.RunRequest) (api.Actor, error) {
+	return s.run(ctx, req, true)
+}
+
+// run is Run, publishing the actor's ports when publish says so (a
+// warming actor's are not: the template's actors hold them).
+func (s *Actors) run(ctx context.Context, req api.RunRequest, publish bool) (api.Actor, error) {
 	t, err := s.templates.Get(ctx, req.Template)
 	if err != nil {
 		return api.Actor{}, err
@@ -46,14 +52,33 @@ func (s *Actors) Run(ctx context.Context, req api.RunRequest) (api.Actor, error)
 			return api.Actor{}, fmt.Errorf("start actor %s from %s: %w", req.ID, req.FromStored, err)
 		}
 	}
+	net, err := s.networkOf(t, req)
+	if err != nil {
+		return api.Actor{}, err
+	}
+	if !publish {
+		net.Ports = nil
+	}
+	// The host ports are bound before the actor exists: one taken refuses
+	// the run with nothing made.
+	published, err := s.ports.Publish(req.ID, net.Ports)
+	if err != nil {
+		return api.Actor{}, fmt.Errorf("actor %s: %w", req.ID, err)
+	}
+	began := false
 	a, err := s.runner.Run(ctx, op.Request{Kind: op.Run, Actor: req.ID, RequestID: req.RequestID,
-		Create:  &journal.Actor{ID: req.ID, Template: t.Name, Runtime: t.Runtime, Sandbox: api.SandboxID(req.ID)},
+		Create:  &journal.Actor{ID: req.ID, Template: t.Name, Runtime: t.Runtime, Sandbox: api.SandboxID(req.ID), Network: net.Encode()},
 		Prepare: func(journal.Actor) (op.Args, error) { return op.Args{Snapshot: t.Golden}, nil },
 		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+			began = true
+			att, err := s.setupNetwork(ctx, o)
+			if err != nil {
+				return didNotStart(err), err
+			}
 			var ea engine.Actor
-			err := o.Step(op.StepBundle, func() (string, error) {
+			err = o.Step(op.StepBundle, func() (string, error) {
 				var err error
-				ea, err = s.templates.WriteBundle(t, o.Actor)
+				ea, err = s.templates.WriteBundle(t, o.Actor, att.Netns)
 				return ea.Bundle, err
 			})
 			if err != nil {
@@ -79,6 +104,11 @@ func (s *Actors) Run(ctx context.Context, req api.RunRequest) (api.Actor, error)
 			}
 			return op.Outcome{State: api.Running, Reason: reason}, nil
 		}})
+	if !began {
+		// Refused (or answered as an earlier request was): what this call
+		// published is not its actor's.
+		s.ports.Unpublish(req.ID, published)
+	}
 	return op.ActorOf(a), err
 }
 

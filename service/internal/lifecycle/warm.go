@@ -23,7 +23,7 @@ func (s *Actors) Warm(ctx context.Context, req api.WarmRequest) (api.Template, e
 		return t, err
 	}
 	id := api.WarmingActorID(req)
-	a, err := s.Run(ctx, api.RunRequest{Template: t.Name, ID: id, RequestID: req.RequestID, Cold: true})
+	a, err := s.run(ctx, api.RunRequest{Template: t.Name, ID: id, RequestID: req.RequestID, Cold: true}, false)
 	if err != nil {
 		return t, fmt.Errorf("warm %s: start the warming actor: %w", t.Name, err)
 	}

@@ -3,6 +3,7 @@ package op
 import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/network"
 )
 
 // ActorOf is an actor's record as the API gives it.
@@ -11,6 +12,9 @@ func ActorOf(rec journal.Actor) api.Actor {
 	if rec.Latest != nil {
 		v := SnapshotOf(*rec.Latest)
 		a.Snapshot = &v
+	}
+	if n, err := network.ParseRecord(rec.Network); err == nil {
+		a.Network = n.API()
 	}
 	if o := rec.Running; o != nil {
 		a.Operation = &api.Operation{ID: o.ID, Kind: o.Kind, RequestID: o.RequestID, State: o.State, Step: o.Step, Deadline: o.Deadline, StartedAt: o.StartedAt}

@@ -75,6 +75,8 @@ const (
 	StepBundle = "bundle"
 	// StepRemoveFiles removes a deleted actor's folder and snapshots.
 	StepRemoveFiles = "remove-files"
+	// StepNetwork sets the actor's network up (package network).
+	StepNetwork = "network"
 	// StepRenameSandbox moves a sandbox an older stasisd named to the
 	// actor's sandbox id (api.SandboxID).
 	StepRenameSandbox = "rename-sandbox"

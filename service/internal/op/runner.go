@@ -67,7 +67,8 @@ func NewRunner(ctx context.Context, cfg Config) *Runner {
 // Close stops the writing of unsettled ends.
 func (r *Runner) Close() { r.stopSettling() }
 
-// Feed is the feed that wakes the watchers of actors' histories.
+// Feed is the feed that wakes the watchers of actors' histories and
+// states: notified at each event and at each operation's end.
 func (r *Runner) Feed() *Feed { return r.feed }
 
 // Request is what a caller asks of Run.
@@ -163,6 +164,8 @@ func (r *Runner) Run(ctx context.Context, req Request) (journal.Actor, error) {
 		end.ActorState = ""
 	}
 	a, endErr := r.journal.End(context.WithoutCancel(ctx), end)
+	// What waits on an actor's state (held connections) looks again.
+	r.feed.Notify()
 	if out.Deleted && errors.Is(endErr, journal.ErrNotFound) {
 		endErr = nil
 	}

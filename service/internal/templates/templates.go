@@ -95,6 +95,9 @@ func (s *Templates) validate(t *api.Template) error {
 			return fmt.Errorf("template %s: %w", t.Name, err)
 		}
 	}
+	if err := checkServe(t); err != nil {
+		return err
+	}
 	if t.GPUs < 0 || t.MemoryBytes < 0 || t.Probe.TimeoutSeconds < 0 {
 		return fmt.Errorf("%w: template %s: gpus, memoryBytes and probe.timeoutSeconds cannot be negative", errdefs.ErrInvalidArgument, t.Name)
 	}
@@ -212,8 +215,9 @@ func (s *Templates) loadBundle(t api.Template) (*specs.Spec, error) {
 
 // WriteBundle writes the actor's OCI bundle under its folder: the
 // template's process and rootfs, its memory limit, a host folder per
-// durable folder, and for GPU templates the NVIDIA devices and the helper.
-func (s *Templates) WriteBundle(t api.Template, a journal.Actor) (engine.Actor, error) {
+// durable folder, for GPU templates the NVIDIA devices and the helper, and
+// the network namespace netns when set (package network).
+func (s *Templates) WriteBundle(t api.Template, a journal.Actor, netns string) (engine.Actor, error) {
 	id := a.ID
 	dir := s.ActorDir(id)
 	bundleDir := filepath.Join(dir, "bundle")
@@ -271,6 +275,9 @@ func (s *Templates) WriteBundle(t api.Template, a journal.Actor) (engine.Actor, 
 			return engine.Actor{}, err
 		}
 	}
+	if netns != "" {
+		setNetns(spec, netns)
+	}
 	if err := bundle.Save(bundleDir, spec); err != nil {
 		return engine.Actor{}, err
 	}
@@ -286,3 +293,14 @@ func (s *Templates) EngineActor(t api.Template, a journal.Actor) engine.Actor {
 
 // ActorDir is an actor's folder: its bundle, durable folders and console.
 func (s *Templates) ActorDir(id string) string { return filepath.Join(s.cfg.DataDir, "actors", id) }
+
+// setNetns has the sandbox join the network namespace at path.
+func setNetns(spec *specs.Spec, path string) {
+	for i, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			spec.Linux.Namespaces[i].Path = path
+			return
+		}
+	}
+	spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: path})
+}

@@ -107,7 +107,15 @@ type Template struct {
 	// runtime runs the actors: gvisor (also when empty) or microvm.
 	Runtime string `protobuf:"bytes,13,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	// vm is the guest of a micro-VM template without a bundle.
-	Vm            *VM `protobuf:"bytes,14,opt,name=vm,proto3" json:"vm,omitempty"`
+	Vm *VM `protobuf:"bytes,14,opt,name=vm,proto3" json:"vm,omitempty"`
+	// network is the network the actors get; ports are published for each.
+	Network *Network `protobuf:"bytes,15,opt,name=network,proto3" json:"network,omitempty"`
+	Ports   []*Port  `protobuf:"bytes,16,rep,name=ports,proto3" json:"ports,omitempty"`
+	// idle, when set, pauses or suspends an actor left idle; wake_timeout
+	// bounds how long a connection for a paused or suspended actor is held
+	// while it wakes (a Go duration; 2m when empty).
+	Idle          *Idle  `protobuf:"bytes,17,opt,name=idle,proto3" json:"idle,omitempty"`
+	WakeTimeout   string `protobuf:"bytes,18,opt,name=wake_timeout,json=wakeTimeout,proto3" json:"wake_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -240,6 +248,265 @@ func (x *Template) GetVm() *VM {
 	return nil
 }
 
+func (x *Template) GetNetwork() *Network {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+func (x *Template) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *Template) GetIdle() *Idle {
+	if x != nil {
+		return x.Idle
+	}
+	return nil
+}
+
+func (x *Template) GetWakeTimeout() string {
+	if x != nil {
+		return x.WakeTimeout
+	}
+	return ""
+}
+
+// Network is the network an actor gets: mode cni, netns (the namespace at
+// netns), host or none; empty: the node's default.
+type Network struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	Netns         string                 `protobuf:"bytes,2,opt,name=netns,proto3" json:"netns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Network) Reset() {
+	*x = Network{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Network) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Network) ProtoMessage() {}
+
+func (x *Network) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Network.ProtoReflect.Descriptor instead.
+func (*Network) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Network) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *Network) GetNetns() string {
+	if x != nil {
+		return x.Netns
+	}
+	return ""
+}
+
+// Port is a published port: stasisd listens at host_ip:host_port and hands
+// each TCP connection to the actor's container_port.
+type Port struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HostIp        string                 `protobuf:"bytes,1,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`
+	HostPort      int32                  `protobuf:"varint,2,opt,name=host_port,json=hostPort,proto3" json:"host_port,omitempty"`
+	ContainerPort int32                  `protobuf:"varint,3,opt,name=container_port,json=containerPort,proto3" json:"container_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Port) Reset() {
+	*x = Port{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Port) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Port) ProtoMessage() {}
+
+func (x *Port) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Port.ProtoReflect.Descriptor instead.
+func (*Port) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Port) GetHostIp() string {
+	if x != nil {
+		return x.HostIp
+	}
+	return ""
+}
+
+func (x *Port) GetHostPort() int32 {
+	if x != nil {
+		return x.HostPort
+	}
+	return 0
+}
+
+func (x *Port) GetContainerPort() int32 {
+	if x != nil {
+		return x.ContainerPort
+	}
+	return 0
+}
+
+// Idle says what an actor left idle becomes: after that long (a Go
+// duration), pause or suspend.
+type Idle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	After         string                 `protobuf:"bytes,1,opt,name=after,proto3" json:"after,omitempty"`
+	Then          string                 `protobuf:"bytes,2,opt,name=then,proto3" json:"then,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Idle) Reset() {
+	*x = Idle{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Idle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Idle) ProtoMessage() {}
+
+func (x *Idle) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Idle.ProtoReflect.Descriptor instead.
+func (*Idle) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Idle) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *Idle) GetThen() string {
+	if x != nil {
+		return x.Then
+	}
+	return ""
+}
+
+// ActorNetwork is an actor's network as set up on its node.
+type ActorNetwork struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Ports         []*Port                `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorNetwork) Reset() {
+	*x = ActorNetwork{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorNetwork) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorNetwork) ProtoMessage() {}
+
+func (x *ActorNetwork) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorNetwork.ProtoReflect.Descriptor instead.
+func (*ActorNetwork) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ActorNetwork) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ActorNetwork) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ActorNetwork) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 // VM is a micro-VM's guest: the kernel and initramfs it boots, its kernel
 // parameters, CPUs and PCI devices.
 type VM struct {
@@ -255,7 +522,7 @@ type VM struct {
 
 func (x *VM) Reset() {
 	*x = VM{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +534,7 @@ func (x *VM) String() string {
 func (*VM) ProtoMessage() {}
 
 func (x *VM) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +547,7 @@ func (x *VM) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VM.ProtoReflect.Descriptor instead.
 func (*VM) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{2}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *VM) GetKernel() string {
@@ -331,7 +598,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +610,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +623,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{3}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Device) GetId() string {
@@ -393,7 +660,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +672,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +685,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{4}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Probe) GetCommand() []string {
@@ -455,7 +722,7 @@ type SnapshotConfig struct {
 
 func (x *SnapshotConfig) Reset() {
 	*x = SnapshotConfig{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +734,7 @@ func (x *SnapshotConfig) String() string {
 func (*SnapshotConfig) ProtoMessage() {}
 
 func (x *SnapshotConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +747,7 @@ func (x *SnapshotConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotConfig.ProtoReflect.Descriptor instead.
 func (*SnapshotConfig) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{5}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotConfig) GetOnPause() string {
@@ -516,14 +783,16 @@ type Actor struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// runtime is the runtime its template named when it was made.
-	Runtime       string `protobuf:"bytes,10,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Runtime string `protobuf:"bytes,10,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// network is the actor's network on this node.
+	Network       *ActorNetwork `protobuf:"bytes,11,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +804,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +817,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{6}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Actor) GetId() string {
@@ -621,6 +890,13 @@ func (x *Actor) GetRuntime() string {
 	return ""
 }
 
+func (x *Actor) GetNetwork() *ActorNetwork {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
 // Operation is an operation on an actor.
 type Operation struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -640,7 +916,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +928,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +941,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{7}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Operation) GetId() string {
@@ -746,7 +1022,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +1034,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +1047,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{8}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Snapshot) GetId() string {
@@ -854,7 +1130,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1142,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1155,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{9}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -944,14 +1220,18 @@ type RunRequest struct {
 	Cold bool `protobuf:"varint,4,opt,name=cold,proto3" json:"cold,omitempty"`
 	// from_stored starts the actor from this snapshot in stasisd's store
 	// instead of from the template; it is never cold-booted instead.
-	FromStored    string `protobuf:"bytes,5,opt,name=from_stored,json=fromStored,proto3" json:"from_stored,omitempty"`
+	FromStored string `protobuf:"bytes,5,opt,name=from_stored,json=fromStored,proto3" json:"from_stored,omitempty"`
+	// network, when its mode is set, replaces the template's; ports are
+	// published beside the template's.
+	Network       *Network `protobuf:"bytes,6,opt,name=network,proto3" json:"network,omitempty"`
+	Ports         []*Port  `protobuf:"bytes,7,rep,name=ports,proto3" json:"ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1243,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1256,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{10}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunRequest) GetTemplate() string {
@@ -1014,6 +1294,20 @@ func (x *RunRequest) GetFromStored() string {
 	return ""
 }
 
+func (x *RunRequest) GetNetwork() *Network {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+func (x *RunRequest) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 // OpRequest names an actor for Pause, Suspend and Resume.
 type OpRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1025,7 +1319,7 @@ type OpRequest struct {
 
 func (x *OpRequest) Reset() {
 	*x = OpRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1331,7 @@ func (x *OpRequest) String() string {
 func (*OpRequest) ProtoMessage() {}
 
 func (x *OpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1344,7 @@ func (x *OpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRequest.ProtoReflect.Descriptor instead.
 func (*OpRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{11}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpRequest) GetId() string {
@@ -1079,7 +1373,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1385,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1398,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{12}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteRequest) GetId() string {
@@ -1140,7 +1434,7 @@ type Deleted struct {
 
 func (x *Deleted) Reset() {
 	*x = Deleted{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1446,7 @@ func (x *Deleted) String() string {
 func (*Deleted) ProtoMessage() {}
 
 func (x *Deleted) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1459,7 @@ func (x *Deleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deleted.ProtoReflect.Descriptor instead.
 func (*Deleted) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{13}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Deleted) GetId() string {
@@ -1199,7 +1493,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1505,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1518,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{14}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WarmRequest) GetTemplate() string {
@@ -1250,7 +1544,7 @@ type TemplateName struct {
 
 func (x *TemplateName) Reset() {
 	*x = TemplateName{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1556,7 @@ func (x *TemplateName) String() string {
 func (*TemplateName) ProtoMessage() {}
 
 func (x *TemplateName) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1569,7 @@ func (x *TemplateName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateName.ProtoReflect.Descriptor instead.
 func (*TemplateName) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{15}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TemplateName) GetName() string {
@@ -1294,7 +1588,7 @@ type Templates struct {
 
 func (x *Templates) Reset() {
 	*x = Templates{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1600,7 @@ func (x *Templates) String() string {
 func (*Templates) ProtoMessage() {}
 
 func (x *Templates) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1613,7 @@ func (x *Templates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Templates.ProtoReflect.Descriptor instead.
 func (*Templates) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{16}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Templates) GetTemplates() []*Template {
@@ -1338,7 +1632,7 @@ type ActorID struct {
 
 func (x *ActorID) Reset() {
 	*x = ActorID{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1644,7 @@ func (x *ActorID) String() string {
 func (*ActorID) ProtoMessage() {}
 
 func (x *ActorID) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1657,7 @@ func (x *ActorID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorID.ProtoReflect.Descriptor instead.
 func (*ActorID) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{17}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ActorID) GetId() string {
@@ -1382,7 +1676,7 @@ type Actors struct {
 
 func (x *Actors) Reset() {
 	*x = Actors{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1688,7 @@ func (x *Actors) String() string {
 func (*Actors) ProtoMessage() {}
 
 func (x *Actors) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1701,7 @@ func (x *Actors) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actors.ProtoReflect.Descriptor instead.
 func (*Actors) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{18}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Actors) GetActors() []*Actor {
@@ -1428,7 +1722,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1734,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1747,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{19}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecRequest) GetId() string {
@@ -1481,7 +1775,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1787,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1800,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{20}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecResult) GetExitCode() int32 {
@@ -1541,7 +1835,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1847,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1860,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{21}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -1595,7 +1889,7 @@ type Events struct {
 
 func (x *Events) Reset() {
 	*x = Events{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1901,7 @@ func (x *Events) String() string {
 func (*Events) ProtoMessage() {}
 
 func (x *Events) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1914,7 @@ func (x *Events) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Events.ProtoReflect.Descriptor instead.
 func (*Events) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{22}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Events) GetEvents() []*Event {
@@ -1647,7 +1941,7 @@ type SnapshotsRequest struct {
 
 func (x *SnapshotsRequest) Reset() {
 	*x = SnapshotsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1953,7 @@ func (x *SnapshotsRequest) String() string {
 func (*SnapshotsRequest) ProtoMessage() {}
 
 func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1966,7 @@ func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{23}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotsRequest) GetActor() string {
@@ -1691,7 +1985,7 @@ type Snapshots struct {
 
 func (x *Snapshots) Reset() {
 	*x = Snapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1997,7 @@ func (x *Snapshots) String() string {
 func (*Snapshots) ProtoMessage() {}
 
 func (x *Snapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +2010,7 @@ func (x *Snapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshots.ProtoReflect.Descriptor instead.
 func (*Snapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{24}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Snapshots) GetSnapshots() []*Snapshot {
@@ -1735,7 +2029,7 @@ type SnapshotID struct {
 
 func (x *SnapshotID) Reset() {
 	*x = SnapshotID{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +2041,7 @@ func (x *SnapshotID) String() string {
 func (*SnapshotID) ProtoMessage() {}
 
 func (x *SnapshotID) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +2054,7 @@ func (x *SnapshotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotID.ProtoReflect.Descriptor instead.
 func (*SnapshotID) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{25}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotID) GetId() string {
@@ -1789,7 +2083,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +2095,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2108,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseRequest) GetHolder() string {
@@ -1858,7 +2152,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2164,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2177,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Lease) GetHolder() string {
@@ -1938,7 +2232,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2244,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2257,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Command) GetArgs() []string {
@@ -1995,7 +2289,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2301,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2314,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StoreStatus) GetLocation() string {
@@ -2103,7 +2397,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2409,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2422,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeStatus) GetStore() *StoreStatus {
@@ -2155,7 +2449,7 @@ type StageRequest struct {
 
 func (x *StageRequest) Reset() {
 	*x = StageRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2461,7 @@ func (x *StageRequest) String() string {
 func (*StageRequest) ProtoMessage() {}
 
 func (x *StageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2474,7 @@ func (x *StageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
 func (*StageRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StageRequest) GetName() string {
@@ -2208,7 +2502,7 @@ type StagedSnapshot struct {
 
 func (x *StagedSnapshot) Reset() {
 	*x = StagedSnapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2514,7 @@ func (x *StagedSnapshot) String() string {
 func (*StagedSnapshot) ProtoMessage() {}
 
 func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2527,7 @@ func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshot.ProtoReflect.Descriptor instead.
 func (*StagedSnapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StagedSnapshot) GetName() string {
@@ -2287,7 +2581,7 @@ type StagedSnapshots struct {
 
 func (x *StagedSnapshots) Reset() {
 	*x = StagedSnapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2593,7 @@ func (x *StagedSnapshots) String() string {
 func (*StagedSnapshots) ProtoMessage() {}
 
 func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2606,7 @@ func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshots.ProtoReflect.Descriptor instead.
 func (*StagedSnapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StagedSnapshots) GetStaged() []*StagedSnapshot {
@@ -2327,7 +2621,7 @@ var File_stasis_v1_stasis_proto protoreflect.FileDescriptor
 const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"\x16stasis/v1/stasis.proto\x12\tstasis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\a\n" +
-	"\x05Empty\"\xb2\x03\n" +
+	"\x05Empty\"\xcf\x04\n" +
 	"\bTemplate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06bundle\x18\x02 \x01(\tR\x06bundle\x12\x16\n" +
@@ -2344,7 +2638,25 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x18\n" +
 	"\aruntime\x18\r \x01(\tR\aruntime\x12\x1d\n" +
-	"\x02vm\x18\x0e \x01(\v2\r.stasis.v1.VMR\x02vm\"\x95\x01\n" +
+	"\x02vm\x18\x0e \x01(\v2\r.stasis.v1.VMR\x02vm\x12,\n" +
+	"\anetwork\x18\x0f \x01(\v2\x12.stasis.v1.NetworkR\anetwork\x12%\n" +
+	"\x05ports\x18\x10 \x03(\v2\x0f.stasis.v1.PortR\x05ports\x12#\n" +
+	"\x04idle\x18\x11 \x01(\v2\x0f.stasis.v1.IdleR\x04idle\x12!\n" +
+	"\fwake_timeout\x18\x12 \x01(\tR\vwakeTimeout\"3\n" +
+	"\aNetwork\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
+	"\x05netns\x18\x02 \x01(\tR\x05netns\"c\n" +
+	"\x04Port\x12\x17\n" +
+	"\ahost_ip\x18\x01 \x01(\tR\x06hostIp\x12\x1b\n" +
+	"\thost_port\x18\x02 \x01(\x05R\bhostPort\x12%\n" +
+	"\x0econtainer_port\x18\x03 \x01(\x05R\rcontainerPort\"0\n" +
+	"\x04Idle\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\tR\x05after\x12\x12\n" +
+	"\x04then\x18\x02 \x01(\tR\x04then\"c\n" +
+	"\fActorNetwork\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12%\n" +
+	"\x05ports\x18\x03 \x03(\v2\x0f.stasis.v1.PortR\x05ports\"\x95\x01\n" +
 	"\x02VM\x12\x16\n" +
 	"\x06kernel\x18\x01 \x01(\tR\x06kernel\x12\x1c\n" +
 	"\tinitramfs\x18\x02 \x01(\tR\tinitramfs\x12\x18\n" +
@@ -2365,7 +2677,7 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\x03 \x01(\x01R\x0etimeoutSeconds\"H\n" +
 	"\x0eSnapshotConfig\x12\x19\n" +
 	"\bon_pause\x18\x01 \x01(\tR\aonPause\x12\x1b\n" +
-	"\ton_commit\x18\x02 \x01(\tR\bonCommit\"\xf0\x02\n" +
+	"\ton_commit\x18\x02 \x01(\tR\bonCommit\"\xa3\x03\n" +
 	"\x05Actor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x14\n" +
@@ -2379,7 +2691,8 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
 	"\aruntime\x18\n" +
-	" \x01(\tR\aruntime\"\x81\x02\n" +
+	" \x01(\tR\aruntime\x121\n" +
+	"\anetwork\x18\v \x01(\v2\x17.stasis.v1.ActorNetworkR\anetwork\"\x81\x02\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
@@ -2410,7 +2723,7 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12)\n" +
 	"\x10duration_seconds\x18\x06 \x01(\x01R\x0fdurationSeconds\x12*\n" +
-	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x8c\x01\n" +
+	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xe1\x01\n" +
 	"\n" +
 	"RunRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x0e\n" +
@@ -2419,7 +2732,9 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04cold\x18\x04 \x01(\bR\x04cold\x12\x1f\n" +
 	"\vfrom_stored\x18\x05 \x01(\tR\n" +
-	"fromStored\":\n" +
+	"fromStored\x12,\n" +
+	"\anetwork\x18\x06 \x01(\v2\x12.stasis.v1.NetworkR\anetwork\x12%\n" +
+	"\x05ports\x18\a \x03(\v2\x0f.stasis.v1.PortR\x05ports\":\n" +
 	"\tOpRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2551,123 +2866,134 @@ func file_stasis_v1_stasis_proto_rawDescGZIP() []byte {
 	return file_stasis_v1_stasis_proto_rawDescData
 }
 
-var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Empty)(nil),                 // 0: stasis.v1.Empty
 	(*Template)(nil),              // 1: stasis.v1.Template
-	(*VM)(nil),                    // 2: stasis.v1.VM
-	(*Device)(nil),                // 3: stasis.v1.Device
-	(*Probe)(nil),                 // 4: stasis.v1.Probe
-	(*SnapshotConfig)(nil),        // 5: stasis.v1.SnapshotConfig
-	(*Actor)(nil),                 // 6: stasis.v1.Actor
-	(*Operation)(nil),             // 7: stasis.v1.Operation
-	(*Snapshot)(nil),              // 8: stasis.v1.Snapshot
-	(*Event)(nil),                 // 9: stasis.v1.Event
-	(*RunRequest)(nil),            // 10: stasis.v1.RunRequest
-	(*OpRequest)(nil),             // 11: stasis.v1.OpRequest
-	(*DeleteRequest)(nil),         // 12: stasis.v1.DeleteRequest
-	(*Deleted)(nil),               // 13: stasis.v1.Deleted
-	(*WarmRequest)(nil),           // 14: stasis.v1.WarmRequest
-	(*TemplateName)(nil),          // 15: stasis.v1.TemplateName
-	(*Templates)(nil),             // 16: stasis.v1.Templates
-	(*ActorID)(nil),               // 17: stasis.v1.ActorID
-	(*Actors)(nil),                // 18: stasis.v1.Actors
-	(*ExecRequest)(nil),           // 19: stasis.v1.ExecRequest
-	(*ExecResult)(nil),            // 20: stasis.v1.ExecResult
-	(*EventsRequest)(nil),         // 21: stasis.v1.EventsRequest
-	(*Events)(nil),                // 22: stasis.v1.Events
-	(*SnapshotsRequest)(nil),      // 23: stasis.v1.SnapshotsRequest
-	(*Snapshots)(nil),             // 24: stasis.v1.Snapshots
-	(*SnapshotID)(nil),            // 25: stasis.v1.SnapshotID
-	(*LeaseRequest)(nil),          // 26: stasis.v1.LeaseRequest
-	(*Lease)(nil),                 // 27: stasis.v1.Lease
-	(*Command)(nil),               // 28: stasis.v1.Command
-	(*StoreStatus)(nil),           // 29: stasis.v1.StoreStatus
-	(*NodeStatus)(nil),            // 30: stasis.v1.NodeStatus
-	(*StageRequest)(nil),          // 31: stasis.v1.StageRequest
-	(*StagedSnapshot)(nil),        // 32: stasis.v1.StagedSnapshot
-	(*StagedSnapshots)(nil),       // 33: stasis.v1.StagedSnapshots
-	nil,                           // 34: stasis.v1.Device.PropsEntry
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 36: google.protobuf.Struct
+	(*Network)(nil),               // 2: stasis.v1.Network
+	(*Port)(nil),                  // 3: stasis.v1.Port
+	(*Idle)(nil),                  // 4: stasis.v1.Idle
+	(*ActorNetwork)(nil),          // 5: stasis.v1.ActorNetwork
+	(*VM)(nil),                    // 6: stasis.v1.VM
+	(*Device)(nil),                // 7: stasis.v1.Device
+	(*Probe)(nil),                 // 8: stasis.v1.Probe
+	(*SnapshotConfig)(nil),        // 9: stasis.v1.SnapshotConfig
+	(*Actor)(nil),                 // 10: stasis.v1.Actor
+	(*Operation)(nil),             // 11: stasis.v1.Operation
+	(*Snapshot)(nil),              // 12: stasis.v1.Snapshot
+	(*Event)(nil),                 // 13: stasis.v1.Event
+	(*RunRequest)(nil),            // 14: stasis.v1.RunRequest
+	(*OpRequest)(nil),             // 15: stasis.v1.OpRequest
+	(*DeleteRequest)(nil),         // 16: stasis.v1.DeleteRequest
+	(*Deleted)(nil),               // 17: stasis.v1.Deleted
+	(*WarmRequest)(nil),           // 18: stasis.v1.WarmRequest
+	(*TemplateName)(nil),          // 19: stasis.v1.TemplateName
+	(*Templates)(nil),             // 20: stasis.v1.Templates
+	(*ActorID)(nil),               // 21: stasis.v1.ActorID
+	(*Actors)(nil),                // 22: stasis.v1.Actors
+	(*ExecRequest)(nil),           // 23: stasis.v1.ExecRequest
+	(*ExecResult)(nil),            // 24: stasis.v1.ExecResult
+	(*EventsRequest)(nil),         // 25: stasis.v1.EventsRequest
+	(*Events)(nil),                // 26: stasis.v1.Events
+	(*SnapshotsRequest)(nil),      // 27: stasis.v1.SnapshotsRequest
+	(*Snapshots)(nil),             // 28: stasis.v1.Snapshots
+	(*SnapshotID)(nil),            // 29: stasis.v1.SnapshotID
+	(*LeaseRequest)(nil),          // 30: stasis.v1.LeaseRequest
+	(*Lease)(nil),                 // 31: stasis.v1.Lease
+	(*Command)(nil),               // 32: stasis.v1.Command
+	(*StoreStatus)(nil),           // 33: stasis.v1.StoreStatus
+	(*NodeStatus)(nil),            // 34: stasis.v1.NodeStatus
+	(*StageRequest)(nil),          // 35: stasis.v1.StageRequest
+	(*StagedSnapshot)(nil),        // 36: stasis.v1.StagedSnapshot
+	(*StagedSnapshots)(nil),       // 37: stasis.v1.StagedSnapshots
+	nil,                           // 38: stasis.v1.Device.PropsEntry
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 40: google.protobuf.Struct
 }
 var file_stasis_v1_stasis_proto_depIdxs = []int32{
-	4,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
-	5,  // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
-	35, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 3: stasis.v1.Template.vm:type_name -> stasis.v1.VM
-	3,  // 4: stasis.v1.VM.devices:type_name -> stasis.v1.Device
-	34, // 5: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
-	8,  // 6: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
-	7,  // 7: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
-	35, // 8: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
-	35, // 9: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 10: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	35, // 11: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	35, // 12: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	35, // 13: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
-	1,  // 14: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
-	6,  // 15: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
-	9,  // 16: stasis.v1.Events.events:type_name -> stasis.v1.Event
-	8,  // 17: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
-	35, // 18: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
-	28, // 19: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
-	35, // 20: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
-	29, // 21: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
-	27, // 22: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
-	35, // 23: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
-	32, // 24: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
-	1,  // 25: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
-	15, // 26: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
-	14, // 27: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
-	0,  // 28: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
-	10, // 29: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
-	0,  // 30: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
-	17, // 31: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
-	11, // 32: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
-	11, // 33: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
-	11, // 34: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
-	12, // 35: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
-	19, // 36: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
-	21, // 37: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
-	21, // 38: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
-	23, // 39: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
-	25, // 40: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
-	31, // 41: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
-	0,  // 42: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
-	0,  // 43: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
-	0,  // 44: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
-	26, // 45: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
-	0,  // 46: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
-	0,  // 47: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
-	1,  // 48: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
-	0,  // 49: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
-	1,  // 50: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
-	16, // 51: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
-	6,  // 52: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
-	18, // 53: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
-	6,  // 54: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
-	6,  // 55: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
-	6,  // 56: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
-	6,  // 57: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
-	13, // 58: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
-	20, // 59: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
-	22, // 60: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
-	9,  // 61: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
-	24, // 62: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
-	8,  // 63: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
-	32, // 64: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
-	33, // 65: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
-	36, // 66: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
-	30, // 67: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
-	27, // 68: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
-	27, // 69: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
-	27, // 70: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
-	48, // [48:71] is the sub-list for method output_type
-	25, // [25:48] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	8,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
+	9,  // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
+	39, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 3: stasis.v1.Template.vm:type_name -> stasis.v1.VM
+	2,  // 4: stasis.v1.Template.network:type_name -> stasis.v1.Network
+	3,  // 5: stasis.v1.Template.ports:type_name -> stasis.v1.Port
+	4,  // 6: stasis.v1.Template.idle:type_name -> stasis.v1.Idle
+	3,  // 7: stasis.v1.ActorNetwork.ports:type_name -> stasis.v1.Port
+	7,  // 8: stasis.v1.VM.devices:type_name -> stasis.v1.Device
+	38, // 9: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
+	12, // 10: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
+	11, // 11: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
+	39, // 12: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
+	39, // 13: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
+	5,  // 14: stasis.v1.Actor.network:type_name -> stasis.v1.ActorNetwork
+	39, // 15: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	39, // 16: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	39, // 17: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	39, // 18: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
+	2,  // 19: stasis.v1.RunRequest.network:type_name -> stasis.v1.Network
+	3,  // 20: stasis.v1.RunRequest.ports:type_name -> stasis.v1.Port
+	1,  // 21: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
+	10, // 22: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
+	13, // 23: stasis.v1.Events.events:type_name -> stasis.v1.Event
+	12, // 24: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
+	39, // 25: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
+	32, // 26: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
+	39, // 27: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
+	33, // 28: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
+	31, // 29: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
+	39, // 30: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
+	36, // 31: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
+	1,  // 32: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
+	19, // 33: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
+	18, // 34: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
+	0,  // 35: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
+	14, // 36: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
+	0,  // 37: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
+	21, // 38: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
+	15, // 39: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
+	15, // 40: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
+	15, // 41: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
+	16, // 42: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
+	23, // 43: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
+	25, // 44: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
+	25, // 45: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
+	27, // 46: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
+	29, // 47: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
+	35, // 48: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
+	0,  // 49: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
+	0,  // 50: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
+	0,  // 51: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
+	30, // 52: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
+	0,  // 53: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
+	0,  // 54: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
+	1,  // 55: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
+	0,  // 56: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
+	1,  // 57: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
+	20, // 58: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
+	10, // 59: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
+	22, // 60: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
+	10, // 61: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
+	10, // 62: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
+	10, // 63: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
+	10, // 64: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
+	17, // 65: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
+	24, // 66: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
+	26, // 67: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
+	13, // 68: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
+	28, // 69: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
+	12, // 70: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
+	36, // 71: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
+	37, // 72: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
+	40, // 73: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
+	34, // 74: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
+	31, // 75: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
+	31, // 76: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
+	31, // 77: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
+	55, // [55:78] is the sub-list for method output_type
+	32, // [32:55] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_stasis_v1_stasis_proto_init() }
@@ -2681,7 +3007,7 @@ func file_stasis_v1_stasis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stasis_v1_stasis_proto_rawDesc), len(file_stasis_v1_stasis_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,327 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/network"
+	"github.com/stasis-run/stasis/testkit/testactor"
+)
+
+// These tests run stasisd with runsc's own network (each actor in a
+// namespace of its own on Stasis's CNI bridge) and clients on the host
+// that reach the actors at 127.0.0.1 through their published ports, or at
+// their addresses on the bridge.
+
+// servingDaemon is a stasisd whose actors get networks.
+func servingDaemon(t *testing.T, extra ...string) *daemon {
+	t.Helper()
+	d := newDaemon(t, append([]string{"--network", "sandbox"}, extra...)...)
+	d.start("")
+	return d
+}
+
+// releaseNetworks tears down the networks a test's stasisd left set up
+// (actors not deleted): their namespaces unmounted, their addresses given
+// back.
+func releaseNetworks(t *testing.T, data string) {
+	entries, err := os.ReadDir(filepath.Join(data, "netns"))
+	if err != nil || len(entries) == 0 {
+		return
+	}
+	m, err := network.New(network.Config{NetnsDir: filepath.Join(data, "netns"), CNI: network.CNIConfig{
+		ConfDir: "/etc/cni/net.d", Network: network.DefaultNetwork, BinDirs: network.DefaultBinDirs, CacheDir: filepath.Join(data, "cni")}})
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, e := range entries {
+		if err := m.Teardown(context.Background(), e.Name(), network.Attachment{Mode: network.ModeCNI}); err != nil {
+			t.Log(err)
+		}
+	}
+}
+
+// servingTemplate records a template whose counter answers over TCP on
+// port 8000, published at 127.0.0.1:hostPort.
+func (d *daemon) servingTemplate(name string, hostPort int, tweak func(*api.Template)) api.Template {
+	d.t.Helper()
+	dir := testactor.Bundle(d.t, d.t.TempDir(), testactor.Options{Listen: ":8000"})
+	t := api.Template{Name: name, Bundle: dir, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}
+	if hostPort != 0 {
+		t.Ports = []api.Port{{HostIP: "127.0.0.1", HostPort: hostPort, ContainerPort: 8000}}
+	}
+	if tweak != nil {
+		tweak(&t)
+	}
+	got, err := d.api.CreateTemplate(context.Background(), t)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return got
+}
+
+// ask sends the counter at addr a line and returns its answer, or the
+// error the connection ended with.
+func ask(addr, line string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	fmt.Fprintln(conn, line)
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimSpace(reply), err
+}
+
+func mustAsk(t *testing.T, addr, line string) (id string, value int) {
+	t.Helper()
+	reply, err := ask(addr, line)
+	if err != nil {
+		t.Fatalf("%s to %s: %v", line, addr, err)
+	}
+	id, v, _ := strings.Cut(reply, " ")
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s to %s: answer %q", line, addr, reply)
+	}
+	return id, n
+}
+
+// awaitState waits, watching the actor's history, until it is in state
+// with no operation running.
+func (d *daemon) awaitState(id string, state api.State) api.Actor {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var got api.Actor
+	err := d.api.Watch(ctx, id, 0, func(api.Event) {
+		if a, err := d.api.InspectActor(ctx, id); err == nil && a.State == state && a.Operation == nil {
+			got = a
+			cancel()
+		}
+	})
+	if got.ID != "" {
+		return got
+	}
+	if a, err := d.api.InspectActor(context.Background(), id); err == nil && a.State == state && a.Operation == nil {
+		return a
+	}
+	d.t.Fatalf("actor %s never reached %s: %v", id, state, err)
+	return api.Actor{}
+}
+
+// events are the steps and messages of actor id's history.
+func (d *daemon) events(id string) []api.Event {
+	d.t.Helper()
+	ev, err := d.api.Events(context.Background(), id, 0)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return ev.Events
+}
+
+func countSteps(events []api.Event, step, says string) int {
+	n := 0
+	for _, e := range events {
+		if e.Step == step && strings.Contains(e.Message, says) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPublishedPortsWakeTheActor: an actor published on 127.0.0.1 answers
+// there and at its own address; paused, suspended, and after stasisd was
+// killed while it was suspended, a connection wakes it and the same
+// process answers, counting on; 50 connections at once on a suspended
+// actor make one resume and are all served; a deleted actor's port and
+// namespace are gone.
+func TestPublishedPortsWakeTheActor(t *testing.T) {
+	d := servingDaemon(t)
+	hp := freePort(t)
+	d.servingTemplate("srv", hp, nil)
+	a := d.run("srv", "s1")
+	if a.Network == nil || a.Network.Mode != network.ModeCNI || a.Network.Address == "" || len(a.Network.Ports) != 1 {
+		t.Fatalf("the actor's network: %+v", a.Network)
+	}
+	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+	own := net.JoinHostPort(a.Network.Address, "8000")
+	id, n := mustAsk(t, published, "incr")
+	if n != 1 {
+		t.Fatalf("first answer %d", n)
+	}
+	if gotID, gotN := mustAsk(t, own, "get"); gotID != id || gotN != 1 {
+		t.Fatalf("at its own address: %s %d", gotID, gotN)
+	}
+
+	d.op("Pause", "s1")
+	if gotID, gotN := mustAsk(t, published, "incr"); gotID != id || gotN != 2 {
+		t.Fatalf("woken from PAUSED: %s %d, want %s 2", gotID, gotN, id)
+	}
+	if got := d.inspect("s1"); got.State != api.Running || got.Network.Address != a.Network.Address {
+		t.Fatalf("after the wake: %s at %s, want RUNNING at %s", got.State, got.Network.Address, a.Network.Address)
+	}
+
+	d.op("Suspend", "s1")
+	wakesBefore := countSteps(d.events("s1"), "wake", "waking it")
+	var wg sync.WaitGroup
+	values := make(chan int, 50)
+	for range 50 {
+		wg.Go(func() {
+			reply, err := ask(published, "incr")
+			gotID, v, _ := strings.Cut(reply, " ")
+			n, _ := strconv.Atoi(v)
+			if err != nil || gotID != id {
+				t.Errorf("a connection to the suspended actor: %q, %v", reply, err)
+			}
+			values <- n
+		})
+	}
+	wg.Wait()
+	close(values)
+	seen := map[int]bool{}
+	for v := range values {
+		seen[v] = true
+	}
+	if len(seen) != 50 {
+		t.Fatalf("%d distinct answers of 50: each connection counts once", len(seen))
+	}
+	for v := 3; v <= 52; v++ {
+		if !seen[v] {
+			t.Fatalf("no connection got %d: the counter went on from 2 to 52", v)
+		}
+	}
+	if wakes := countSteps(d.events("s1"), "wake", "waking it") - wakesBefore; wakes != 1 {
+		t.Fatalf("%d wakes for 50 connections, want 1", wakes)
+	}
+
+	// Killed while suspended: the next stasisd publishes the port again.
+	d.op("Suspend", "s1")
+	_ = d.cmd.Process.Kill()
+	<-d.exited
+	d.cmd = nil
+	if _, err := ask(published, "get"); err == nil {
+		t.Fatal("the port answered with stasisd dead")
+	}
+	d.start("")
+	if gotID, gotN := mustAsk(t, published, "incr"); gotID != id || gotN != 53 {
+		t.Fatalf("after stasisd was killed and started again: %s %d, want %s 53", gotID, gotN, id)
+	}
+
+	netns := filepath.Join(d.data, "netns", "s1")
+	if _, err := os.Stat(netns); err != nil {
+		t.Fatalf("the actor's namespace: %v", err)
+	}
+	d.op("Delete", "s1")
+	if _, err := ask(published, "get"); err == nil {
+		t.Fatal("a deleted actor's port still answers")
+	}
+	if _, err := os.Stat(netns); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a deleted actor's namespace is left: %v", err)
+	}
+}
+
+// TestPortRefusals: a host port another actor publishes, one another
+// process holds, and one out of range are refused with the cause, and
+// nothing is made.
+func TestPortRefusals(t *testing.T) {
+	d := servingDaemon(t)
+	hp := freePort(t)
+	d.servingTemplate("srv", hp, nil)
+	d.run("srv", "s1")
+	ctx := context.Background()
+	_, err := d.api.Run(ctx, api.RunRequest{Template: "srv", ID: "s2"})
+	if !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), "actor s1") {
+		t.Fatalf("a second actor on the same host port: %v, want already_exists naming s1", err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	d.servingTemplate("bare", 0, nil)
+	_, err = d.api.Run(ctx, api.RunRequest{Template: "bare", ID: "s3", Ports: []api.Port{{HostIP: "127.0.0.1", HostPort: takenPort, ContainerPort: 8000}}})
+	if !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), "another process") {
+		t.Fatalf("a host port another process holds: %v", err)
+	}
+	_, err = d.api.Run(ctx, api.RunRequest{Template: "bare", ID: "s4", Ports: []api.Port{{HostPort: 70000, ContainerPort: 8000}}})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("port 70000: %v, want invalid_argument", err)
+	}
+	_, err = d.api.Run(ctx, api.RunRequest{Template: "bare", ID: "s5", Network: api.Network{Mode: network.ModeNone}, Ports: []api.Port{{HostIP: "127.0.0.1", HostPort: freePort(t), ContainerPort: 8000}}})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "network mode none") {
+		t.Fatalf("ports without an address: %v", err)
+	}
+	for _, id := range []string{"s2", "s3", "s4", "s5"} {
+		if _, err := d.api.InspectActor(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("refused actor %s: %v, want not found", id, err)
+		}
+	}
+	// The refused runs left s1's port published.
+	if _, n := mustAsk(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(hp)), "incr"); n != 1 {
+		t.Fatalf("s1 after the refusals: %d", n)
+	}
+}
+
+// TestIdleActorIsSuspendedAndWoken: an actor idle past its template's
+// idle.after is suspended with the reason in its history, its GPU and
+// memory freed; the next connection wakes it and the same process
+// answers.
+func TestIdleActorIsSuspendedAndWoken(t *testing.T) {
+	d := servingDaemon(t)
+	hp := freePort(t)
+	d.servingTemplate("idle", hp, func(t *api.Template) { t.Idle = &api.Idle{After: "2s", Then: api.IdleSuspend} })
+	d.run("idle", "i1")
+	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+	id, _ := mustAsk(t, published, "incr")
+	d.awaitState("i1", api.Suspended)
+	if n := countSteps(d.events("i1"), "idle", "idle for 2s"); n != 1 {
+		t.Fatalf("%d idle notes in its history, want 1", n)
+	}
+	d.requireNoSandbox("i1")
+	if gotID, n := mustAsk(t, published, "incr"); gotID != id || n != 2 {
+		t.Fatalf("woken after the idle suspend: %s %d, want %s 2", gotID, n, id)
+	}
+}
+
+// TestAWakeThatFailsClosesHeldConnections: an actor whose snapshot is
+// gone cannot be woken; a connection held for it is closed (the client
+// sees its end, not a hang) and the actor's history says why.
+func TestAWakeThatFailsClosesHeldConnections(t *testing.T) {
+	d := servingDaemon(t, "--no-store")
+	hp := freePort(t)
+	d.servingTemplate("srv", hp, nil)
+	d.run("srv", "f1")
+	a := d.op("Suspend", "f1")
+	if err := os.RemoveAll(a.Snapshot.Dir); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if reply, err := ask(net.JoinHostPort("127.0.0.1", strconv.Itoa(hp)), "get"); err == nil {
+		t.Fatalf("a wake that cannot work answered %q", reply)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Fatalf("the held connection ended after %s", took)
+	}
+	if n := countSteps(d.events("f1"), "wake", "waking it"); n != 1 {
+		t.Fatalf("%d wakes", n)
+	}
+	if got := d.inspect("f1"); got.State != api.Suspended || !strings.Contains(got.Reason, "resume failed") {
+		t.Fatalf("after the failed wake: %s (%s)", got.State, got.Reason)
+	}
+}
