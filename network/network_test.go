@@ -14,6 +14,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/errdefs"
@@ -181,5 +182,28 @@ func TestAnOperatorsNetworkNeedsItsPlugins(t *testing.T) {
 	}
 	if err := m.CNIError(); err == nil || !strings.Contains(err.Error(), "elsewhere") {
 		t.Fatalf("a network that is not there: %v", err)
+	}
+}
+
+// TestANamespaceMadeAgainKeepsItsAddress: a namespace gone as after a
+// reboot (unmounted, its interface with it) is made again at the next
+// setup, and the plugins hand the actor the address it had.
+func TestANamespaceMadeAgainKeepsItsAddress(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	a, err := m.Setup(ctx, "net2", network.Want{Mode: network.ModeCNI}, network.Attachment{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Teardown(context.Background(), "net2", a) })
+	if err := unix.Unmount(a.Netns, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(a.Netns); err != nil {
+		t.Fatal(err)
+	}
+	again, err := m.Setup(ctx, "net2", network.Want{}, a)
+	if err != nil || again != a {
+		t.Fatalf("made again: %+v, %v; want %+v", again, err, a)
 	}
 }
