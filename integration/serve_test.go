@@ -15,8 +15,11 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/network"
+	"github.com/stasis-run/stasis/service"
+	"github.com/stasis-run/stasis/store/location"
 	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
@@ -323,5 +326,120 @@ func TestAWakeThatFailsClosesHeldConnections(t *testing.T) {
 	}
 	if got := d.inspect("f1"); got.State != api.Suspended || !strings.Contains(got.Reason, "resume failed") {
 		t.Fatalf("after the failed wake: %s (%s)", got.State, got.Reason)
+	}
+}
+
+// TestSuspendWithAConnectionOpen: a connection open through a published
+// port when the actor is suspended ends cleanly (the client sees its end,
+// not a hang), and the next connection wakes the actor.
+func TestSuspendWithAConnectionOpen(t *testing.T) {
+	d := servingDaemon(t)
+	hp := freePort(t)
+	d.servingTemplate("srv", hp, nil)
+	d.run("srv", "o1")
+	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+	id, _ := mustAsk(t, published, "incr")
+	open, err := net.Dial("tcp", published)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	fmt.Fprintln(open, "wait")
+	r := bufio.NewReader(open)
+	if got, err := r.ReadString('\n'); err != nil || got != id+" waiting\n" {
+		t.Fatalf("a connection kept open: %q, %v", got, err)
+	}
+	d.op("Suspend", "o1")
+	_ = open.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := r.ReadString('\n'); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection open across the suspend: %v, want its end", err)
+	}
+	if gotID, n := mustAsk(t, published, "incr"); gotID != id || n != 2 {
+		t.Fatalf("after the suspend: %s %d, want %s 2", gotID, n, id)
+	}
+}
+
+// TestAMovedActorAnswersAtItsNewNode: an actor suspended on one stasisd and
+// started from its stored snapshot on another (as a fleet moves it) gets
+// that node's address and its own published port there; the same process
+// answers, counting on.
+func TestAMovedActorAnswersAtItsNewNode(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	// The shared store is made once, as an operator would with `stasis
+	// store init`.
+	if _, err := location.Repository(context.Background(), store, true); err != nil {
+		t.Fatal(err)
+	}
+	a := servingDaemon(t, "--repo", store)
+	b := servingDaemon(t, "--repo", store)
+	hpA, hpB := freePort(t), freePort(t)
+	a.servingTemplate("srv", hpA, nil)
+	b.servingTemplate("srv", hpB, nil)
+	first := a.run("srv", "m1")
+	id, _ := mustAsk(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(hpA)), "incr")
+	suspended := a.op("Suspend", "m1")
+	moved, err := b.api.Run(context.Background(), api.RunRequest{Template: "srv", ID: "m1", FromStored: suspended.Snapshot.Stored})
+	if err != nil || moved.State != api.Running {
+		t.Fatalf("started from the stored snapshot on the other node: %+v, %v", moved, err)
+	}
+	if moved.Network == nil || moved.Network.Address == "" || moved.Network.Address == first.Network.Address {
+		t.Fatalf("the moved actor's address %+v, the first's %s: want one of its own", moved.Network, first.Network.Address)
+	}
+	if gotID, n := mustAsk(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(hpB)), "incr"); gotID != id || n != 2 {
+		t.Fatalf("on the other node: %s %d, want %s 2", gotID, n, id)
+	}
+	if gotID, n := mustAsk(t, net.JoinHostPort(moved.Network.Address, "8000"), "get"); gotID != id || n != 2 {
+		t.Fatalf("at its new address: %s %d", gotID, n)
+	}
+	a.op("Delete", "m1")
+	b.op("Delete", "m1")
+}
+
+// TestKilledWhileWaking: stasisd killed during the resume a held
+// connection started: the client sees its connection end; the next
+// stasisd settles the actor, publishes its port again (bound once), and
+// the next connection wakes it and the same process answers.
+func TestKilledWhileWaking(t *testing.T) {
+	d := servingDaemon(t)
+	hp := freePort(t)
+	d.servingTemplate("srv", hp, nil)
+	d.run("srv", "k1")
+	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+	id, _ := mustAsk(t, published, "incr")
+	d.op("Suspend", "k1")
+	d.stop()
+	d.start(service.Failpoint(service.KindResume, engine.StepRestore, false))
+	if reply, err := ask(published, "incr"); err == nil {
+		t.Fatalf("a connection held by a stasisd that died answered %q", reply)
+	}
+	d.crashed()
+	d.start("")
+	if a := d.inspect("k1"); a.State != api.Suspended || a.Operation != nil {
+		t.Fatalf("after the restart: %s, operation %+v; want SUSPENDED, the wake rolled back", a.State, a.Operation)
+	}
+	if gotID, n := mustAsk(t, published, "incr"); gotID != id || n != 2 {
+		t.Fatalf("woken after the restart: %s %d, want %s 2", gotID, n, id)
+	}
+}
+
+// TestKilledDuringAnIdleSuspend: stasisd killed while it suspends an idle
+// actor: after the restart the actor is stable, its port published again,
+// and a request is served by the same process.
+func TestKilledDuringAnIdleSuspend(t *testing.T) {
+	d := newDaemon(t, "--network", "sandbox")
+	d.start(service.Failpoint(service.KindSuspend, engine.StepCheckpoint, true))
+	hp := freePort(t)
+	d.servingTemplate("idle", hp, func(t *api.Template) { t.Idle = &api.Idle{After: "3s", Then: api.IdleSuspend} })
+	d.run("idle", "k2")
+	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+	id, _ := mustAsk(t, published, "incr")
+	d.crashed()
+	d.start("")
+	a := d.inspect("k2")
+	if a.Operation != nil || (a.State != api.Running && a.State != api.Suspended) {
+		t.Fatalf("after the restart: %s, operation %+v", a.State, a.Operation)
+	}
+	if gotID, n := mustAsk(t, published, "incr"); gotID != id || n != 2 {
+		t.Fatalf("after the restart: %s %d, want %s 2", gotID, n, id)
 	}
 }

@@ -63,7 +63,15 @@ func serve(stdout io.Writer, tcp string) error {
 	value := 0
 	answer := func(conn net.Conn) {
 		defer conn.Close()
-		line, _ := bufio.NewReader(conn).ReadString('\n')
+		r := bufio.NewReader(conn)
+		line, _ := r.ReadString('\n')
+		if strings.TrimSpace(line) == "wait" {
+			// A connection that stays open: answered at once, then read
+			// until the client ends it.
+			fmt.Fprintf(conn, "%s waiting\n", id)
+			_, _ = io.Copy(io.Discard, r)
+			return
+		}
 		mu.Lock()
 		if strings.TrimSpace(line) == "incr" {
 			value++

@@ -126,6 +126,7 @@ func (s *Actors) teardownNetwork(ctx context.Context, a journal.Actor) error {
 	if err != nil {
 		return err
 	}
+	s.ports.Disconnect(a.ID)
 	s.ports.Unpublish(a.ID, nil)
 	if a.Runtime == api.RuntimeMicroVM {
 		return nil

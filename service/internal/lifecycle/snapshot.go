@@ -154,6 +154,9 @@ func (s *Actors) storeExisting(ctx context.Context, o *op.Operation) (op.Outcome
 // actor running on failure; a snapshot that was committed is adopted, and
 // returned, even when a later step failed.
 func (s *Actors) take(ctx context.Context, o *op.Operation, t api.Template, scope api.Scope, keep func() (bool, string)) (journal.Snapshot, *snapshot.Manifest, error) {
+	// Connections through its published ports end before its sandbox
+	// stops, rather than wait on a process that is gone.
+	s.ports.Disconnect(o.Actor.ID)
 	a := s.templates.EngineActor(t, o.Actor)
 	m, err := s.engines.Of(o.Actor).Suspend(ctx, a, engine.SuspendOptions{Dir: o.Args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.Observer()})
 	if m == nil {

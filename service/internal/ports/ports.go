@@ -94,8 +94,10 @@ type actor struct {
 	ports     map[string]api.Port
 
 	mu sync.Mutex
-	// active counts the connections handed to it; held those waiting.
+	// active counts the connections handed to it; held those waiting;
+	// open are the active ones, the client's end to the actor's.
 	active, held int
+	open         map[net.Conn]net.Conn
 	// last is when a connection or an exec last used it.
 	last time.Time
 	// waking is the wake under way, nil when none is.
@@ -230,6 +232,27 @@ func (p *Ports) Use(id string) (active int, last time.Time, ok bool) {
 	return a.active + a.held, a.last, true
 }
 
+// Disconnect ends the connections handed to actor id (its clients see a
+// reset), as its sandbox is about to stop: a connection left open would
+// wait for a process that is gone until the actor came back.
+func (p *Ports) Disconnect(id string) {
+	p.mu.Lock()
+	a := p.actors[id]
+	p.mu.Unlock()
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	open := make([]net.Conn, 0, 2*len(a.open))
+	for client, backend := range a.open {
+		open = append(open, client, backend)
+	}
+	a.mu.Unlock()
+	for _, c := range open {
+		closeReset(c)
+	}
+}
+
 // Touch records a use of actor id other than a connection (an exec),
 // published ports or not.
 func (p *Ports) Touch(id string) {
@@ -246,7 +269,7 @@ func (p *Ports) Touch(id string) {
 }
 
 func newActor(id string) *actor {
-	return &actor{id: id, listeners: map[string]net.Listener{}, ports: map[string]api.Port{}, last: time.Now()}
+	return &actor{id: id, listeners: map[string]net.Listener{}, ports: map[string]api.Port{}, open: map[net.Conn]net.Conn{}, last: time.Now()}
 }
 
 func (p *Ports) serve(a *actor, l net.Listener, port api.Port) {
@@ -283,8 +306,8 @@ func (p *Ports) handle(a *actor, conn net.Conn, port api.Port) {
 		closeReset(conn)
 		return
 	}
-	a.begin()
-	defer a.end()
+	a.begin(conn, backend)
+	defer a.end(conn)
 	pipe(conn, backend)
 }
 
@@ -399,16 +422,18 @@ func (a *actor) release() {
 	a.mu.Unlock()
 }
 
-func (a *actor) begin() {
+func (a *actor) begin(conn, backend net.Conn) {
 	a.mu.Lock()
 	a.active++
+	a.open[conn] = backend
 	a.last = time.Now()
 	a.mu.Unlock()
 }
 
-func (a *actor) end() {
+func (a *actor) end(conn net.Conn) {
 	a.mu.Lock()
 	a.active--
+	delete(a.open, conn)
 	a.last = time.Now()
 	a.mu.Unlock()
 }
