@@ -5,6 +5,8 @@
 # gzipped. STASIS_BUNDLE_XZ=1 recompresses them with xz -9 (3 minutes more on 2 cores;
 # the engine test, runsc, stasis and versitygw then carry in 45 MB rather
 # than 71 MB, under the GPU machine's 64 MiB: the anywhere suite over S3).
+# "scripts/build-gpu-bundle.sh serve" builds only what scripts/gpu-e2e.sh serve
+# runs: stasis, stasisd, stasis-cuda, runsc and the CNI plugins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.gpu-bundle
@@ -20,6 +22,17 @@ for cmd in stasis stasisd; do
 	go build -trimpath -ldflags="-s -w" -o "$bundle/$cmd" "./cmd/$cmd"
 	gzip -f "$bundle/$cmd"
 done
+# The CNI plugins of Stasis's own network, for actors with published ports.
+scripts/install-cni.sh >/dev/null
+for p in bridge host-local; do
+	gzip -c "/usr/local/lib/stasis/cni/bin/$p" >"$bundle/$p.gz"
+done
+if [ "${1:-}" = serve ]; then
+	rm -f "$bundle"/{engine-gpu.test,fsutil.test,pullbench.test,versitygw,benchplot}.gz "$bundle/benchplot"
+	scripts/install-runsc.sh >/dev/null
+	gzip -c "$(command -v runsc)" >"$bundle/runsc.gz"
+fi
+if [ "${1:-}" != serve ]; then
 go test -c -tags gpu -trimpath -ldflags="-s -w" -o "$bundle/engine-gpu.test" ./engine
 gzip -f "$bundle/engine-gpu.test"
 CGO_ENABLED=0 go test -c -trimpath -ldflags="-s -w" -o "$bundle/fsutil.test" ./internal/fsutil
@@ -31,6 +44,7 @@ scripts/install-versitygw.sh >/dev/null
 gzip -c "$(command -v versitygw)" >"$bundle/versitygw.gz"
 scripts/install-runsc.sh >/dev/null
 gzip -c "$(command -v runsc)" >"$bundle/runsc.gz"
+fi
 if [ "${STASIS_BUNDLE_XZ:-}" = 1 ]; then
 	for gz in "$bundle"/*.gz; do
 		gunzip -c "$gz" | xz -9 -T0 >"${gz%.gz}.xz" && rm "$gz"

@@ -3,7 +3,7 @@
 # its driver and PyTorch, from the repository root, after building what it
 # needs on a build machine (Go and runsc are not needed there):
 #   scripts/build-gpu-bundle.sh                    (here: builds into .gpu-bundle/)
-#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|writeback|anywhere|push|benchmarks|all [OUTDIR]   (there, as root)
+#   scripts/gpu-e2e.sh cuda|cuda-overhead|engine|node|service|synthetic|server|store|gvisor|paths|zero-pages|resume|server-resume|serve|writeback|anywhere|push|benchmarks|all [OUTDIR]   (there, as root)
 # Results (JSON, tables, logs) go to OUTDIR (default ./gpu-results).
 # Knobs: SIZES, REPS, CUDA_SKIP_E2E (cuda); STASIS_GPU_GIB, ENGINE_RUN,
 # ENGINE_TIMEOUT, ENGINE_TEST (engine); STASIS_BENCH_GIB, STASIS_BENCH_STORE_MAX_GB
@@ -261,6 +261,17 @@ run_resume() {
 # of run_server in each mode of STASIS_SERVER_MODES (compiled,plain), cold
 # start against resume to the first token kept in memory, warm and cold
 # (STASIS_SERVER_RESUMES); then the summary.
+# Serve: the 7B server as a stasisd actor with a published port, woken by
+# the requests that come while it is paused, suspended or stored only
+# (scripts/gpu/serve_bench.py; serve-summary.json). Built with
+# scripts/build-gpu-bundle.sh serve.
+run_serve() {
+	unpack runsc stasis stasisd bridge host-local
+	mkdir -p "$PWD/.gpu-work"
+	python3 scripts/gpu/serve_bench.py --bin "$bin" --helper "$bundle/stasis-cuda" --scripts "$PWD/scripts/gpu" \
+		--work "$PWD/.gpu-work" --out "$out" --commit "$(head -1 "$bundle/COMMIT" 2>/dev/null)" 2>&1 | tee "$out/serve.log"
+}
+
 run_server_resume() {
 	thp_runs TestGPUServerResume
 	resume_summary
@@ -394,6 +405,7 @@ paths) run_paths ;;
 zero-pages) run_zero_pages ;;
 resume) run_resume ;;
 server-resume) run_server_resume ;;
+serve) run_serve ;;
 writeback) run_writeback ;;
 anywhere) run_anywhere ;;
 push) run_push ;;

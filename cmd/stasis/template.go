@@ -20,7 +20,8 @@ func newTemplate(g *globals) *cobra.Command {
 	var memory, onPause, onCommit string
 	var probeTimeout float64
 	var vm api.VM
-	var devices []string
+	var devices, publish []string
+	var idleAfter, idleThen string
 	create := &cobra.Command{
 		Use:   "create NAME (--bundle DIR | --rootfs DIR -- ARGS... | --runtime microvm --kernel FILE --initramfs FILE -- ARGS...)",
 		Short: "Record a template: runtime, bundle, rootfs or guest, GPUs, memory, durable folders, readiness probe, snapshot scopes",
@@ -55,6 +56,16 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 				}
 				t.MemoryBytes = int64(n)
 			}
+			for _, p := range publish {
+				port, err := api.ParsePort(p)
+				if err != nil {
+					return err
+				}
+				t.Ports = append(t.Ports, port)
+			}
+			if idleAfter != "" {
+				t.Idle = &api.Idle{After: idleAfter, Then: idleThen}
+			}
 			t.Probe.TimeoutSeconds = probeTimeout
 			t.Snapshots = api.SnapshotConfig{OnPause: api.Scope(onPause), OnCommit: api.Scope(onCommit)}
 			for _, p := range []*string{&t.Bundle, &t.Rootfs} {
@@ -85,6 +96,12 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 	f.StringSliceVar(&t.Probe.Command, "probe-cmd", nil, "readiness command run in the sandbox (comma-separated argv)")
 	f.StringVar(&t.Probe.URL, "probe-url", "", "readiness URL that must answer 2xx")
 	f.Float64Var(&probeTimeout, "probe-timeout", 30, "seconds to wait for readiness")
+	f.StringArrayVarP(&publish, "publish", "p", nil, "publish a port of every actor, as docker run -p: [HOSTIP:]HOSTPORT:PORT (TCP; repeatable)")
+	f.StringVar(&t.Network.Mode, "network", "", "the actors' network: cni, netns (with --netns), host or none (default: cni where CNI is installed, none otherwise)")
+	f.StringVar(&t.Network.Netns, "netns", "", "the network namespace the actors join, for --network netns")
+	f.StringVar(&idleAfter, "idle-after", "", "pause or suspend (--idle-then) an actor nothing used for this long, such as 10m: no connection through its published ports, no exec")
+	f.StringVar(&idleThen, "idle-then", api.IdleSuspend, "what an idle actor becomes: pause or suspend")
+	f.StringVar(&t.WakeTimeout, "wake-timeout", "", "how long a connection for a paused or suspended actor is held while it wakes (default 2m)")
 	f.StringVar(&onPause, "on-pause", "Full", "scope of pause snapshots: Full or Data")
 	f.StringVar(&onCommit, "on-commit", "Full", "scope of suspend (commit) snapshots: Full or Data")
 
@@ -183,8 +200,18 @@ func describeTemplate(t api.Template) string {
 		source = fmt.Sprintf("rootfs %s, args %q", t.Rootfs, t.Args)
 	}
 	source = cmp.Or(t.Runtime, api.RuntimeGVisor) + ", " + source
-	return fmt.Sprintf("template %s: %s; %d GPU(s), memory %s, durable %v; snapshots on pause %s, on commit %s; golden %s\n",
-		t.Name, source, t.GPUs, limit(t.MemoryBytes), t.Durable, t.Snapshots.OnPause, t.Snapshots.OnCommit, orDash(t.Golden))
+	serve := ""
+	if t.Network.Mode != "" {
+		serve += "; network " + t.Network.Mode
+	}
+	if len(t.Ports) > 0 {
+		serve += "; publishes " + portList(t.Ports)
+	}
+	if t.Idle != nil {
+		serve += fmt.Sprintf("; idle %s: %s", t.Idle.After, t.Idle.Then)
+	}
+	return fmt.Sprintf("template %s: %s; %d GPU(s), memory %s, durable %v; snapshots on pause %s, on commit %s; golden %s%s\n",
+		t.Name, source, t.GPUs, limit(t.MemoryBytes), t.Durable, t.Snapshots.OnPause, t.Snapshots.OnCommit, orDash(t.Golden), serve)
 }
 
 func limit(n int64) string {

@@ -3,7 +3,8 @@
   llm_server.py make DIR      writes a LLaMA-shaped 6.7B-parameter model with random
                               bf16 weights to DIR as safetensors (once; no download)
   llm_server.py serve DIR     loads DIR onto the GPU, warms up, and serves HTTP on the
-                              unix socket LLM_SOCKET (default /tmp/llm.sock):
+                              unix socket LLM_SOCKET (default /tmp/llm.sock), and on
+                              TCP at LLM_LISTEN too when it is set (such as :8000):
                                 GET /token  -> {"token": id, "seconds": s}: one greedy
                                                token for a fixed prompt
                                 GET /info   -> {"pid", "mode", "timings"}: seconds from process
@@ -94,8 +95,12 @@ def serve(src):
     else:
         raise SystemExit(f"LLM_MODE {mode!r}: want plain, compiled or graphs")
 
+    import threading
+    gpu = threading.Lock()
+
     def token():
-        with torch.no_grad():
+        # One forward pass at a time, whichever socket asked.
+        with gpu, torch.no_grad():
             logits = step(prompt)
             return int(logits[0, -1].argmax())
 
@@ -137,6 +142,18 @@ def serve(src):
     if os.path.exists(tmp):
         os.remove(tmp)
     srv = socketserver.UnixStreamServer(tmp, Handler)
+    listen = os.environ.get("LLM_LISTEN", "")
+    if listen:
+        host, _, port = listen.rpartition(":")
+
+        class TCPServer(socketserver.ThreadingTCPServer):
+            # Many clients may come at once (held while the actor woke).
+            request_queue_size = 512
+            daemon_threads = True
+            allow_reuse_address = True
+
+        tcp = TCPServer((host or "0.0.0.0", int(port)), Handler)
+        threading.Thread(target=tcp.serve_forever, daemon=True).start()
     os.rename(tmp, path)
     print(f"READY {json.dumps(timings)}", flush=True)
     srv.serve_forever()
