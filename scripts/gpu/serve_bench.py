@@ -29,6 +29,7 @@ def main():
     for a in ("--bin", "--helper", "--scripts", "--work", "--out"):
         p.add_argument(a, required=True)
     p.add_argument("--commit", default="")
+    p.add_argument("--gpus", default="1", help="GPUs of the actor (0: a smoke test of this script without one)")
     args = p.parse_args()
     bench = Bench(args)
     try:
@@ -53,11 +54,11 @@ class Bench:
         self.log.flush()
         print("RESULT", line, flush=True)
 
-    def stasis(self, *argv, check=True):
+    def stasis(self, *argv):
         cmd = [os.path.join(self.a.bin, "stasis"), "--socket", self.socket, "--json", *argv]
         r = subprocess.run(cmd, capture_output=True, text=True)
-        if check and r.returncode != 0:
-            raise SystemExit(f"{' '.join(argv)}: exit {r.returncode}: {r.stderr.strip()}")
+        if r.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)}: exit {r.returncode}: {r.stderr.strip()} {r.stdout.strip()}")
         return json.loads(r.stdout) if r.stdout.strip() else None
 
     def timed(self, *argv):
@@ -68,12 +69,12 @@ class Bench:
     def run(self):
         weights = os.path.join(self.work, "weights")
         if not os.path.exists(os.path.join(weights, "config.json")):
-            subprocess.run([sys.executable, os.path.join(self.a.scripts, "llm_server.py"), "make", weights], check=True)
+            subprocess.run([python(), os.path.join(self.a.scripts, "llm_server.py"), "make", weights], check=True)
         bundle = self.write_bundle(weights)
         baseline = gpu_used_mib()
         self.start_stasisd()
-        self.stasis("template", "create", "llm", "--bundle", bundle, "--gpus", "1",
-                    "--probe-cmd", f"{sys.executable},/stasis-scripts/llm_client.py,/info,900", "--probe-timeout", "900",
+        self.stasis("template", "create", "llm", "--bundle", bundle, "--gpus", self.a.gpus,
+                    "--probe-cmd", f"{python()},/stasis-scripts/llm_client.py,/info,900", "--probe-timeout", "900",
                     "-p", f"127.0.0.1:{PORT}:8000", "--idle-after", f"{IDLE_AFTER}s", "--idle-then", "suspend", "--wake-timeout", "10m")
 
         drop_caches()
@@ -123,7 +124,7 @@ class Bench:
         # The idle suspend: nothing uses it from here; the GPU is free once
         # its memory is back to what it was before the actor.
         last = time.monotonic()
-        while gpu_used_mib() > baseline + 512:
+        while gpu_used_mib() > baseline + 512 or self.stasis("actor", "inspect", "llm1")["state"] != "SUSPENDED":
             if time.monotonic() - last > IDLE_AFTER + 120:
                 raise SystemExit("the idle actor never freed the GPU")
             time.sleep(0.1)
@@ -183,7 +184,7 @@ class Bench:
         binds = [(h, h) for h in host] + [(weights, "/weights"), (os.path.abspath(self.a.scripts), "/stasis-scripts")]
         spec = {
             "ociVersion": "1.2.1",
-            "process": {"cwd": "/", "args": [sys.executable, "/stasis-scripts/llm_server.py", "serve", "/weights"],
+            "process": {"cwd": "/", "args": [python(), "/stasis-scripts/llm_server.py", "serve", "/weights"],
                         "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp",
                                 "PYTHONUNBUFFERED=1", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64", "HF_HUB_OFFLINE=1",
                                 "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1",
@@ -212,7 +213,8 @@ class Bench:
             cmd += ["--nvproxy-driver-version", os.environ["STASIS_NVPROXY_ABI"]]
         self.stasisd = subprocess.Popen(cmd)
         deadline = time.monotonic() + 60
-        while self.stasis("actor", "ps", check=False) is None:
+        ps = [os.path.join(b, "stasis"), "--socket", self.socket, "actor", "ps"]
+        while subprocess.run(ps, capture_output=True).returncode != 0:
             if self.stasisd.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("stasisd did not start (see stasisd.log)")
             time.sleep(0.1)
@@ -223,6 +225,12 @@ class Bench:
         subprocess.run([os.path.join(self.a.bin, "stasis"), "--socket", self.socket, "actor", "rm", "llm1"], capture_output=True)
         self.stasisd.terminate()
         self.stasisd.wait(timeout=120)
+
+
+def python():
+    """The python3 on PATH, as the engine's GPU tests take it: it must lie
+    under a host folder the sandbox gets (/usr, /opt)."""
+    return shutil.which("python3")
 
 
 def get(path):
