@@ -3,8 +3,9 @@ as a stasisd actor on its own network, its HTTP port published at
 127.0.0.1:18000, and the first HTTP response to requests that arrive while it
 is (a) paused with its sandbox kept in memory, (b) suspended on this node,
 (c) stored only (its local copy removed: the wake pulls it from the store),
-each beside the resume alone in the same run, the page cache dropped before
-each of (b) and (c); the cold start; 100 requests sent at once while it wakes
+each beside the resume alone in the same run, taking turns, the medians of
+STASIS_SERVE_REPS (3) of each, the page cache dropped before each of (b) and
+(c); the cold start; 100 requests sent at once while it wakes
 from (b), counted; and the idle suspend freeing the GPU. Writes
 serve-summary.json (the keys of issue 42) and serve.jsonl into OUT.
 
@@ -86,40 +87,45 @@ class Bench:
         self.summary["cold_s"] = cold
         self.record("cold", seconds=cold, address=actor["network"]["address"], token=token)
 
+        reps = int(os.environ.get("STASIS_SERVE_REPS", "3"))
         # (a) kept: the pause keeps the sandbox frozen in memory.
-        paused = self.stasis("actor", "pause", "llm1")
-        if "kept in memory" not in paused.get("reason", ""):
-            self.record("note", message="the pause did not keep the sandbox: " + paused.get("reason", ""))
-        wake = self.wake_batch(1, token)
-        self.stasis("actor", "pause", "llm1")
-        resume, _ = self.timed("actor", "resume", "llm1")
-        tok = timed_get(token)
-        self.summary.update(wake_kept_s=wake["first_s"], kept_resume_s=resume, token_s=tok,
-                            wake_kept_over_resume=wake["first_s"] / (resume + tok))
-        self.record("kept", wake=wake, resume_s=resume, token_s=tok)
+        wakes, resumes, alone = [], [], []
+        for i in range(reps):
+            paused = self.stasis("actor", "pause", "llm1")
+            if "kept in memory" not in paused.get("reason", ""):
+                self.record("note", message="the pause did not keep the sandbox: " + paused.get("reason", ""))
+            wake = self.wake_batch(1, token)
+            self.stasis("actor", "pause", "llm1")
+            resume, _ = self.timed("actor", "resume", "llm1")
+            tok = timed_get(token)
+            wakes.append(wake["first_s"])
+            resumes.append(resume + tok)
+            alone.append(resume)
+            self.record("kept", rep=i, wake=wake, resume_s=resume, token_s=tok)
+        w, r = median(wakes), median(resumes)
+        self.summary.update(wake_kept_s=w, kept_resume_s=median(alone), kept_resume_plus_request_s=r,
+                            wake_kept_over_resume=w / r, kept_reps=reps)
 
-        # (b) suspended on this node: 100 requests sent at once while it wakes.
-        self.stasis("actor", "suspend", "llm1")
-        drop_caches()
-        wake = self.wake_batch(100, token)
-        self.stasis("actor", "suspend", "llm1")
-        drop_caches()
-        resume, _ = self.timed("actor", "resume", "llm1")
-        tok = timed_get(token)
-        self.summary.update(wake_suspended_s=wake["first_s"], suspended_resume_s=resume,
-                            wake_suspended_over_resume=wake["first_s"] / resume,
-                            requests_sent=wake["sent"], requests_lost=wake["lost"])
-        self.record("suspended", wake=wake, resume_s=resume, token_s=tok)
-
-        # (c) stored only: the local copy removed, the wake pulls it.
-        self.suspend_stored_only()
-        wake = self.wake_batch(1, token)
-        self.suspend_stored_only()
-        resume, _ = self.timed("actor", "resume", "llm1")
-        tok = timed_get(token)
-        self.summary.update(wake_stored_s=wake["first_s"], stored_resume_s=resume,
-                            wake_stored_over_resume=wake["first_s"] / resume)
-        self.record("stored", wake=wake, resume_s=resume, token_s=tok)
+        # (b) suspended on this node, (c) stored only (its local copy
+        # removed: the wake pulls it from the store), REPS times each, the
+        # wake and the resume alone taking turns; medians. The first wake of
+        # (b) is 100 requests sent at once.
+        for case, prepare in (("suspended", self.suspend_here), ("stored", self.suspend_stored_only)):
+            wakes, resumes = [], []
+            for i in range(reps):
+                prepare()
+                wake = self.wake_batch(100 if case == "suspended" and i == 0 else 1, token)
+                if wake["sent"] == 100:
+                    self.summary.update(requests_sent=wake["sent"], requests_lost=wake["lost"])
+                prepare()
+                resume, _ = self.timed("actor", "resume", "llm1")
+                tok = timed_get(token)
+                wakes.append(wake["first_s"])
+                resumes.append(resume)
+                self.record(case, rep=i, wake=wake, resume_s=resume, token_s=tok)
+            w, r = median(wakes), median(resumes)
+            self.summary.update({f"wake_{case}_s": w, f"{case}_resume_s": r, f"wake_{case}_over_resume": w / r,
+                                 f"{case}_reps": reps})
 
         # The idle suspend: nothing uses it from here. The GPU is free once
         # its memory is back to what it was before the actor (the driver's
@@ -142,6 +148,10 @@ class Bench:
         with open(os.path.join(self.a.out, "serve-summary.json"), "w") as f:
             json.dump(self.summary, f, indent=2, sort_keys=True)
         print(json.dumps(self.summary, indent=2, sort_keys=True))
+
+    def suspend_here(self):
+        self.stasis("actor", "suspend", "llm1")
+        drop_caches()
 
     def suspend_stored_only(self):
         a = self.stasis("actor", "suspend", "llm1")
@@ -231,6 +241,12 @@ class Bench:
         subprocess.run([os.path.join(self.a.bin, "stasis"), "--socket", self.socket, "actor", "rm", "llm1"], capture_output=True)
         self.stasisd.terminate()
         self.stasisd.wait(timeout=120)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def python():
