@@ -63,6 +63,11 @@ type Attachment struct {
 
 // Config is where the networks live.
 type Config struct {
+	// Runsc is runsc's own network for every sandbox (stasisd's
+	// --network): "" or "sandbox" gives each actor the namespace of its
+	// mode; "host" or "none" gives every actor that, and no other mode
+	// can be had.
+	Runsc string
 	// NetnsDir holds the namespaces stasisd makes, one file each (a bind
 	// mount of the namespace): DATA/netns.
 	NetnsDir string
@@ -85,13 +90,29 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network namespaces: %w", err)
 	}
 	m := &Manager{cfg: cfg}
+	if m.fixed() != "" {
+		m.cni = &cni{err: fmt.Errorf("stasisd runs runsc with --network %s", cfg.Runsc)}
+		return m, nil
+	}
 	m.cni = loadCNI(cfg.CNI)
 	return m, nil
+}
+
+// fixed is the one mode every actor has when runsc gives every sandbox its
+// network, "" when each actor has its own.
+func (m *Manager) fixed() string {
+	if m.cfg.Runsc == ModeHost || m.cfg.Runsc == ModeNone {
+		return m.cfg.Runsc
+	}
+	return ""
 }
 
 // Default is the mode an actor gets when it asks for none: cni where CNI
 // is installed, none otherwise.
 func (m *Manager) Default() string {
+	if f := m.fixed(); f != "" {
+		return f
+	}
 	if m.cni.err == nil {
 		return ModeCNI
 	}
@@ -103,6 +124,12 @@ func (m *Manager) CNIError() error { return m.cni.err }
 
 // Check refuses a network an actor may not have here, with the fix.
 func (m *Manager) Check(w Want) error {
+	if f := m.fixed(); f != "" && w.Mode != "" && w.Mode != f {
+		return fmt.Errorf("%w: network mode %s: this stasisd runs runsc with --network %s, which gives every actor that network (start it with --network sandbox for a network of the actor's own)", errdefs.ErrFailedPrecondition, w.Mode, f)
+	}
+	if w.Mode == ModeHost && m.fixed() != ModeHost {
+		return fmt.Errorf("%w: network mode host: start stasisd with --network host (runsc's), which gives every sandbox the node's network", errdefs.ErrFailedPrecondition)
+	}
 	switch w.Mode {
 	case "", ModeNone, ModeHost:
 		if w.Netns != "" {
@@ -132,6 +159,9 @@ func (m *Manager) Check(w Want) error {
 func (m *Manager) Setup(ctx context.Context, id string, w Want, have Attachment) (Attachment, error) {
 	if err := m.Check(w); err != nil {
 		return Attachment{}, err
+	}
+	if f := m.fixed(); f != "" {
+		return Attachment{Mode: f}, nil
 	}
 	mode := w.Mode
 	if mode == "" {
@@ -186,7 +216,7 @@ func (m *Manager) Setup(ctx context.Context, id string, w Want, have Attachment)
 // attachment (its address handed back) and its namespace. A namespace the
 // caller made is left. It is safe to call again.
 func (m *Manager) Teardown(ctx context.Context, id string, a Attachment) error {
-	if a.Mode == ModeHost || a.Mode == ModeNetns {
+	if a.Mode == ModeHost || a.Mode == ModeNetns || m.fixed() != "" {
 		return nil
 	}
 	path := m.netnsPath(id)

@@ -207,3 +207,29 @@ func TestANamespaceMadeAgainKeepsItsAddress(t *testing.T) {
 		t.Fatalf("made again: %+v, %v; want %+v", again, err, a)
 	}
 }
+
+func TestRuncsOwnNetworkForEveryActor(t *testing.T) {
+	m, err := network.New(network.Config{Runsc: network.ModeHost, NetnsDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Default() != network.ModeHost {
+		t.Fatalf("default %s", m.Default())
+	}
+	for _, mode := range []string{network.ModeCNI, network.ModeNone, network.ModeNetns} {
+		if err := m.Check(network.Want{Mode: mode, Netns: "/run/netns/x"}); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--network sandbox") {
+			t.Errorf("mode %s under runsc's host network: %v", mode, err)
+		}
+	}
+	a, err := m.Setup(context.Background(), "h1", network.Want{}, network.Attachment{})
+	if err != nil || a != (network.Attachment{Mode: network.ModeHost}) {
+		t.Fatalf("setup: %+v, %v", a, err)
+	}
+	own, err := network.New(network.Config{NetnsDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Check(network.Want{Mode: network.ModeHost}); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--network host") {
+		t.Fatalf("mode host with actors' own networks: %v", err)
+	}
+}

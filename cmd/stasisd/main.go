@@ -122,22 +122,20 @@ line win).`,
 
 // networks is what sets the actors' networks up: with runsc's own network
 // (--network sandbox, the default) each actor gets a namespace of its own;
-// with --network host or none runsc gives every sandbox that, and stasisd
-// manages no networks.
+// with --network host or none runsc gives every sandbox that.
 func (o options) networks(log *slog.Logger) (*network.Manager, error) {
-	if o.Runsc.Network != "" && o.Runsc.Network != "sandbox" {
-		log.Info("stasisd manages no networks: runsc gives every sandbox its --network", "network", o.Runsc.Network)
-		return nil, nil
-	}
 	cni := o.cni
 	cni.CacheDir = filepath.Join(o.DataDir, "cni")
-	m, err := network.New(network.Config{NetnsDir: filepath.Join(o.DataDir, "netns"), CNI: cni})
+	m, err := network.New(network.Config{Runsc: o.Runsc.Network, NetnsDir: filepath.Join(o.DataDir, "netns"), CNI: cni})
 	if err != nil {
 		return nil, err
 	}
-	if err := m.CNIError(); err != nil {
+	switch err := m.CNIError(); {
+	case o.Runsc.Network != "" && o.Runsc.Network != "sandbox":
+		log.Info("every actor has runsc's network", "network", o.Runsc.Network)
+	case err != nil:
 		log.Info("actors get a loopback alone unless their template names a namespace: CNI cannot be used", "reason", err.Error())
-	} else {
+	default:
 		log.Info("actors join the CNI network by default", "network", cni.Network)
 	}
 	return m, nil
