@@ -58,22 +58,31 @@ func releaseNetworks(t *testing.T, data string) {
 }
 
 // servingTemplate records a template whose counter answers over TCP on
-// port 8000, published at 127.0.0.1:hostPort.
+// port 8000, published at 127.0.0.1:hostPort (none when 0).
 func (d *daemon) servingTemplate(name string, hostPort int, tweak func(*api.Template)) api.Template {
 	d.t.Helper()
-	dir := testactor.Bundle(d.t, d.t.TempDir(), testactor.Options{Listen: ":8000"})
-	t := api.Template{Name: name, Bundle: dir, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}
-	if hostPort != 0 {
-		t.Ports = []api.Port{{HostIP: "127.0.0.1", HostPort: hostPort, ContainerPort: 8000}}
-	}
-	if tweak != nil {
-		tweak(&t)
-	}
-	got, err := d.api.CreateTemplate(context.Background(), t)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	return got
+	return d.template(name, func(t *api.Template) {
+		t.Bundle, t.Durable = testactor.Bundle(d.t, d.t.TempDir(), testactor.Options{Listen: ":8000"}), nil
+		if hostPort != 0 {
+			t.Ports = []api.Port{{HostIP: "127.0.0.1", HostPort: hostPort, ContainerPort: 8000}}
+		}
+		if tweak != nil {
+			tweak(t)
+		}
+	})
+}
+
+// served runs actor id of a template (tweak) whose counter is published on
+// a free port of 127.0.0.1, counts once through it, and returns the
+// published address and the counter's process id.
+func (d *daemon) served(id string, tweak func(*api.Template)) (published, process string) {
+	d.t.Helper()
+	hp := freePort(d.t)
+	d.servingTemplate("t-"+id, hp, tweak)
+	d.run("t-"+id, id)
+	published = net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+	process, _ = mustAsk(d.t, published, "incr")
+	return published, process
 }
 
 // ask sends the counter at addr a line and returns its answer, or the
@@ -287,11 +296,7 @@ func TestPortRefusals(t *testing.T) {
 // answers.
 func TestIdleActorIsSuspendedAndWoken(t *testing.T) {
 	d := servingDaemon(t)
-	hp := freePort(t)
-	d.servingTemplate("idle", hp, func(t *api.Template) { t.Idle = &api.Idle{After: "2s", Then: api.IdleSuspend} })
-	d.run("idle", "i1")
-	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
-	id, _ := mustAsk(t, published, "incr")
+	published, id := d.served("i1", func(t *api.Template) { t.Idle = &api.Idle{After: "2s", Then: api.IdleSuspend} })
 	d.awaitState("i1", api.Suspended)
 	if n := countSteps(d.events("i1"), "idle", "idle for 2s"); n != 1 {
 		t.Fatalf("%d idle notes in its history, want 1", n)
@@ -307,15 +312,13 @@ func TestIdleActorIsSuspendedAndWoken(t *testing.T) {
 // sees its end, not a hang) and the actor's history says why.
 func TestAWakeThatFailsClosesHeldConnections(t *testing.T) {
 	d := servingDaemon(t, "--no-store")
-	hp := freePort(t)
-	d.servingTemplate("srv", hp, nil)
-	d.run("srv", "f1")
+	published, _ := d.served("f1", nil)
 	a := d.op("Suspend", "f1")
 	if err := os.RemoveAll(a.Snapshot.Dir); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if reply, err := ask(net.JoinHostPort("127.0.0.1", strconv.Itoa(hp)), "get"); err == nil {
+	if reply, err := ask(published, "get"); err == nil {
 		t.Fatalf("a wake that cannot work answered %q", reply)
 	}
 	if took := time.Since(start); took > time.Minute {
@@ -334,11 +337,7 @@ func TestAWakeThatFailsClosesHeldConnections(t *testing.T) {
 // not a hang), and the next connection wakes the actor.
 func TestSuspendWithAConnectionOpen(t *testing.T) {
 	d := servingDaemon(t)
-	hp := freePort(t)
-	d.servingTemplate("srv", hp, nil)
-	d.run("srv", "o1")
-	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
-	id, _ := mustAsk(t, published, "incr")
+	published, id := d.served("o1", nil)
 	open, err := net.Dial("tcp", published)
 	if err != nil {
 		t.Fatal(err)
@@ -401,11 +400,7 @@ func TestAMovedActorAnswersAtItsNewNode(t *testing.T) {
 // the next connection wakes it and the same process answers.
 func TestKilledWhileWaking(t *testing.T) {
 	d := servingDaemon(t)
-	hp := freePort(t)
-	d.servingTemplate("srv", hp, nil)
-	d.run("srv", "k1")
-	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
-	id, _ := mustAsk(t, published, "incr")
+	published, id := d.served("k1", nil)
 	d.op("Suspend", "k1")
 	d.stop()
 	d.start(service.Failpoint(service.KindResume, engine.StepRestore, false))
@@ -428,11 +423,7 @@ func TestKilledWhileWaking(t *testing.T) {
 func TestKilledDuringAnIdleSuspend(t *testing.T) {
 	d := newDaemon(t, "--network", "sandbox")
 	d.start(service.Failpoint(service.KindSuspend, engine.StepCheckpoint, true))
-	hp := freePort(t)
-	d.servingTemplate("idle", hp, func(t *api.Template) { t.Idle = &api.Idle{After: "3s", Then: api.IdleSuspend} })
-	d.run("idle", "k2")
-	published := net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
-	id, _ := mustAsk(t, published, "incr")
+	published, id := d.served("k2", func(t *api.Template) { t.Idle = &api.Idle{After: "3s", Then: api.IdleSuspend} })
 	d.crashed()
 	d.start("")
 	a := d.inspect("k2")

@@ -191,7 +191,10 @@ func (p *Ports) Unpublish(id string, ports []api.Port) {
 		delete(a.ports, addr)
 		delete(p.owners, addr)
 	}
-	if ports == nil {
+	a.mu.Lock()
+	unused := a.active+a.held == 0
+	a.mu.Unlock()
+	if ports == nil || len(a.listeners) == 0 && unused {
 		delete(p.actors, id)
 	}
 }
