@@ -1,5 +1,5 @@
 // Command stasis suspends and resumes sandboxed actors, GPU state included,
-// and runs the quick start's demo. Each subcommand is one file.
+// and runs the quick start's demo. Each subcommand is one file (the actor subcommands actor_*.go).
 package main
 
 import (
