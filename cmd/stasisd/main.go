@@ -86,7 +86,11 @@ line win).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if err := serve(ctx, o, log); err != nil {
-				log.Error("stasisd stopped", "error", err.Error())
+				// Standard error says it once (main); a log file keeps it
+				// too.
+				if o.logFile != "" {
+					log.Error("stasisd stopped", "error", err.Error())
+				}
 				return err
 			}
 			return nil
