@@ -79,7 +79,7 @@ func TestDemoJSON(t *testing.T) {
 	// --json progress is one JSON event a line on stderr.
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	var ev struct{ Step string }
-	if err := json.Unmarshal([]byte(lines[0]), &ev); err != nil || ev.Step != "bundle" {
+	if err := json.Unmarshal([]byte(lines[0]), &ev); err != nil || ev.Step != "network" {
 		t.Errorf("first progress line %q: %v", lines[0], err)
 	}
 	run := func(args ...string) (string, error) {

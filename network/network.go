@@ -98,6 +98,11 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// Fixed is the one mode every actor has when runsc gives every sandbox its
+// network (stasisd's --network host or none): Setup then makes nothing and
+// always answers an attachment of that mode.
+func (m *Manager) Fixed() (mode string, ok bool) { return m.fixed(), m.fixed() != "" }
+
 // fixed is the one mode every actor has when runsc gives every sandbox its
 // network, "" when each actor has its own.
 func (m *Manager) fixed() string {
