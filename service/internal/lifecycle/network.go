@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,8 +19,10 @@ import (
 // Networks set actors' networks up and tear them down (network.Manager).
 type Networks interface {
 	// Fixed says, ok, that every actor has the network of that mode and
-	// setting it up makes nothing.
+	// setting it up makes nothing; Default is the mode of an actor that
+	// asks for none.
 	Fixed() (mode string, ok bool)
+	Default() string
 	Check(network.Want) error
 	Setup(ctx context.Context, id string, w network.Want, have network.Attachment) (network.Attachment, error)
 	Teardown(ctx context.Context, id string, a network.Attachment) error
@@ -30,6 +33,8 @@ type Networks interface {
 type noNetworks struct{}
 
 func (noNetworks) Fixed() (string, bool) { return "", true }
+
+func (noNetworks) Default() string { return "" }
 
 func (noNetworks) Check(w network.Want) error {
 	if w != (network.Want{}) {
@@ -69,28 +74,15 @@ func (s *Actors) networkOf(t api.Template, req api.RunRequest) (network.Record, 
 		rec.Attachment = network.Attachment{Mode: mode}
 	}
 	if len(rec.Ports) > 0 {
-		switch mode := cmpOr(want.Mode, s.defaultMode()); mode {
+		switch mode := cmp.Or(want.Mode, s.networks.Default()); mode {
 		case network.ModeCNI, network.ModeNetns:
+		case "":
+			return rec, fmt.Errorf("%w: published ports need a network, and this stasisd manages none", errdefs.ErrFailedPrecondition)
 		default:
 			return rec, fmt.Errorf("%w: published ports need an address the node reaches: network mode %s has none (use cni, or netns)", errdefs.ErrInvalidArgument, mode)
 		}
 	}
 	return rec, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-// defaultMode is the mode an actor that asks for none gets.
-func (s *Actors) defaultMode() string {
-	if m, ok := s.networks.(interface{ Default() string }); ok {
-		return m.Default()
-	}
-	return ""
 }
 
 // setupNetwork sets the actor's network up, or finds it set up (a resume
