@@ -77,7 +77,7 @@ func (s *Actors) WatchEvents(ctx context.Context, req api.EventsRequest, send fu
 	for {
 		// Taken before the read, so that an event added after it wakes
 		// this watcher even if the read missed it.
-		added := s.runner.Feed().Next()
+		added := s.runner.Feed().Next(req.ID)
 		res, err := s.Events(ctx, req)
 		if errors.Is(err, errdefs.ErrNotFound) && found {
 			return nil

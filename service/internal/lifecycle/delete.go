@@ -102,6 +102,6 @@ func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) ([]string, e
 		return kept, err
 	}
 	// The watchers of its history end: it has no more.
-	s.runner.Feed().Notify()
+	s.runner.Feed().Notify(o.Actor.ID)
 	return kept, nil
 }

@@ -4,33 +4,44 @@ import (
 	"sync"
 )
 
-// Feed wakes the watchers of actors' histories when an event is added,
-// and ends them when stasisd stops.
+// Feed wakes what waits on one actor (the watchers of its history, the
+// connections held for it) when an event is added to its history or an
+// operation on it ends, and ends the watches when stasisd stops. Each
+// waits on its own actor alone: a change of one actor wakes nothing that
+// waits on another.
 type Feed struct {
 	mu sync.Mutex
-	// added is closed, and replaced, when an event is added.
-	added   chan struct{}
+	// added holds, by actor, a channel closed (and dropped) at the next
+	// change of that actor; there is one only while something waits.
+	added   map[string]chan struct{}
 	stopped chan struct{}
 	stop    sync.Once
 }
 
 func newFeed() *Feed {
-	return &Feed{added: make(chan struct{}), stopped: make(chan struct{})}
+	return &Feed{added: map[string]chan struct{}{}, stopped: make(chan struct{})}
 }
 
-// Next is closed when an event is added after this call.
-func (f *Feed) Next() <-chan struct{} {
+// Next is closed at the first change of actor after this call.
+func (f *Feed) Next(actor string) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.added
+	c := f.added[actor]
+	if c == nil {
+		c = make(chan struct{})
+		f.added[actor] = c
+	}
+	return c
 }
 
-// Notify wakes the watchers.
-func (f *Feed) Notify() {
+// Notify wakes what waits on actor.
+func (f *Feed) Notify(actor string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	close(f.added)
-	f.added = make(chan struct{})
+	if c := f.added[actor]; c != nil {
+		close(c)
+		delete(f.added, actor)
+	}
 }
 
 // Stop ends the watches: Stopped is closed.

@@ -164,8 +164,8 @@ func (r *Runner) Run(ctx context.Context, req Request) (journal.Actor, error) {
 		end.ActorState = ""
 	}
 	a, endErr := r.journal.End(context.WithoutCancel(ctx), end)
-	// What waits on an actor's state (held connections) looks again.
-	r.feed.Notify()
+	// What waits on the actor's state (held connections) looks again.
+	r.feed.Notify(req.Actor)
 	if out.Deleted && errors.Is(endErr, journal.ErrNotFound) {
 		endErr = nil
 	}
@@ -260,7 +260,7 @@ func (r *Runner) Event(actor, opID, step, msg string, d time.Duration, err error
 	if _, jerr := r.journal.AddEvent(context.Background(), e); jerr != nil {
 		r.cfg.Log.Error("journal event", "actor", actor, "error", jerr)
 	} else {
-		r.feed.Notify()
+		r.feed.Notify(actor)
 	}
 	r.cfg.Log.Log(context.Background(), level, step, attrs...)
 }

@@ -90,7 +90,7 @@ func (u *unsettledEnds) overlay(rec journal.Actor) journal.Actor {
 func (r *Runner) writeUnsettled(ctx context.Context) {
 	for _, end := range r.unsettled.writeAll(ctx, r.journal) {
 		r.cfg.Log.Info("the end of an operation, kept while the journal's disk was full, is recorded", "actor", end.Actor, "operation", end.OpID, "state", end.ActorState)
-		r.feed.Notify()
+		r.feed.Notify(end.Actor)
 	}
 }
 

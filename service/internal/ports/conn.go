@@ -66,7 +66,7 @@ func (p *Ports) await(ctx context.Context, a *actor, t Target) Target {
 	var run *wakeRun
 	for {
 		// Taken before the look, so that a change after it is not missed.
-		changed := p.cfg.Changed()
+		changed := p.cfg.Changed(a.id)
 		t = p.cfg.Target(ctx, a.id)
 		var woke <-chan struct{}
 		switch t.Verdict {

@@ -57,9 +57,10 @@ type Config struct {
 	// Wake resumes actor id; nil also when another operation took it
 	// meanwhile (Target then says where it ends).
 	Wake func(ctx context.Context, id string) error
-	// Changed is closed when something about an actor may have changed
-	// (an event in any actor's history): held connections look again.
-	Changed func() <-chan struct{}
+	// Changed is closed when something about actor id may have changed
+	// (an event in its history, an operation's end): held connections
+	// look again.
+	Changed func(id string) <-chan struct{}
 	// Note adds a line to actor id's history.
 	Note func(id, msg string)
 	// MaxHeld bounds the connections held per actor while it wakes;

@@ -80,7 +80,7 @@ func (f *fakeActor) config() ports.Config {
 			f.set(ports.Ready)
 			return nil
 		},
-		Changed: func() <-chan struct{} {
+		Changed: func(string) <-chan struct{} {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			return f.changed
