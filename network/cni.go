@@ -157,7 +157,7 @@ func (c *cni) add(ctx context.Context, id, netns string, was netip.Addr) (netip.
 	}
 	// Whatever a half-made attachment left (an address held, a veth) goes
 	// first.
-	_ = c.conf.DelNetworkList(ctx, c.list, runtimeConf(id, netns, netip.Addr{}))
+	_ = c.del(ctx, id, netns)
 	res, err := c.conf.AddNetworkList(ctx, c.list, runtimeConf(id, netns, was))
 	if err != nil {
 		return netip.Addr{}, err
@@ -168,7 +168,7 @@ func (c *cni) add(ctx context.Context, id, netns string, was netip.Addr) (netip.
 	}
 	addr, err := ipv4Of(r)
 	if err != nil {
-		_ = c.conf.DelNetworkList(ctx, c.list, runtimeConf(id, netns, netip.Addr{}))
+		_ = c.del(ctx, id, netns)
 		return netip.Addr{}, err
 	}
 	return addr, nil

@@ -101,7 +101,10 @@ func New(cfg Config) (*Manager, error) {
 // Fixed is the one mode every actor has when runsc gives every sandbox its
 // network (stasisd's --network host or none): Setup then makes nothing and
 // always answers an attachment of that mode.
-func (m *Manager) Fixed() (mode string, ok bool) { return m.fixed(), m.fixed() != "" }
+func (m *Manager) Fixed() (mode string, ok bool) {
+	f := m.fixed()
+	return f, f != ""
+}
 
 // fixed is the one mode every actor has when runsc gives every sandbox its
 // network, "" when each actor has its own.
@@ -135,15 +138,12 @@ func (m *Manager) Check(w Want) error {
 	if w.Mode == ModeHost && m.fixed() != ModeHost {
 		return fmt.Errorf("%w: network mode host: start stasisd with --network host (runsc's), which gives every sandbox the node's network", errdefs.ErrFailedPrecondition)
 	}
+	if w.Netns != "" && w.Mode != ModeNetns {
+		return fmt.Errorf("%w: a network namespace path is for network mode %s", errdefs.ErrInvalidArgument, ModeNetns)
+	}
 	switch w.Mode {
 	case "", ModeNone, ModeHost:
-		if w.Netns != "" {
-			return fmt.Errorf("%w: a network namespace path is for network mode %s", errdefs.ErrInvalidArgument, ModeNetns)
-		}
 	case ModeCNI:
-		if w.Netns != "" {
-			return fmt.Errorf("%w: a network namespace path is for network mode %s", errdefs.ErrInvalidArgument, ModeNetns)
-		}
 		if m.cni.err != nil {
 			return errdefs.Mark(fmt.Errorf("network mode cni: %w", m.cni.err), errdefs.ErrFailedPrecondition)
 		}
