@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -183,7 +184,7 @@ func (p *Ports) Unpublish(id string, ports []api.Port) {
 		return
 	}
 	for addr, l := range a.listeners {
-		if ports != nil && !contains(ports, a.ports[addr]) {
+		if ports != nil && !slices.Contains(ports, a.ports[addr]) {
 			continue
 		}
 		l.Close()
@@ -197,15 +198,6 @@ func (p *Ports) Unpublish(id string, ports []api.Port) {
 	if ports == nil || len(a.listeners) == 0 && unused {
 		delete(p.actors, id)
 	}
-}
-
-func contains(ports []api.Port, p api.Port) bool {
-	for _, q := range ports {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // Close stops listening on every port.
