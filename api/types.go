@@ -117,7 +117,8 @@ type Network struct {
 // Port is a published port: stasisd listens at HostIP:HostPort on the node
 // (every address when HostIP is empty) and hands each TCP connection to
 // the actor's ContainerPort, waking the actor first when it is paused or
-// suspended.
+// suspended. HostPort 0 asks for a free port, which the node picks when the
+// actor is made and keeps for it (many actors of one template on a node).
 type Port struct {
 	HostIP        string `json:"hostIP,omitempty"`
 	HostPort      int    `json:"hostPort"`
@@ -135,7 +136,7 @@ func (p Port) String() string {
 
 // ParsePort reads a published port as docker run -p does: HOSTPORT:PORT,
 // or HOSTIP:HOSTPORT:PORT ([::1]:8080:8000 for IPv6), TCP only; PORT alone
-// publishes it on the same host port.
+// (or host port 0) publishes it on a free host port the node picks.
 func ParsePort(s string) (Port, error) {
 	bad := func(why string) (Port, error) {
 		return Port{}, fmt.Errorf("%w: port %q: %s; want [HOSTIP:]HOSTPORT:PORT, such as 8080:8000 or 127.0.0.1:8080:8000", errdefs.ErrInvalidArgument, s, why)
@@ -155,14 +156,15 @@ func ParsePort(s string) (Port, error) {
 	if p.ContainerPort, err = strconv.Atoi(container); err != nil {
 		return bad("the actor's port is not a number")
 	}
-	p.HostPort = p.ContainerPort
 	if host != "" {
 		hostPort := host
 		if j := strings.LastIndex(host, ":"); j >= 0 {
 			p.HostIP, hostPort = strings.TrimSuffix(strings.TrimPrefix(host[:j], "["), "]"), host[j+1:]
 		}
-		if p.HostPort, err = strconv.Atoi(hostPort); err != nil {
-			return bad("the host port is not a number")
+		if hostPort != "" { // HOSTIP::PORT: a free host port
+			if p.HostPort, err = strconv.Atoi(hostPort); err != nil {
+				return bad("the host port is not a number")
+			}
 		}
 	}
 	if err := p.Check(); err != nil {
@@ -174,8 +176,8 @@ func ParsePort(s string) (Port, error) {
 // Check refuses a port out of range or an address that is not one.
 func (p Port) Check() error {
 	switch {
-	case p.HostPort < 1 || p.HostPort > 65535 || p.ContainerPort < 1 || p.ContainerPort > 65535:
-		return fmt.Errorf("%w: port %s: ports are 1-65535", errdefs.ErrInvalidArgument, p)
+	case p.HostPort < 0 || p.HostPort > 65535 || p.ContainerPort < 1 || p.ContainerPort > 65535:
+		return fmt.Errorf("%w: port %s: ports are 1-65535 (host port 0: a free one)", errdefs.ErrInvalidArgument, p)
 	case p.HostIP != "" && net.ParseIP(p.HostIP) == nil:
 		return fmt.Errorf("%w: port %s: %q is not an IP address", errdefs.ErrInvalidArgument, p, p.HostIP)
 	}
@@ -270,9 +272,12 @@ type Actor struct {
 	Operation *Operation `json:"operation,omitempty"`
 	// Network is the actor's network on this node: its address and
 	// published ports, kept while it is paused or suspended here.
-	Network   *ActorNetwork `json:"network,omitempty"`
-	CreatedAt time.Time     `json:"createdAt"`
-	UpdatedAt time.Time     `json:"updatedAt"`
+	Network *ActorNetwork `json:"network,omitempty"`
+	// Idle: its template's idle policy paused or suspended it (not a
+	// caller); the next connection to its published ports wakes it.
+	Idle      bool      `json:"idle,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // Operation is an operation on an actor.

@@ -67,3 +67,24 @@ func TestStoredActor(t *testing.T) {
 		}
 	}
 }
+
+// TestParsePort: docker run -p's forms, and refusals that say why.
+func TestParsePort(t *testing.T) {
+	for in, want := range map[string]Port{
+		"8080:8000":           {HostPort: 8080, ContainerPort: 8000},
+		"127.0.0.1:8080:8000": {HostIP: "127.0.0.1", HostPort: 8080, ContainerPort: 8000},
+		"[::1]:8080:8000/tcp": {HostIP: "::1", HostPort: 8080, ContainerPort: 8000},
+		"8000":                {ContainerPort: 8000},
+		"0:8000":              {ContainerPort: 8000},
+		"127.0.0.1::8000":     {HostIP: "127.0.0.1", ContainerPort: 8000},
+	} {
+		if got, err := ParsePort(in); err != nil || got != want {
+			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"8000/udp", "x:8000", "8080:70000", "8080:0", "-1:8000", "nohost:1:2"} {
+		if p, err := ParsePort(in); err == nil {
+			t.Errorf("%q: accepted as %+v", in, p)
+		}
+	}
+}

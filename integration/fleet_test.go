@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,7 +114,9 @@ func (f *fleetEnv) addNodeVia(name, agentConfig string, extra ...string) *fleetN
 	d := newDaemon(f.t, append([]string{"--repo", f.store}, extra...)...)
 	d.start("")
 	n := &fleetNode{name: name, d: d}
-	n.agent = newKubeProc(f.t, "agent-"+name, "agent", "--kubeconfig", agentConfig, "--node", name, "--socket", d.socket, "--lease-duration", f.lease)
+	// Every node of the tests is this machine, reached at its own address
+	// (an EndpointSlice may not name a loopback one).
+	n.agent = newKubeProc(f.t, "agent-"+name, "agent", "--kubeconfig", agentConfig, "--node", name, "--socket", d.socket, "--lease-duration", f.lease, "--node-address", hostAddress(f.t))
 	waitForLong(f.t, "node "+name+" to publish its fingerprint and lease", time.Minute, func() bool {
 		var node corev1.Node
 		return f.cp.kube.Get(ctx, client.ObjectKey{Name: name}, &node) == nil && node.Annotations[fleet.FingerprintAnnotation] != "" &&
@@ -121,6 +124,22 @@ func (f *fleetEnv) addNodeVia(name, agentConfig string, extra ...string) *fleetN
 	})
 	f.nodes[name] = n
 	return n
+}
+
+// hostAddress is an address of this machine other than loopback.
+func hostAddress(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Fatalf("this machine has no IPv4 address but loopback (%v): the fleet's endpoints need one", addrs)
+	return ""
 }
 
 func (f *fleetEnv) template(name string) {

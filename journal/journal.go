@@ -38,8 +38,9 @@ import (
 // snapshots an actor pushed itself) are upgraded on open; a stasisd
 // that knows no fleet lease refuses a journal that may hold one, as it
 // would not fence, and one that knows no runtimes a journal that may hold
-// micro-VM actors.
-const schemaVersion = 6
+// micro-VM actors. Version 6 added each actor's network, 7 whether its
+// idle policy paused or suspended it.
+const schemaVersion = 7
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -116,6 +117,7 @@ var upgrades = []string{
 	`ALTER TABLE snapshots ADD COLUMN pushed INTEGER NOT NULL DEFAULT 0;
 	 UPDATE snapshots SET pushed = 1 WHERE stored != '' AND (stored = actor || '.' || id OR stored = 'golden.' || template || '.' || id);`,
 	`ALTER TABLE actors ADD COLUMN network TEXT NOT NULL DEFAULT '';`,
+	`ALTER TABLE actors ADD COLUMN idle INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // DefaultReserve is the disk space kept beside the journal for the writes

@@ -37,7 +37,10 @@ type Actor struct {
 	Snapshot string
 	// Network is the actor's network as the service records it (opaque
 	// to the journal).
-	Network   string
+	Network string
+	// Idle: the operation that left it PAUSED or SUSPENDED was its idle
+	// policy's, not a caller's.
+	Idle      bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
 
@@ -206,19 +209,19 @@ func list[T any](ctx context.Context, db interface {
 	return out, rows.Err()
 }
 
-const actorCols = `id, template, runtime, state, reason, sandbox, snapshot, network, created_at, updated_at`
+const actorCols = `id, template, runtime, state, reason, sandbox, snapshot, network, idle, created_at, updated_at`
 
 func scanActor(row scanner) (Actor, error) {
 	var a Actor
 	var created, updated string
-	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &created, &updated)
+	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &a.Idle, &created, &updated)
 	a.CreatedAt, a.UpdatedAt = parseTime(created), parseTime(updated)
 	return a, err
 }
 
 // actorView reads an actor with its latest snapshot and its running
 // operation in one query.
-const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sandbox, a.snapshot, a.network, a.created_at, a.updated_at,
+const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sandbox, a.snapshot, a.network, a.idle, a.created_at, a.updated_at,
 	s.id, s.actor, s.template, s.kind, s.scope, s.dir, s.stored, s.pushed, s.size, s.created_at,
 	o.id, o.actor, o.kind, o.request_id, o.state, o.step, o.args, o.error, o.error_code, o.deadline, o.started_at, o.ended_at
 	FROM actors a
@@ -236,7 +239,7 @@ func scanActorView(row scanner) (Actor, error) {
 	var o struct {
 		id, actor, kind, requestID, state, step, args, err, code, deadline, started, ended sql.NullString
 	}
-	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &created, &updated,
+	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &a.Idle, &created, &updated,
 		&s.id, &s.actor, &s.template, &s.kind, &s.scope, &s.dir, &s.stored, &s.pushed, &s.size, &s.created,
 		&o.id, &o.actor, &o.kind, &o.requestID, &o.state, &o.step, &o.args, &o.err, &o.code, &o.deadline, &o.started, &o.ended)
 	if err != nil {
@@ -270,7 +273,7 @@ func (j *Journal) Actors(ctx context.Context) ([]Actor, error) {
 // SetActor records where an actor stands, outside any operation (the
 // reconciler's corrections).
 func (j *Journal) SetActor(ctx context.Context, id, state, reason string) error {
-	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, state, reason, now(), id)
+	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, idle = 0, updated_at = ? WHERE id = ?`, state, reason, now(), id)
 }
 
 // SetActorSandbox records the runtime container id of the actor's next
@@ -377,7 +380,7 @@ func (j *Journal) Begin(ctx context.Context, s Start) (Began, error) {
 		ts := now()
 		if s.Create != nil {
 			a := *s.Create
-			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, a.runtime(), s.To, a.Reason, a.Sandbox, a.Snapshot, a.Network, ts, ts)
+			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, a.runtime(), s.To, a.Reason, a.Sandbox, a.Snapshot, a.Network, false, ts, ts)
 			if isUnique(err) {
 				return fmt.Errorf("actor %q: %w", a.ID, ErrExists)
 			}
@@ -437,8 +440,9 @@ type End struct {
 	State, Error, ErrorCode string
 	Actor                   string
 	// ActorState is where the actor stands now; "" leaves it alone (it
-	// was deleted).
+	// was deleted). Idle: its idle policy left it there.
 	ActorState, Reason string
+	Idle               bool
 }
 
 // End closes an operation and sets its actor's state, in one transaction,
@@ -452,7 +456,7 @@ func (j *Journal) End(ctx context.Context, e End) (Actor, error) {
 		if e.ActorState == "" {
 			return nil
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, e.ActorState, e.Reason, ts, e.Actor)
+		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, idle = ?, updated_at = ? WHERE id = ?`, e.ActorState, e.Reason, e.Idle, ts, e.Actor)
 		return err
 	})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 func newAgent(g *globals) *cobra.Command {
-	var node, socket string
+	var node, socket, address string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent beside this node's stasisd",
@@ -47,13 +47,14 @@ commands stasisd gave it.`,
 				LeaseNamespace: g.leaseNamespace, LeaseDuration: g.leaseDuration, Log: logger(),
 				// The fault tests' way to hang the agent between the steps
 				// of a release (agent.Failpoint…).
-				Failpoint: os.Getenv("STASIS_KUBE_FAILPOINT"), ClockOffset: offset}
+				Failpoint: os.Getenv("STASIS_KUBE_FAILPOINT"), ClockOffset: offset, Address: address}
 			return a.Run(cmd.Context())
 		},
 	}
 	host, _ := os.Hostname()
 	cmd.Flags().StringVar(&node, "node", envOr("NODE_NAME", host), "this node's name in the cluster (default: $NODE_NAME, else the hostname)")
 	cmd.Flags().StringVar(&socket, "socket", api.DefaultSocket, "the local stasisd's socket")
+	cmd.Flags().StringVar(&address, "node-address", os.Getenv("NODE_IP"), "the address at which this node's published ports are reached, in the actors' endpoints (default: $NODE_IP, else the Node's InternalIP)")
 	return cmd
 }
 

@@ -50,7 +50,7 @@ func newActorRun(g *globals) *cobra.Command {
 	run.Flags().BoolVar(&cold, "cold", false, "boot even when the template has a golden snapshot")
 	run.Flags().StringVar(&fromStored, "from-stored", "", "start from this snapshot in stasisd's store (as another node pushed it) instead of from the template")
 	run.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result")
-	run.Flags().StringArrayVarP(&publish, "publish", "p", nil, "publish a port as docker run -p does: [HOSTIP:]HOSTPORT:PORT (TCP), beside the template's; a connection that comes while the actor is paused or suspended wakes it; repeatable")
+	run.Flags().StringArrayVarP(&publish, "publish", "p", nil, "publish a port as docker run -p does: [HOSTIP:]HOSTPORT:PORT (TCP; PORT alone or host port 0: a free host port, kept for the actor), beside the template's; a connection that comes while the actor is paused or suspended wakes it; repeatable")
 	run.Flags().StringVar(&netMode, "network", "", "the actor's network, over the template's: cni, netns (with --netns), host or none (default: the template's, else cni where CNI is installed)")
 	run.Flags().StringVar(&netns, "netns", "", "the network namespace the actor joins, for --network netns (such as /var/run/netns/NAME)")
 	return run

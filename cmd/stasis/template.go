@@ -96,7 +96,7 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 	f.StringSliceVar(&t.Probe.Command, "probe-cmd", nil, "readiness command run in the sandbox (comma-separated argv)")
 	f.StringVar(&t.Probe.URL, "probe-url", "", "readiness URL that must answer 2xx")
 	f.Float64Var(&probeTimeout, "probe-timeout", 30, "seconds to wait for readiness")
-	f.StringArrayVarP(&publish, "publish", "p", nil, "publish a port of every actor, as docker run -p: [HOSTIP:]HOSTPORT:PORT (TCP; repeatable)")
+	f.StringArrayVarP(&publish, "publish", "p", nil, "publish a port of every actor, as docker run -p: [HOSTIP:]HOSTPORT:PORT (TCP; PORT alone: a free host port for each actor; repeatable)")
 	f.StringVar(&t.Network.Mode, "network", "", "the actors' network: cni, netns (with --netns), host or none (default: cni where CNI is installed, none otherwise)")
 	f.StringVar(&t.Network.Netns, "netns", "", "the network namespace the actors join, for --network netns")
 	f.StringVar(&idleAfter, "idle-after", "", "pause or suspend (--idle-then) an actor nothing used for this long, such as 10m: no connection through its published ports, no exec")

@@ -70,6 +70,10 @@ type Agent struct {
 	// tests' way to give one node a clock that runs ahead or behind, which
 	// must not change when it counts as lost.
 	ClockOffset time.Duration
+	// Address is where this node's published ports are reached, written
+	// in its actors' endpoints; the Node's InternalIP (or ExternalIP) when
+	// empty.
+	Address string
 	// Failpoint, one of the Failpoint… names, makes the agent stop itself
 	// (SIGSTOP) the first time it gets there, as a hung agent would: the
 	// tests' way into the windows between the steps of a release.
@@ -225,6 +229,9 @@ func (a *Agent) publish(ctx context.Context) error {
 	}
 	if err := a.Kube.Patch(ctx, &node, patch); err != nil {
 		return fmt.Errorf("publish the fingerprint on node %s: %w", a.Node, err)
+	}
+	if a.Address == "" {
+		a.Address = nodeAddress(&node)
 	}
 	return a.renew(ctx)
 }
@@ -556,7 +563,7 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 	switch {
 	case local == nil && listed.Status.Phase == stasisv1.PhaseFailed && listed.Status.ObservedGeneration == listed.Generation && !a.retryDue(name):
 		return nil // it failed here for good, or waits for its retry; a new spec tries again
-	case local != nil && !listed.Status.Evict && !acts(want, local.State):
+	case local != nil && !listed.Status.Evict && !acts(want, *local):
 		actor := listed.DeepCopy()
 		return a.report(ctx, actor, *local)
 	}
@@ -594,7 +601,7 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 	switch {
 	case want == stasisv1.PhasePaused && local.State == api.Running:
 		*local, err = a.Stasisd.Pause(ctx, api.OpRequest{ID: name})
-	case want == stasisv1.PhaseRunning && (local.State == api.Paused || local.State == api.Suspended):
+	case want == stasisv1.PhaseRunning && acts(want, *local):
 		*local, err = a.Stasisd.Resume(ctx, api.OpRequest{ID: name})
 	}
 	if err != nil {
@@ -611,19 +618,21 @@ func wanted(actor *stasisv1.Actor) stasisv1.Phase {
 	return actor.Spec.Phase
 }
 
-// acts says whether an actor bound here, which stasisd has in state, needs
+// acts says whether an actor bound here, as stasisd has it, needs
 // stasisd to act for the phase want: a release, a pause or a resume. A
 // FENCED one waits for stasisd to thaw it.
-func acts(want stasisv1.Phase, state api.State) bool {
+func acts(want stasisv1.Phase, local api.Actor) bool {
 	switch {
-	case state == api.Fenced:
+	case local.State == api.Fenced:
 		return false
 	case want == stasisv1.PhaseSuspended:
 		return true
 	case want == stasisv1.PhasePaused:
-		return state == api.Running
+		return local.State == api.Running
 	}
-	return state == api.Paused || state == api.Suspended
+	// Paused or suspended by its idle policy, it runs as asked: the next
+	// connection wakes it.
+	return (local.State == api.Paused || local.State == api.Suspended) && !local.Idle
 }
 
 // report writes what stasisd says of the actor into its status, where it
@@ -637,10 +646,11 @@ func (a *Agent) report(ctx context.Context, actor *stasisv1.Actor, local api.Act
 			a.stasisdCondition(s)
 			return
 		}
-		s.Phase, s.Reason = phaseOf(local.State), local.Reason
+		s.Phase, s.Reason, s.Idle = phaseOf(local.State), local.Reason, local.Idle
 		if local.Snapshot != nil && local.Snapshot.Stored != "" {
 			s.Snapshot = local.Snapshot.Stored
 		}
+		s.Endpoint = a.endpoint(actor.Name, local)
 		a.stasisdCondition(s)
 	})
 }
@@ -735,6 +745,7 @@ func (a *Agent) ensureTemplate(ctx context.Context, name string) (*stasisv1.Acto
 	if p := t.Spec.Probe; p != nil {
 		at.Probe = api.Probe{Command: p.Command, URL: p.URL, TimeoutSeconds: float64(p.TimeoutSeconds)}
 	}
+	serveFields(&at, t.Spec)
 	if _, err := a.Stasisd.CreateTemplate(ctx, at); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
 		return nil, err
 	}
@@ -775,7 +786,8 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 	// leaves a copy the next pass fences, never an actor bound nowhere
 	// without its snapshot recorded.
 	err := a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
-		s.Node, s.Evict, s.Snapshot = "", false, stored
+		s.Node, s.Evict, s.Snapshot, s.Idle = "", false, stored, false
+		s.Endpoint = unbound(s.Endpoint)
 		s.Phase, s.Reason = stasisv1.PhasePending, fmt.Sprintf("suspended to the store on node %s as %s; waiting for a node", a.Node, stored)
 		if want == stasisv1.PhaseSuspended {
 			s.Phase, s.Reason = stasisv1.PhaseSuspended, fmt.Sprintf("suspended to the store on node %s as %s", a.Node, stored)

@@ -60,6 +60,9 @@ type Controller struct {
 	// (its template missing, its snapshot's manifest unreadable) is looked
 	// at again, and how long it waited last.
 	waits map[types.UID]wait
+	// endpoints holds, per actor, the Service and EndpointSlice as this
+	// controller last wrote them.
+	endpoints map[types.UID]endpoints
 }
 
 // wait is when an actor is looked at again after a failure, unless its
@@ -152,7 +155,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 			delete(c.waits, uid)
 		}
 	}
-	return nil
+	return c.keepEndpoints(ctx, actors.Items)
 }
 
 // refused waits longer before the next look at an actor that could not be

@@ -72,6 +72,61 @@ type ActorTemplateSpec struct {
 	// restore it.
 	// +optional
 	Golden string `json:"golden,omitempty"`
+	// Network is the actors' network on their node: cni (a namespace of
+	// its own on the node's CNI network; stasisd's default where CNI is
+	// installed), none (its loopback alone) or host (only where stasisd
+	// runs with --network host). Empty: the node's default.
+	// +kubebuilder:validation:Enum=cni;none;host
+	// +optional
+	Network string `json:"network,omitempty"`
+	// Ports are published on the node of each actor, and through its
+	// Service (status.endpoint).
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=containerPort
+	// +optional
+	Ports []Port `json:"ports,omitempty"`
+	// Idle pauses or suspends an actor that nothing used for a while; the
+	// next connection to its ports wakes it, on its node.
+	// +optional
+	Idle *Idle `json:"idle,omitempty"`
+	// WakeTimeout bounds how long a connection waits for its actor to
+	// wake (a Go duration; stasisd's default 2m).
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +optional
+	WakeTimeout string `json:"wakeTimeout,omitempty"`
+}
+
+// Port is a port the actors serve on, published on their node.
+type Port struct {
+	// Name names it in the actor's Service (tcp-PORT when empty).
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// ContainerPort is where the actor listens.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ContainerPort int32 `json:"containerPort"`
+	// HostPort is the port on the node; 0 (the default): a free one the
+	// node picks for each actor and keeps for it, so that many actors of
+	// the template share a node. A fixed one allows one actor of the
+	// template a node.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	HostPort int32 `json:"hostPort,omitempty"`
+}
+
+// Idle is what becomes of an actor left idle: stasisd's api.Idle.
+type Idle struct {
+	// After is how long without a connection or an exec (a Go duration).
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	After string `json:"after"`
+	// Then is pause (kept on its node, resumed in moments) or suspend
+	// (its GPU and memory freed, its snapshot stored).
+	// +kubebuilder:validation:Enum=pause;suspend
+	Then string `json:"then"`
 }
 
 // VM is a micro-VM's guest: stasisd's api.VM.
@@ -161,6 +216,7 @@ const ConditionStasisd = "StasisdAvailable"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
 // +kubebuilder:printcolumn:name="Snapshot",type=string,JSONPath=`.status.snapshot`
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.endpoint.address`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Actor struct {
@@ -229,6 +285,16 @@ type ActorStatus struct {
 	// which it resumes from on whatever node it is bound to next.
 	// +optional
 	Snapshot string `json:"snapshot,omitempty"`
+	// Endpoint is where the actor serves: its Service, and its node's
+	// address and published ports while it is bound to a node that runs
+	// it or wakes it on a connection.
+	// +optional
+	Endpoint *Endpoint `json:"endpoint,omitempty"`
+	// Idle: its template's idle policy paused or suspended it on its node,
+	// which wakes it on the next connection (phase Paused or Suspended
+	// while spec.phase is Running).
+	// +optional
+	Idle bool `json:"idle,omitempty"`
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -237,6 +303,30 @@ type ActorStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Endpoint is where an actor serves.
+type Endpoint struct {
+	// Service names the actor's Service (and its EndpointSlice) in the
+	// actor's namespace: the actor's name where that is a valid Service
+	// name (a DNS label that starts with a letter), else one made of it
+	// and a hash of it (fleet.ServiceName).
+	// +optional
+	Service string `json:"service,omitempty"`
+	// Address is the node's address, written by its agent; empty while
+	// the actor is bound to no node.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Ports are its published ports on that node.
+	// +optional
+	Ports []EndpointPort `json:"ports,omitempty"`
+}
+
+// EndpointPort is one published port of an actor on its node.
+type EndpointPort struct {
+	// Port is the port on the node; ContainerPort the actor's own.
+	Port          int32 `json:"port"`
+	ContainerPort int32 `json:"containerPort"`
 }
 
 // +kubebuilder:object:root=true

@@ -3,10 +3,12 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/internal/tick"
+	"github.com/stasis-run/stasis/service/internal/op"
 	"github.com/stasis-run/stasis/service/internal/templates"
 )
 
@@ -64,15 +66,32 @@ func (s *Actors) idleOut(ctx context.Context) {
 			why := fmt.Sprintf("idle for %s (no connection through its published ports, no exec): %s, as its template says", after, then)
 			s.runner.Event(a.ID, "", "idle", why, 0, nil)
 			req := api.OpRequest{ID: a.ID}
+			why = fmt.Sprintf("idle for %s; the next connection to its published ports wakes it", after)
 			var err error
 			if then == api.IdlePause {
-				_, err = s.Pause(ctx, req)
+				_, err = s.pause(ctx, req, why)
 			} else {
-				_, err = s.Suspend(ctx, req)
+				_, err = s.suspend(ctx, req, why)
 			}
 			if err != nil {
 				s.cfg.Log.Info("an idle actor was not paused or suspended", "actor", a.ID, "then", then, "error", err.Error())
 			}
 		}()
+	}
+}
+
+// asIdle marks what body leaves PAUSED or SUSPENDED as its idle policy's
+// doing (why: the reason), when why is not empty.
+func asIdle(why string, body func(context.Context, *op.Operation) (op.Outcome, error)) func(context.Context, *op.Operation) (op.Outcome, error) {
+	if why == "" {
+		return body
+	}
+	return func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+		out, err := body(ctx, o)
+		if out.State == api.Paused || out.State == api.Suspended {
+			out.Idle = true
+			out.Reason = strings.TrimSuffix(why+"; "+out.Reason, "; ")
+		}
+		return out, err
 	}
 }

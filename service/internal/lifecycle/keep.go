@@ -137,9 +137,9 @@ func (s *Actors) release(ctx context.Context, id, why string) error {
 		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			reason := "its sandbox was stopped to free memory (" + why + "): resume loads its snapshot"
 			if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
-				return op.Outcome{State: api.Paused, Reason: o.Actor.Reason}, err
+				return op.Outcome{State: api.Paused, Reason: o.Actor.Reason, Idle: o.Actor.Idle}, err
 			}
-			return op.Outcome{State: api.Paused, Reason: reason}, nil
+			return op.Outcome{State: api.Paused, Reason: reason, Idle: o.Actor.Idle}, nil
 		}})
 	return err
 }

@@ -151,7 +151,7 @@ func (s *Actors) publishAll(ctx context.Context) error {
 		if err != nil || len(rec.Ports) == 0 {
 			continue
 		}
-		if _, err := s.ports.Publish(a.ID, rec.Ports); err != nil {
+		if _, _, err := s.ports.Publish(a.ID, rec.Ports); err != nil {
 			s.runner.Event(a.ID, "", "publish", "its ports could not be published again when stasisd started", 0, err)
 		}
 	}

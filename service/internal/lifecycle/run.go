@@ -60,8 +60,10 @@ func (s *Actors) run(ctx context.Context, req api.RunRequest, publish bool) (api
 		net.Ports = nil
 	}
 	// The host ports are bound before the actor exists: one taken refuses
-	// the run with nothing made.
-	published, err := s.ports.Publish(req.ID, net.Ports)
+	// the run with nothing made. A free port the node picked (host port
+	// 0) is recorded as picked, and kept for the actor.
+	var published []api.Port
+	net.Ports, published, err = s.ports.Publish(req.ID, net.Ports)
 	if err != nil {
 		return api.Actor{}, fmt.Errorf("actor %s: %w", req.ID, err)
 	}

@@ -20,8 +20,14 @@ import (
 // its GPU released, so that the resume has nothing to load. On failure the
 // actor keeps running.
 func (s *Actors) Pause(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	return s.pause(ctx, req, "")
+}
+
+// pause is Pause; idle, when not empty, says why the actor's idle policy
+// pauses it.
+func (s *Actors) pause(ctx context.Context, req api.OpRequest, idle string) (api.Actor, error) {
 	a, err := s.runner.Run(ctx, op.Request{Kind: op.Pause, Actor: req.ID, RequestID: req.RequestID, Prepare: s.newSnapshotArgs,
-		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+		Body: asIdle(idle, func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			t, err := s.templates.Get(ctx, o.Actor.Template)
 			if err != nil {
 				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
@@ -33,7 +39,7 @@ func (s *Actors) Pause(ctx context.Context, req api.OpRequest) (api.Actor, error
 				return op.Outcome{State: api.Paused, Reason: keptReason}, nil
 			}
 			return op.Outcome{State: api.Paused}, nil
-		}})
+		})})
 	return op.ActorOf(a), err
 }
 
@@ -53,6 +59,12 @@ func (s *Actors) newSnapshotArgs(before journal.Actor) (op.Args, error) {
 // pushed again. When the push fails, the actor is SUSPENDED with its
 // snapshot on this node only, and the reason says so.
 func (s *Actors) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, error) {
+	return s.suspend(ctx, req, "")
+}
+
+// suspend is Suspend; idle, when not empty, says why the actor's idle
+// policy suspends it.
+func (s *Actors) suspend(ctx context.Context, req api.OpRequest, idle string) (api.Actor, error) {
 	a, err := s.runner.Run(ctx, op.Request{Kind: op.Suspend, Actor: req.ID, RequestID: req.RequestID,
 		Prepare: func(before journal.Actor) (op.Args, error) {
 			if api.State(before.State) == api.Running {
@@ -60,7 +72,7 @@ func (s *Actors) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, err
 			}
 			return op.Args{Previous: api.State(before.State), Snapshot: before.Snapshot}, nil
 		},
-		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+		Body: asIdle(idle, func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			if o.Args.Previous != api.Running {
 				out, err := s.storeExisting(ctx, o)
 				if out.State == api.Suspended && o.Args.Previous == api.Paused {
@@ -90,7 +102,7 @@ func (s *Actors) Suspend(ctx context.Context, req api.OpRequest) (api.Actor, err
 				return notStoredOutcome(snap.Dir, err), err
 			}
 			return op.Outcome{State: api.Suspended}, nil
-		}})
+		})})
 	return op.ActorOf(a), err
 }
 

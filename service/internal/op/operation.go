@@ -93,6 +93,8 @@ func (o *Operation) Progress(step, msg string) { o.r.Event(o.Actor.ID, o.ID, ste
 type Outcome struct {
 	State  api.State
 	Reason string
+	// Idle: the actor's idle policy paused or suspended it.
+	Idle bool
 	// Deleted: the actor is gone.
 	Deleted bool
 }

@@ -156,7 +156,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (journal.Actor, error) {
 		opErr = errdefs.Mark(fmt.Errorf("%s of %s ran past its deadline of %s at step %s and was rolled back (raise it with --deadline %s=DURATION): %w", k.Name, req.Actor, deadline, step, k.Name, opErr), errdefs.ErrDeadlineExceeded)
 	}
 	cancel()
-	end := journal.End{OpID: opID, State: journal.OpDone, Actor: req.Actor, ActorState: string(out.State), Reason: out.Reason}
+	end := journal.End{OpID: opID, State: journal.OpDone, Actor: req.Actor, ActorState: string(out.State), Reason: out.Reason, Idle: out.Idle}
 	if opErr != nil {
 		end.State, end.Error, end.ErrorCode = journal.OpFailed, opErr.Error(), errdefs.Code(opErr)
 	}

@@ -126,17 +126,17 @@ func hostAddr(p api.Port) string {
 // ErrTaken marks a host port that another actor or process holds.
 var ErrTaken = errdefs.New(errdefs.ErrAlreadyExists, "host port taken")
 
-// Publish listens on ports for actor id, each at once: it returns those
-// this call bound (a port the actor holds already is left as it is), or
-// binds none and says which port is taken and by whom.
-func (p *Ports) Publish(id string, ports []api.Port) ([]api.Port, error) {
+// Publish listens on ports for actor id, each at once. It returns the
+// ports as published (a host port 0 replaced by the free one the node
+// picked) and those this call bound (a port the actor holds already is
+// left as it is), or binds none and says which port is taken and by whom.
+func (p *Ports) Publish(id string, ports []api.Port) (published, added []api.Port, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	a := p.actors[id]
 	if a == nil {
 		a = newActor(id)
 	}
-	var added []api.Port
 	var bound []net.Listener
 	undo := func() {
 		for _, l := range bound {
@@ -145,23 +145,26 @@ func (p *Ports) Publish(id string, ports []api.Port) ([]api.Port, error) {
 	}
 	for _, port := range ports {
 		addr := hostAddr(port)
-		if owner, ok := p.owners[addr]; ok {
+		if owner, ok := p.owners[addr]; ok && port.HostPort != 0 {
 			if owner == id {
+				published = append(published, port)
 				continue
 			}
 			undo()
-			return nil, fmt.Errorf("%w: %s is published for actor %s; give this actor another host port", ErrTaken, addr, owner)
+			return nil, nil, fmt.Errorf("%w: %s is published for actor %s; give this actor another host port", ErrTaken, addr, owner)
 		}
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			undo()
 			if errors.Is(err, syscall.EADDRINUSE) {
-				return nil, fmt.Errorf("%w: %s is in use by another process on this node; give the actor another host port", ErrTaken, addr)
+				return nil, nil, fmt.Errorf("%w: %s is in use by another process on this node; give the actor another host port", ErrTaken, addr)
 			}
-			return nil, errdefs.Mark(fmt.Errorf("publish %s: %w", addr, err), errdefs.ErrInvalidArgument)
+			return nil, nil, errdefs.Mark(fmt.Errorf("publish %s: %w", addr, err), errdefs.ErrInvalidArgument)
 		}
+		port.HostPort = l.Addr().(*net.TCPAddr).Port
 		bound = append(bound, l)
 		added = append(added, port)
+		published = append(published, port)
 	}
 	p.actors[id] = a
 	for i, port := range added {
@@ -170,7 +173,7 @@ func (p *Ports) Publish(id string, ports []api.Port) ([]api.Port, error) {
 		a.listeners[addr], a.ports[addr] = bound[i], port
 		go p.serve(a, bound[i], port)
 	}
-	return added, nil
+	return published, added, nil
 }
 
 // Unpublish stops listening on ports of actor id; nil: on all of them,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,7 +102,7 @@ func publish(t *testing.T, p *ports.Ports, id string, containerPort int) string 
 	}
 	hp := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	if _, err := p.Publish(id, []api.Port{{HostIP: "127.0.0.1", HostPort: hp, ContainerPort: containerPort}}); err != nil {
+	if _, _, err := p.Publish(id, []api.Port{{HostIP: "127.0.0.1", HostPort: hp, ContainerPort: containerPort}}); err != nil {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("127.0.0.1:%d", hp)
@@ -220,10 +221,10 @@ func TestPublishRefusesATakenPort(t *testing.T) {
 	var hp int
 	fmt.Sscan(port, &hp)
 	taken := api.Port{HostIP: "127.0.0.1", HostPort: hp, ContainerPort: 1}
-	if _, err := p.Publish("a2", []api.Port{taken}); !errors.Is(err, ports.ErrTaken) || !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), "a1") {
+	if _, _, err := p.Publish("a2", []api.Port{taken}); !errors.Is(err, ports.ErrTaken) || !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), "a1") {
 		t.Fatalf("another actor's port: %v", err)
 	}
-	if added, err := p.Publish("a1", []api.Port{taken}); err != nil || len(added) != 0 {
+	if _, added, err := p.Publish("a1", []api.Port{taken}); err != nil || len(added) != 0 {
 		t.Fatalf("its own port again: %v, %v", added, err)
 	}
 	other, err := net.Listen("tcp", "127.0.0.1:0")
@@ -232,14 +233,45 @@ func TestPublishRefusesATakenPort(t *testing.T) {
 	}
 	defer other.Close()
 	busy := api.Port{HostIP: "127.0.0.1", HostPort: other.Addr().(*net.TCPAddr).Port, ContainerPort: 1}
-	if _, err := p.Publish("a3", []api.Port{busy}); !errors.Is(err, ports.ErrTaken) || !strings.Contains(err.Error(), "another process") {
+	if _, _, err := p.Publish("a3", []api.Port{busy}); !errors.Is(err, ports.ErrTaken) || !strings.Contains(err.Error(), "another process") {
 		t.Fatalf("a port another process holds: %v", err)
 	}
 	p.Unpublish("a1", nil)
 	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		t.Fatal("an unpublished port still takes connections")
 	}
-	if _, err := p.Publish("a2", []api.Port{taken}); err != nil {
+	if _, _, err := p.Publish("a2", []api.Port{taken}); err != nil {
 		t.Fatalf("a port given up, published again: %v", err)
+	}
+}
+
+// Host port 0 gives each actor a free port of its own, which publishing
+// the port as picked (a stasisd that starts again) keeps.
+func TestPublishPicksAFreePort(t *testing.T) {
+	f := newFakeActor(t)
+	p := ports.New(f.config())
+	t.Cleanup(p.Close)
+	free := api.Port{HostIP: "127.0.0.1", ContainerPort: 8000}
+	first, _, err := p.Publish("a1", []api.Port{free, free})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := p.Publish("a2", []api.Port{free})
+	if err != nil {
+		t.Fatal(err)
+	}
+	picked := map[int]bool{}
+	for _, port := range append(first, second...) {
+		if port.HostPort == 0 || picked[port.HostPort] || port.ContainerPort != 8000 {
+			t.Fatalf("published %v and %v: want three distinct host ports for port 8000", first, second)
+		}
+		picked[port.HostPort] = true
+	}
+	again, added, err := p.Publish("a1", first)
+	if err != nil || len(added) != 0 || !slices.Equal(again, first) {
+		t.Fatalf("the picked ports again: %v (added %v), %v; want %v as they are", again, added, err, first)
+	}
+	if _, _, err := p.Publish("a2", first[:1]); !errors.Is(err, ports.ErrTaken) {
+		t.Fatalf("a port picked for a1, asked for by a2: %v", err)
 	}
 }

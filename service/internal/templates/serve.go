@@ -22,7 +22,7 @@ func CheckPorts(ports ...[]api.Port) error {
 				return err
 			}
 			key := api.Port{HostIP: p.HostIP, HostPort: p.HostPort}
-			if seen[key] {
+			if p.HostPort != 0 && seen[key] {
 				return fmt.Errorf("%w: host port %s is published twice", errdefs.ErrInvalidArgument, p)
 			}
 			seen[key] = true

@@ -785,7 +785,10 @@ type Actor struct {
 	// runtime is the runtime its template named when it was made.
 	Runtime string `protobuf:"bytes,10,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	// network is the actor's network on this node.
-	Network       *ActorNetwork `protobuf:"bytes,11,opt,name=network,proto3" json:"network,omitempty"`
+	Network *ActorNetwork `protobuf:"bytes,11,opt,name=network,proto3" json:"network,omitempty"`
+	// idle: its template's idle policy paused or suspended it (not a
+	// caller); the next connection to its published ports wakes it.
+	Idle          bool `protobuf:"varint,12,opt,name=idle,proto3" json:"idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -895,6 +898,13 @@ func (x *Actor) GetNetwork() *ActorNetwork {
 		return x.Network
 	}
 	return nil
+}
+
+func (x *Actor) GetIdle() bool {
+	if x != nil {
+		return x.Idle
+	}
+	return false
 }
 
 // Operation is an operation on an actor.
@@ -2677,7 +2687,7 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\x03 \x01(\x01R\x0etimeoutSeconds\"H\n" +
 	"\x0eSnapshotConfig\x12\x19\n" +
 	"\bon_pause\x18\x01 \x01(\tR\aonPause\x12\x1b\n" +
-	"\ton_commit\x18\x02 \x01(\tR\bonCommit\"\xa3\x03\n" +
+	"\ton_commit\x18\x02 \x01(\tR\bonCommit\"\xb7\x03\n" +
 	"\x05Actor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x14\n" +
@@ -2692,7 +2702,8 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
 	"\aruntime\x18\n" +
 	" \x01(\tR\aruntime\x121\n" +
-	"\anetwork\x18\v \x01(\v2\x17.stasis.v1.ActorNetworkR\anetwork\"\x81\x02\n" +
+	"\anetwork\x18\v \x01(\v2\x17.stasis.v1.ActorNetworkR\anetwork\x12\x12\n" +
+	"\x04idle\x18\f \x01(\bR\x04idle\"\x81\x02\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
