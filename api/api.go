@@ -33,5 +33,9 @@ const ServiceName = stasisv1connect.StasisName
 // resource_exhausted before it is parsed.
 const MaxRequestBytes = 1 << 20
 
+// MaxExecStdin bounds an exec's standard input, which travels whole in its
+// request (base64 in JSON, within MaxRequestBytes).
+const MaxExecStdin = 512 << 10
+
 // Procedure is the URL path of a procedure.
 func Procedure(name string) string { return "/" + ServiceName + "/" + name }

@@ -408,6 +408,9 @@ type (
 	ExecRequest struct {
 		ID   string   `json:"id"`
 		Args []string `json:"args"`
+		// Stdin is the command's standard input, whole (at most
+		// MaxExecStdin); empty: none.
+		Stdin []byte `json:"stdin,omitempty"`
 	}
 
 	// ExecResult is how the command ended.

@@ -234,11 +234,11 @@ func WarmRequestFromWire(m *stasisv1.WarmRequest) WarmRequest {
 }
 
 func (r ExecRequest) Wire() *stasisv1.ExecRequest {
-	return &stasisv1.ExecRequest{Id: r.ID, Args: r.Args}
+	return &stasisv1.ExecRequest{Id: r.ID, Args: r.Args, Stdin: r.Stdin}
 }
 
 func ExecRequestFromWire(m *stasisv1.ExecRequest) ExecRequest {
-	return ExecRequest{ID: m.GetId(), Args: m.GetArgs()}
+	return ExecRequest{ID: m.GetId(), Args: m.GetArgs(), Stdin: m.GetStdin()}
 }
 
 func (r ExecResult) Wire() *stasisv1.ExecResult {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -135,7 +137,7 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	if err != nil {
 		return nil, err
 	}
-	if err := e.waitReady(ctx, o, id, opts.Probe); err != nil {
+	if err := e.waitReady(ctx, o, id, opts.Probe, a.ConsoleLog); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -194,11 +196,11 @@ func (e *Engine) compatibility(ctx context.Context, a Actor, m *snapshot.Manifes
 	return msg, devices, nil
 }
 
-func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe) error {
+func (e *Engine) waitReady(ctx context.Context, o op, id string, p Probe, console string) error {
 	if p.Command == nil && p.URL == "" {
 		return nil
 	}
-	return o.step(StepProbe, func() (string, error) { return e.probe(ctx, id, p) })
+	return o.step(StepProbe, func() (string, error) { return e.probe(ctx, id, p, console) })
 }
 
 // resumeFull restores the image and puts the GPU state back; afterRestore
@@ -330,10 +332,18 @@ func (e *Engine) idFree(ctx context.Context, id string) error {
 	return e.Runtime.Delete(ctx, id)
 }
 
-// probeInterval is how often a readiness probe is retried.
-const probeInterval = 100 * time.Millisecond
+// probeInterval is how often a readiness probe is retried; every
+// probeStateEvery-th failed attempt looks whether the sandbox still runs.
+const (
+	probeInterval   = 100 * time.Millisecond
+	probeStateEvery = 5
+)
 
-func (e *Engine) probe(ctx context.Context, id string, p Probe) (string, error) {
+// probe waits until sandbox id is ready. It gives up at the probe's
+// timeout, or at once when the sandbox's process exited (nothing will ever
+// answer), and then quotes the last lines of the sandbox's console, where
+// the cause usually is.
+func (e *Engine) probe(ctx context.Context, id string, p Probe, console string) (string, error) {
 	timeout := p.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -347,12 +357,55 @@ func (e *Engine) probe(ctx context.Context, id string, p Probe) (string, error) 
 		if last = e.probeOnce(ctx, id, p); last == nil {
 			return fmt.Sprintf("ready after %d attempt(s)", attempt), nil
 		}
+		if attempt%probeStateEvery == 1 {
+			st, err := e.Runtime.State(ctx, id)
+			if errors.Is(err, runtime.ErrNotFound) || err == nil && st.Status == runtime.StatusStopped {
+				return "", fmt.Errorf("the sandbox's process exited before it was ready (the probe: %v)%s", last, consoleTail(console))
+			}
+		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("not ready within %s: %w", timeout, last)
+			return "", fmt.Errorf("not ready within %s, its process still running: %w%s", timeout, last, consoleTail(console))
 		case <-tick.C:
 		}
 	}
+}
+
+// consoleLines is how much of the console a failed probe quotes.
+const (
+	consoleLines = 10
+	consoleBytes = 4 << 10
+)
+
+// consoleTail is the last lines of the console log at path, as the end of
+// an error: where to look, and what it says.
+func consoleTail(path string) string {
+	if path == "" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	start := max(info.Size()-consoleBytes, 0)
+	buf := make([]byte, info.Size()-start)
+	if _, err := f.ReadAt(buf, start); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(buf), "\n"), "\n")
+	if start > 0 && len(lines) > 1 {
+		lines = lines[1:] // cut mid-line
+	}
+	lines = lines[max(len(lines)-consoleLines, 0):]
+	if len(lines) == 1 && lines[0] == "" {
+		return "; its console (" + path + ") is empty"
+	}
+	return "; the last lines of its console (" + path + "):\n  " + strings.Join(lines, "\n  ")
 }
 
 func (e *Engine) probeOnce(ctx context.Context, id string, p Probe) error {

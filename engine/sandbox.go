@@ -38,7 +38,7 @@ func (e *Engine) Boot(ctx context.Context, a Actor, opts BootOptions) (err error
 	if err := o.step(StepBoot, func() (string, error) { return e.create(ctx, a, id, o) }); err != nil {
 		return err
 	}
-	return e.waitReady(ctx, o, id, opts.Probe)
+	return e.waitReady(ctx, o, id, opts.Probe, a.ConsoleLog)
 }
 
 // create creates and starts sandbox id from the actor's bundle.
@@ -51,7 +51,7 @@ func (e *Engine) create(ctx context.Context, a Actor, id string, o op) (string, 
 
 // WaitReady runs the readiness probe, if any, against a running sandbox.
 func (e *Engine) WaitReady(ctx context.Context, a Actor, id string, p Probe, obs Observer) error {
-	return e.waitReady(ctx, op{actor: a.name(), name: "probe", obs: obs}, id, p)
+	return e.waitReady(ctx, op{actor: a.name(), name: "probe", obs: obs}, id, p, a.ConsoleLog)
 }
 
 // Remove stops sandbox id, which frees its memory and GPUs, and deletes the
@@ -127,8 +127,8 @@ func (e *Engine) PauseCommand(id string) []string {
 
 // Exec runs a command inside a running sandbox and waits for it; a
 // non-zero exit is in the result, not an error.
-func (e *Engine) Exec(ctx context.Context, id string, args []string) (runtime.ExecResult, error) {
-	return e.Runtime.Exec(ctx, id, runtime.Process{Args: args})
+func (e *Engine) Exec(ctx context.Context, id string, args []string, stdin []byte) (runtime.ExecResult, error) {
+	return e.Runtime.Exec(ctx, id, runtime.Process{Args: args, Stdin: stdin})
 }
 
 // Thaw makes sure a sandbox that an interrupted operation may have left
@@ -228,5 +228,5 @@ func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts Resum
 	if err := e.thaw(ctx, o, a, id, st, opts.DeviceMap); err != nil {
 		return err
 	}
-	return e.waitReady(ctx, o, id, opts.Probe)
+	return e.waitReady(ctx, o, id, opts.Probe, a.ConsoleLog)
 }

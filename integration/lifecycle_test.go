@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/runtime"
+	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
 // TestLifecycle walks an actor through run, pause, resume, suspend (into
@@ -151,5 +154,44 @@ func TestPausedSandboxKeptInMemory(t *testing.T) {
 	}
 	if a := d.op("Pause", "a1"); strings.Contains(a.Reason, "kept") || status() != runtime.StatusStopped {
 		t.Fatalf("a pause under the reserve: %+v, sandbox %s; want it stopped", a, status())
+	}
+}
+
+// TestAStartThatDiesSaysWhy: a process that exits at once fails the run
+// when it exits, not at the end of its probe's timeout (ten minutes here),
+// and the error quotes its console's last line, where the cause is.
+func TestAStartThatDiesSaysWhy(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("dies", func(tpl *api.Template) {
+		tpl.Bundle = testactor.Bundle(t, t.TempDir(), testactor.Options{Listen: "no-such-address"})
+		tpl.Probe.TimeoutSeconds = 600
+	})
+	start := time.Now()
+	_, err := d.api.Run(context.Background(), api.RunRequest{Template: "dies", ID: "d1"})
+	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") || !strings.Contains(err.Error(), "counter: listen tcp: address no-such-address") {
+		t.Fatalf("run of a process that dies: %v", err)
+	}
+	t.Logf("failed in %s: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// TestExecWithStdin: exec -i hands the command this command's standard
+// input, and what follows the actor is the command's own, flags and all.
+func TestExecWithStdin(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1")
+	cmd := exec.Command(stasisCLI.path(t), "--socket", d.socket, "--data", d.data, "actor", "exec", "-i", "a1", "/counter", "cat")
+	cmd.Stdin = strings.NewReader("hello from stdin\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "hello from stdin\n" {
+		t.Fatalf("exec -i: %v\n%s", err, out)
+	}
+	// -x is the counter's: it exits 2 with its usage, not stasis's flag error.
+	cmd = exec.Command(stasisCLI.path(t), "--socket", d.socket, "--data", d.data, "actor", "exec", "a1", "/counter", "-x")
+	out, err = cmd.CombinedOutput()
+	if exitCode(err) != 2 || !strings.Contains(string(out), "counter: unknown command \"-x\"") {
+		t.Fatalf("exec of a command with a flag: exit %d\n%s", exitCode(err), out)
 	}
 }

@@ -521,7 +521,7 @@ func TestCategoriesReachTheCLI(t *testing.T) {
 	d.run("counter", "a1")
 	cli := stasisCLI.path(t)
 	stasis := func(args ...string) (string, int) {
-		out, err := exec.Command(cli, append(args, "--socket", d.socket, "--data", d.data)...).CombinedOutput()
+		out, err := exec.Command(cli, append([]string{"--socket", d.socket, "--data", d.data}, args...)...).CombinedOutput()
 		return string(out), exitCode(err)
 	}
 	if out, code := stasis("actor", "exec", "a1", "--", "/no/such/program"); code == 0 || code == 1 {

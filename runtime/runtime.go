@@ -49,6 +49,8 @@ type Process struct {
 	Args []string
 	Env  []string
 	Cwd  string
+	// Stdin is its standard input, whole; nil: none.
+	Stdin []byte
 }
 
 // ExecResult is how an exec'd process ended.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,5 +177,50 @@ func TestSocketAndDataFromTheEnvironment(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, "store", "config")); err != nil {
 		t.Fatalf("store init with STASIS_DATA=%s made no store there: %v", data, err)
+	}
+}
+
+// TestProbeCommandOfOneStringIsRefused: --probe-cmd 'python3 /app/get.py'
+// is one program of that whole name; refused as a usage error (exit 2)
+// that shows the argv meant, before stasisd is asked anything.
+func TestProbeCommandOfOneStringIsRefused(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	socket := filepath.Join(t.TempDir(), "none.sock")
+	code := run(context.Background(), []string{"template", "create", "t1", "--socket", socket, "--bundle", t.TempDir(), "--probe-cmd", "python3 /app/get.py"}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--probe-cmd python3,/app/get.py") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if err := checkProbeCommand([]string{"python3", "/app/get.py"}); err != nil {
+		t.Fatalf("an argv: %v", err)
+	}
+}
+
+// TestExecCommandLine: what follows the actor is the command's (flags
+// included, as docker exec reads them); stasis's flags between the actor
+// and a -- are still stasis's.
+func TestExecCommandLine(t *testing.T) {
+	for _, c := range []struct {
+		line []string
+		want string
+		json bool
+	}{
+		{[]string{"a1", "sh", "-c", "echo hi"}, "sh|-c|echo hi", false},
+		{[]string{"a1", "--", "cat", "-n"}, "cat|-n", false},
+		{[]string{"a1", "--json", "--", "cat"}, "cat", true},
+		{[]string{"a1", "git", "log", "--", "f"}, "git|log|--|f", false},
+	} {
+		root, g := newRoot(io.Discard, io.Discard)
+		exec, _, err := root.Find([]string{"actor", "exec"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exec.ParseFlags(c.line); err != nil {
+			t.Fatalf("%q: %v", c.line, err)
+		}
+		args := exec.Flags().Args()
+		got, err := execCommand(exec, args[1:])
+		if err != nil || strings.Join(got, "|") != c.want || g.json != c.json {
+			t.Errorf("%q: command %q (json %v), %v; want %q (json %v)", c.line, got, g.json, err, c.want, c.json)
+		}
 	}
 }

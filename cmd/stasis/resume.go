@@ -27,6 +27,9 @@ func newResume(g *globals) *cobra.Command {
 			if err != nil {
 				return errdefs.Mark(fmt.Errorf("--device-map: %w", err), errdefs.ErrInvalidArgument)
 			}
+			if err := checkProbeCommand(probeCmd); err != nil {
+				return err
+			}
 			opts := engine.ResumeOptions{ID: newID, DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}, Observer: g.observer()}
 			switch verify {
 			case "blocks":
@@ -75,7 +78,7 @@ func newResume(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&pull, "pull", "", "first fetch this stored snapshot from the repository (--repo) into --snapshot")
 	cmd.Flags().StringVar(&newID, "new-id", "", "container id for the resumed sandbox (default: CONTAINER)")
 	cmd.Flags().StringVar(&deviceMap, "device-map", "", "restore GPU state onto other GPUs: OLD_UUID=NEW_UUID,...")
-	cmd.Flags().StringSliceVar(&probeCmd, "probe-cmd", nil, "readiness command run inside the sandbox (comma-separated argv)")
+	cmd.Flags().StringSliceVar(&probeCmd, "probe-cmd", nil, "readiness command run inside the sandbox, its argv comma-separated: python3,/app/get.py")
 	cmd.Flags().StringVar(&probeURL, "probe-url", "", "readiness URL that must answer 2xx")
 	cmd.Flags().DurationVar(&probeTimeout, "probe-timeout", 30*time.Second, "how long to wait for readiness")
 	cmd.Flags().StringVar(&verify, "verify", "while-restoring", "how the snapshot is proven whole: hash every block while it restores and refuse it before it is ready (while-restoring), hash before restoring (blocks), or check files and sizes only (sizes: for snapshots checked when they arrived; a pull is always checked chunk by chunk)")

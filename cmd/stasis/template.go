@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/units"
 )
 
@@ -66,6 +67,9 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 			if idleAfter != "" {
 				t.Idle = &api.Idle{After: idleAfter, Then: idleThen}
 			}
+			if err := checkProbeCommand(t.Probe.Command); err != nil {
+				return err
+			}
 			t.Probe.TimeoutSeconds = probeTimeout
 			t.Snapshots = api.SnapshotConfig{OnPause: api.Scope(onPause), OnCommit: api.Scope(onCommit)}
 			for _, p := range []*string{&t.Bundle, &t.Rootfs} {
@@ -93,7 +97,7 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 	f.IntVar(&t.GPUs, "gpus", 0, "GPUs per actor (the node's NVIDIA devices and the stasis-cuda helper)")
 	f.StringVar(&memory, "memory", "", "sandbox memory limit, such as 16GiB (stasis plan template recommends one)")
 	f.StringSliceVar(&t.Durable, "durable", nil, "folders inside the sandbox kept on the host per actor (repeatable)")
-	f.StringSliceVar(&t.Probe.Command, "probe-cmd", nil, "readiness command run in the sandbox (comma-separated argv)")
+	f.StringSliceVar(&t.Probe.Command, "probe-cmd", nil, "readiness command run in the sandbox, its argv comma-separated: python3,/app/get.py (or sh,-c,'python3 /app/get.py')")
 	f.StringVar(&t.Probe.URL, "probe-url", "", "readiness URL that must answer 2xx")
 	f.Float64Var(&probeTimeout, "probe-timeout", 30, "seconds to wait for readiness")
 	f.StringArrayVarP(&publish, "publish", "p", nil, "publish a port of every actor, as docker run -p: [HOSTIP:]HOSTPORT:PORT (TCP; PORT alone: a free host port for each actor; repeatable)")
@@ -226,4 +230,15 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// checkProbeCommand refuses a probe command given as one string of words
+// (--probe-cmd 'python3 /app/get.py'): it would run a program of that
+// whole name, never found, and the actor would wait out its probe.
+func checkProbeCommand(argv []string) error {
+	if len(argv) == 1 && strings.ContainsAny(argv[0], " \t") {
+		fix := strings.Join(strings.Fields(argv[0]), ",")
+		return errdefs.Mark(fmt.Errorf("--probe-cmd %q: the probe's argv is comma-separated, so this is one program named %q; write --probe-cmd %s (or sh,-c,%q)", argv[0], argv[0], fix, argv[0]), errdefs.ErrInvalidArgument)
+	}
+	return nil
 }

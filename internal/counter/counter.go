@@ -42,11 +42,15 @@ func Run(args []string, stdout io.Writer) error {
 		return serve(stdout, args[1])
 	}
 	if len(args) != 1 {
-		return fmt.Errorf("usage: serve [ADDR]|incr|get|await incr|await get")
+		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|await incr|await get")
 	}
 	switch args[0] {
 	case "serve":
 		return serve(stdout, "")
+	case "cat":
+		// Standard input to standard output: an exec's stdin, seen.
+		_, err := io.Copy(stdout, os.Stdin)
+		return err
 	case "incr", "get":
 		return ask(args[0], stdout)
 	}

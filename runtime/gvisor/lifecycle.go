@@ -91,6 +91,9 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if p.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(p.Stdin)
+	}
 	err = cmd.Run()
 	res := runtime.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	var exitErr *exec.ExitError

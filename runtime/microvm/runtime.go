@@ -333,7 +333,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, p runtime.Process) (runti
 	if _, err := r.load(id); err != nil {
 		return runtime.ExecResult{}, err
 	}
-	rep, err := r.call(ctx, id, agent.Request{Op: agent.OpExec, Process: &agent.Process{Args: p.Args, Env: p.Env, Cwd: p.Cwd}})
+	rep, err := r.call(ctx, id, agent.Request{Op: agent.OpExec, Process: &agent.Process{Args: p.Args, Env: p.Env, Cwd: p.Cwd, Stdin: p.Stdin}})
 	if err != nil {
 		return runtime.ExecResult{}, fmt.Errorf("VM %s: %w", id, err)
 	}

@@ -116,6 +116,10 @@ func TestExecAndStart(t *testing.T) {
 	if rep.Error != "" || rep.Exec.ExitCode != 3 || string(rep.Exec.Stdout) != "out\n" || string(rep.Exec.Stderr) != "err\n" {
 		t.Fatalf("exec: %+v", rep)
 	}
+	// Its standard input, whole.
+	if rep := s.Handle(ctx, agent.Request{Op: agent.OpExec, Process: &agent.Process{Args: []string{"/bin/cat"}, Stdin: []byte("hi\n")}}); rep.Error != "" || string(rep.Exec.Stdout) != "hi\n" {
+		t.Fatalf("exec with stdin: %+v", rep)
+	}
 	// A program that is not there exits 127 with the reason, as in a shell.
 	if rep := s.Handle(ctx, agent.Request{Op: agent.OpExec, Process: &agent.Process{Args: []string{"/no/such/program"}}}); rep.Error != "" || rep.Exec.ExitCode != 127 || !strings.Contains(string(rep.Exec.Stderr), "/no/such/program") {
 		t.Fatalf("exec of a missing program: %+v", rep)

@@ -50,6 +50,9 @@ type Process struct {
 	Args []string `json:"args"`
 	Env  []string `json:"env,omitempty"`
 	Cwd  string   `json:"cwd,omitempty"`
+	// Stdin is its standard input, whole (an agent older than it runs the
+	// process without).
+	Stdin []byte `json:"stdin,omitempty"`
 }
 
 // Reply answers one Request. Error set means the request failed; the other

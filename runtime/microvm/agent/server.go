@@ -161,6 +161,9 @@ func (s *Server) exec(ctx context.Context, p *Process) (*ExecResult, error) {
 	cmd := s.command(ctx, p)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if p.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(p.Stdin)
+	}
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {

@@ -107,6 +107,9 @@ func (s *Actors) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult,
 	if len(req.Args) == 0 {
 		return api.ExecResult{}, fmt.Errorf("%w: exec needs a command", errdefs.ErrInvalidArgument)
 	}
+	if len(req.Stdin) > api.MaxExecStdin {
+		return api.ExecResult{}, fmt.Errorf("%w: exec's standard input is %d bytes, over the %d an exec takes whole; copy larger input through a durable folder", errdefs.ErrInvalidArgument, len(req.Stdin), api.MaxExecStdin)
+	}
 	a, err := s.runner.ActorRecord(ctx, req.ID)
 	if err != nil {
 		return api.ExecResult{}, err
@@ -120,7 +123,7 @@ func (s *Actors) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult,
 	// An exec is a use: the actor is not idle while one runs.
 	s.ports.Touch(a.ID)
 	defer s.ports.Touch(a.ID)
-	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, req.Args)
+	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, req.Args, req.Stdin)
 	if err != nil {
 		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
 	}

@@ -1723,9 +1723,12 @@ func (x *Actors) GetActors() []*Actor {
 
 // ExecRequest runs a command in a running actor.
 type ExecRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Args          []string               `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Args  []string               `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
+	// stdin is the command's standard input, whole (at most 512 KiB);
+	// empty: none.
+	Stdin         []byte `protobuf:"bytes,3,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1770,6 +1773,13 @@ func (x *ExecRequest) GetId() string {
 func (x *ExecRequest) GetArgs() []string {
 	if x != nil {
 		return x.Args
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
 	}
 	return nil
 }
@@ -2770,10 +2780,11 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\aActorID\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"2\n" +
 	"\x06Actors\x12(\n" +
-	"\x06actors\x18\x01 \x03(\v2\x10.stasis.v1.ActorR\x06actors\"1\n" +
+	"\x06actors\x18\x01 \x03(\v2\x10.stasis.v1.ActorR\x06actors\"G\n" +
 	"\vExecRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04args\x18\x02 \x03(\tR\x04args\"Y\n" +
+	"\x04args\x18\x02 \x03(\tR\x04args\x12\x14\n" +
+	"\x05stdin\x18\x03 \x01(\fR\x05stdin\"Y\n" +
 	"\n" +
 	"ExecResult\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
