@@ -30,6 +30,9 @@ const (
 	Resuming   State = "RESUMING"
 	Deleting   State = "DELETING"
 	Crashed    State = "CRASHED"
+	// Exited: its process ended on its own (Actor.ExitCode says how);
+	// resume starts it again from its latest snapshot, delete removes it.
+	Exited State = "EXITED"
 	// Fenced: frozen in place (its sandbox paused, nothing saved) because
 	// this node's fleet lease lapsed: another node may run it now. A
 	// renewal that says it is still bound here thaws it; otherwise the
@@ -38,7 +41,7 @@ const (
 )
 
 // States lists every state.
-var States = []State{Creating, Running, Pausing, Paused, Suspending, Suspended, Resuming, Deleting, Crashed, Fenced}
+var States = []State{Creating, Running, Pausing, Paused, Suspending, Suspended, Resuming, Deleting, Crashed, Exited, Fenced}
 
 // Transitional tells whether an operation is in flight in state s.
 func (s State) Transitional() bool {
@@ -275,7 +278,11 @@ type Actor struct {
 	Network *ActorNetwork `json:"network,omitempty"`
 	// Idle: its template's idle policy paused or suspended it (not a
 	// caller); the next connection to its published ports wakes it.
-	Idle      bool      `json:"idle,omitempty"`
+	Idle bool `json:"idle,omitempty"`
+	// ExitCode and ExitedAt say how and when its process ended, while it
+	// is EXITED (or CRASHED by a signal: 128+N, as a shell says it).
+	ExitCode  int       `json:"exitCode,omitempty"`
+	ExitedAt  time.Time `json:"exitedAt,omitzero"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }

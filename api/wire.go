@@ -122,7 +122,7 @@ func TemplateFromWire(m *stasisv1.Template) Template {
 
 func (a Actor) Wire() *stasisv1.Actor {
 	m := &stasisv1.Actor{
-		Id: a.ID, Template: a.Template, Runtime: a.Runtime, State: string(a.State), Reason: a.Reason, Sandbox: a.Sandbox, Idle: a.Idle,
+		Id: a.ID, Template: a.Template, Runtime: a.Runtime, State: string(a.State), Reason: a.Reason, Sandbox: a.Sandbox, Idle: a.Idle, ExitCode: int32(a.ExitCode), ExitedAt: timestamp(a.ExitedAt),
 		CreatedAt: timestamp(a.CreatedAt), UpdatedAt: timestamp(a.UpdatedAt),
 	}
 	if a.Snapshot != nil {
@@ -142,7 +142,7 @@ func (a Actor) Wire() *stasisv1.Actor {
 
 func ActorFromWire(m *stasisv1.Actor) Actor {
 	a := Actor{
-		ID: m.GetId(), Template: m.GetTemplate(), Runtime: m.GetRuntime(), State: State(m.GetState()), Reason: m.GetReason(), Sandbox: m.GetSandbox(), Idle: m.GetIdle(),
+		ID: m.GetId(), Template: m.GetTemplate(), Runtime: m.GetRuntime(), State: State(m.GetState()), Reason: m.GetReason(), Sandbox: m.GetSandbox(), Idle: m.GetIdle(), ExitCode: int(m.GetExitCode()), ExitedAt: timeOf(m.GetExitedAt()),
 		CreatedAt: timeOf(m.GetCreatedAt()), UpdatedAt: timeOf(m.GetUpdatedAt()),
 	}
 	if m.GetSnapshot() != nil {

@@ -131,6 +131,20 @@ func (e *Engine) Exec(ctx context.Context, id string, args []string, stdin []byt
 	return e.Runtime.Exec(ctx, id, runtime.Process{Args: args, Stdin: stdin})
 }
 
+// ErrCannotWait marks a runtime that cannot say when a sandbox's process
+// ends (runtime.Waiter).
+var ErrCannotWait = errors.New("this runtime does not say when a sandbox's process ends")
+
+// Wait blocks until sandbox id's process ends, or ctx does, and says how
+// it ended.
+func (e *Engine) Wait(ctx context.Context, id string) (runtime.Exit, error) {
+	w, ok := e.Runtime.(runtime.Waiter)
+	if !ok {
+		return runtime.Exit{}, ErrCannotWait
+	}
+	return w.Wait(ctx, id)
+}
+
 // Thaw makes sure a sandbox that an interrupted operation may have left
 // frozen runs: a paused sandbox (a Data snapshot pauses it) is unpaused,
 // the devices a runtime detached are attached, and for a GPU actor every

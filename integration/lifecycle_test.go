@@ -195,3 +195,64 @@ func TestExecWithStdin(t *testing.T) {
 		t.Fatalf("exec of a command with a flag: exit %d\n%s", exitCode(err), out)
 	}
 }
+
+// TestExitsAreSeen: a process that exits on its own makes its actor EXITED
+// with its code and time, seen without any operation asking, in the API,
+// `ps` and the history; resume starts it again from its latest snapshot.
+// One that a signal ends is CRASHED with 128+N.
+func TestExitsAreSeen(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1")
+	inst := d.counter("a1", "incr")
+	if _, err := d.api.Pause(context.Background(), api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.api.Resume(context.Background(), api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	// Waited on as the resume ended (the wait is runsc's own process).
+	waitFor(t, "stasisd to wait on a1's process", func() bool {
+		return processMatching(func(c string) bool {
+			return strings.Contains(c, d.data) && strings.Contains(c, " wait "+api.SandboxID("a1"))
+		})
+	})
+	// Detached: an exec whose sandbox ends under it waits minutes.
+	runsc := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(d.rt.Path(), append(d.rt.GlobalFlags(), args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("runsc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	runsc("exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")
+	a := d.awaitState("a1", api.Exited)
+	if a.ExitCode != 3 || a.ExitedAt.IsZero() || !strings.Contains(a.Reason, "exited with code 3") {
+		t.Fatalf("exited: code %d at %v, reason %q", a.ExitCode, a.ExitedAt, a.Reason)
+	}
+	if out := d.cli("actor", "ps"); !strings.Contains(out, "EXITED") || !strings.Contains(out, "exited with code 3") {
+		t.Fatalf("ps:\n%s", out)
+	}
+	if out := d.cli("actor", "inspect", "a1"); !strings.Contains(out, "exited:    status 3") {
+		t.Fatalf("inspect:\n%s", out)
+	}
+	if out := d.cli("actor", "events", "a1"); !strings.Contains(out, "exited with code 3") {
+		t.Fatalf("history:\n%s", out)
+	}
+	if _, err := d.api.Resume(context.Background(), api.OpRequest{ID: "a1"}); err != nil {
+		t.Fatalf("resume of an exited actor: %v", err)
+	}
+	if got := d.counter("a1", "get"); got != inst {
+		t.Fatalf("after the resume from its snapshot: %q, want %q", got, inst)
+	}
+	if a := d.inspect("a1"); a.State != api.Running || !a.ExitedAt.IsZero() {
+		t.Fatalf("resumed: %+v", a)
+	}
+
+	d.run("counter", "a2")
+	runsc("kill", api.SandboxID("a2"), "KILL")
+	a = d.awaitState("a2", api.Crashed)
+	if a.ExitCode != 137 || !strings.Contains(a.Reason, "killed by signal 9") {
+		t.Fatalf("killed: code %d, reason %q", a.ExitCode, a.Reason)
+	}
+}

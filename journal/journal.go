@@ -39,7 +39,7 @@ import (
 // that knows no fleet lease refuses a journal that may hold one, as it
 // would not fence, and one that knows no runtimes a journal that may hold
 // micro-VM actors. Version 6 added each actor's network, 7 whether its
-// idle policy paused or suspended it.
+// idle policy paused or suspended it and how its process exited.
 const schemaVersion = 7
 
 const schema = `
@@ -117,7 +117,9 @@ var upgrades = []string{
 	`ALTER TABLE snapshots ADD COLUMN pushed INTEGER NOT NULL DEFAULT 0;
 	 UPDATE snapshots SET pushed = 1 WHERE stored != '' AND (stored = actor || '.' || id OR stored = 'golden.' || template || '.' || id);`,
 	`ALTER TABLE actors ADD COLUMN network TEXT NOT NULL DEFAULT '';`,
-	`ALTER TABLE actors ADD COLUMN idle INTEGER NOT NULL DEFAULT 0;`,
+	`ALTER TABLE actors ADD COLUMN idle INTEGER NOT NULL DEFAULT 0;
+	 ALTER TABLE actors ADD COLUMN exit_code INTEGER NOT NULL DEFAULT 0;
+	 ALTER TABLE actors ADD COLUMN exited_at TEXT NOT NULL DEFAULT '';`,
 }
 
 // DefaultReserve is the disk space kept beside the journal for the writes
@@ -234,7 +236,9 @@ func (j *Journal) migrate(ctx context.Context) error {
 // Close closes the file.
 func (j *Journal) Close() error { return j.db.Close() }
 
-func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+func now() string { return formatTime(time.Now()) }
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func parseTime(s string) time.Time {
 	t, _ := time.Parse(time.RFC3339Nano, s)

@@ -40,7 +40,11 @@ type Actor struct {
 	Network string
 	// Idle: the operation that left it PAUSED or SUSPENDED was its idle
 	// policy's, not a caller's.
-	Idle      bool
+	Idle bool
+	// ExitCode and ExitedAt: how and when its process ended, while the
+	// operation that saw it is the last to have ended.
+	ExitCode  int
+	ExitedAt  time.Time
 	CreatedAt time.Time
 	UpdatedAt time.Time
 
@@ -209,19 +213,19 @@ func list[T any](ctx context.Context, db interface {
 	return out, rows.Err()
 }
 
-const actorCols = `id, template, runtime, state, reason, sandbox, snapshot, network, idle, created_at, updated_at`
+const actorCols = `id, template, runtime, state, reason, sandbox, snapshot, network, idle, exit_code, exited_at, created_at, updated_at`
 
 func scanActor(row scanner) (Actor, error) {
 	var a Actor
-	var created, updated string
-	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &a.Idle, &created, &updated)
-	a.CreatedAt, a.UpdatedAt = parseTime(created), parseTime(updated)
+	var exited, created, updated string
+	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &a.Idle, &a.ExitCode, &exited, &created, &updated)
+	a.ExitedAt, a.CreatedAt, a.UpdatedAt = parseTime(exited), parseTime(created), parseTime(updated)
 	return a, err
 }
 
 // actorView reads an actor with its latest snapshot and its running
 // operation in one query.
-const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sandbox, a.snapshot, a.network, a.idle, a.created_at, a.updated_at,
+const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sandbox, a.snapshot, a.network, a.idle, a.exit_code, a.exited_at, a.created_at, a.updated_at,
 	s.id, s.actor, s.template, s.kind, s.scope, s.dir, s.stored, s.pushed, s.size, s.created_at,
 	o.id, o.actor, o.kind, o.request_id, o.state, o.step, o.args, o.error, o.error_code, o.deadline, o.started_at, o.ended_at
 	FROM actors a
@@ -230,7 +234,7 @@ const actorView = `SELECT a.id, a.template, a.runtime, a.state, a.reason, a.sand
 
 func scanActorView(row scanner) (Actor, error) {
 	var a Actor
-	var created, updated string
+	var exited, created, updated string
 	var s struct {
 		id, actor, template, kind, scope, dir, stored, created sql.NullString
 		size                                                   sql.NullInt64
@@ -239,13 +243,13 @@ func scanActorView(row scanner) (Actor, error) {
 	var o struct {
 		id, actor, kind, requestID, state, step, args, err, code, deadline, started, ended sql.NullString
 	}
-	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &a.Idle, &created, &updated,
+	err := row.Scan(&a.ID, &a.Template, &a.Runtime, &a.State, &a.Reason, &a.Sandbox, &a.Snapshot, &a.Network, &a.Idle, &a.ExitCode, &exited, &created, &updated,
 		&s.id, &s.actor, &s.template, &s.kind, &s.scope, &s.dir, &s.stored, &s.pushed, &s.size, &s.created,
 		&o.id, &o.actor, &o.kind, &o.requestID, &o.state, &o.step, &o.args, &o.err, &o.code, &o.deadline, &o.started, &o.ended)
 	if err != nil {
 		return a, err
 	}
-	a.CreatedAt, a.UpdatedAt = parseTime(created), parseTime(updated)
+	a.ExitedAt, a.CreatedAt, a.UpdatedAt = parseTime(exited), parseTime(created), parseTime(updated)
 	if s.id.Valid {
 		a.Latest = &Snapshot{ID: s.id.String, Actor: s.actor.String, Template: s.template.String, Kind: s.kind.String, Scope: s.scope.String,
 			Dir: s.dir.String, Stored: s.stored.String, Pushed: s.pushed.Bool, Size: s.size.Int64, CreatedAt: parseTime(s.created.String)}
@@ -273,7 +277,7 @@ func (j *Journal) Actors(ctx context.Context) ([]Actor, error) {
 // SetActor records where an actor stands, outside any operation (the
 // reconciler's corrections).
 func (j *Journal) SetActor(ctx context.Context, id, state, reason string) error {
-	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, idle = 0, updated_at = ? WHERE id = ?`, state, reason, now(), id)
+	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, idle = 0, exit_code = 0, exited_at = '', updated_at = ? WHERE id = ?`, state, reason, now(), id)
 }
 
 // SetActorSandbox records the runtime container id of the actor's next
@@ -380,7 +384,7 @@ func (j *Journal) Begin(ctx context.Context, s Start) (Began, error) {
 		ts := now()
 		if s.Create != nil {
 			a := *s.Create
-			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, a.runtime(), s.To, a.Reason, a.Sandbox, a.Snapshot, a.Network, false, ts, ts)
+			_, err := tx.ExecContext(ctx, `INSERT INTO actors(`+actorCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.Template, a.runtime(), s.To, a.Reason, a.Sandbox, a.Snapshot, a.Network, false, 0, "", ts, ts)
 			if isUnique(err) {
 				return fmt.Errorf("actor %q: %w", a.ID, ErrExists)
 			}
@@ -440,9 +444,12 @@ type End struct {
 	State, Error, ErrorCode string
 	Actor                   string
 	// ActorState is where the actor stands now; "" leaves it alone (it
-	// was deleted). Idle: its idle policy left it there.
+	// was deleted). Idle: its idle policy left it there. ExitCode and
+	// ExitedAt: how and when its process ended (zero: it did not).
 	ActorState, Reason string
 	Idle               bool
+	ExitCode           int
+	ExitedAt           time.Time
 }
 
 // End closes an operation and sets its actor's state, in one transaction,
@@ -456,7 +463,11 @@ func (j *Journal) End(ctx context.Context, e End) (Actor, error) {
 		if e.ActorState == "" {
 			return nil
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, idle = ?, updated_at = ? WHERE id = ?`, e.ActorState, e.Reason, e.Idle, ts, e.Actor)
+		exited := ""
+		if !e.ExitedAt.IsZero() {
+			exited = formatTime(e.ExitedAt)
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, idle = ?, exit_code = ?, exited_at = ?, updated_at = ? WHERE id = ?`, e.ActorState, e.Reason, e.Idle, e.ExitCode, exited, ts, e.Actor)
 		return err
 	})
 	if err != nil {

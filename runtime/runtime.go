@@ -99,6 +99,28 @@ type RestoreOptions struct {
 	Direct bool
 }
 
+// Exit is how a container's process ended.
+type Exit struct {
+	// Status is its exit code: 128+N when signal N ended it, as a shell
+	// says it.
+	Status int
+}
+
+// Signal is the signal that ended the process, 0 when it exited.
+func (e Exit) Signal() int {
+	if e.Status > 128 {
+		return e.Status - 128
+	}
+	return 0
+}
+
+// Waiter is a runtime that says when a container's process ends.
+type Waiter interface {
+	// Wait blocks until container id's process ends, or ctx does, and
+	// says how it ended. A container stopped already may no longer know.
+	Wait(ctx context.Context, id string) (Exit, error)
+}
+
 // Capabilities are what a runtime's checkpoint and restore can do beyond
 // the basics.
 type Capabilities struct {

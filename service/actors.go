@@ -124,6 +124,13 @@ func (s *Service) KeepIdling(ctx context.Context, interval time.Duration) {
 	s.actors.KeepIdling(ctx, interval)
 }
 
+// KeepWatchingExits waits on the process of every RUNNING actor until ctx
+// ends, looking every interval for new ones: one that ends on its own
+// makes its actor EXITED (CRASHED by a signal) with its exit code.
+func (s *Service) KeepWatchingExits(ctx context.Context, interval time.Duration) {
+	s.actors.KeepWatchingExits(ctx, interval)
+}
+
 // KeepReleasing runs Release every interval until ctx ends.
 func (s *Service) KeepReleasing(ctx context.Context, interval time.Duration) {
 	s.actors.KeepReleasing(ctx, interval)

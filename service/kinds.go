@@ -46,6 +46,10 @@ func ParseDeadlines(pairs []string) (map[string]time.Duration, error) {
 // DefaultIdleCheck is how often KeepIdling looks for idle actors.
 const DefaultIdleCheck = lifecycle.DefaultIdleCheck
 
+// DefaultExitCheck is how often KeepWatchingExits looks for actors that
+// began to run.
+const DefaultExitCheck = lifecycle.DefaultExitCheck
+
 // DefaultMaxHeldConnections is how many connections an actor's published
 // ports hold at most while it wakes, unless Config says otherwise.
 const DefaultMaxHeldConnections = ports.DefaultMaxHeld

@@ -159,7 +159,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, journal: j, store: storeconn.New(cfg.StoreLocation, cfg.Repo, cfg.OpenStore)}
 	s.metrics = newMetrics(j, s.store.Status)
-	s.runner = op.NewRunner(ctx, op.Config{Journal: j, Log: cfg.Log, Deadlines: cfg.Deadlines, CleanupTimeout: cfg.CleanupTimeout, Failpoint: cfg.Failpoint, Observe: s.metrics.observe})
+	s.runner = op.NewRunner(ctx, op.Config{Journal: j, Log: cfg.Log, Deadlines: cfg.Deadlines, CleanupTimeout: cfg.CleanupTimeout, Failpoint: cfg.Failpoint, Observe: s.metrics.observe,
+		// An actor an operation left RUNNING is waited on from then.
+		Ended: func(a journal.Actor) { s.actors.Ended(a) }})
 	s.engines = runtimes.New(cfg.Engine, cfg.MicroVM, cfg.MicroVMUnavailable)
 	s.templates = templates.New(templates.Config{DataDir: cfg.DataDir, Helper: cfg.Helper, HostPaths: cfg.HostPaths, Log: cfg.Log}, j, s.engines)
 	if s.lease, err = fence.New(ctx, fence.Config{File: cfg.FenceFile, Watchdog: cfg.Watchdog, Log: cfg.Log}, j, s.runner, s.engines); err != nil {

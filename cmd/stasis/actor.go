@@ -53,6 +53,9 @@ func describeActor(a api.Actor) string {
 	if a.Reason != "" {
 		fmt.Fprintf(&b, "  reason:    %s\n", a.Reason)
 	}
+	if !a.ExitedAt.IsZero() {
+		fmt.Fprintf(&b, "  exited:    status %d at %s\n", a.ExitCode, a.ExitedAt.Local().Format(time.RFC3339))
+	}
 	if a.Snapshot != nil {
 		fmt.Fprintf(&b, "  snapshot:  %s\n", describeSnapshotLine(*a.Snapshot))
 	}

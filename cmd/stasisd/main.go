@@ -307,6 +307,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	svc.KeepFencing(ctx, service.DefaultFenceCheck)
 	svc.KeepReleasing(ctx, service.DefaultKeepCheck)
 	svc.KeepIdling(ctx, service.DefaultIdleCheck)
+	svc.KeepWatchingExits(ctx, service.DefaultExitCheck)
 	ln, err := listen(o.Socket, os.FileMode(mode))
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -41,8 +42,12 @@ func Run(args []string, stdout io.Writer) error {
 	if len(args) == 2 && args[0] == "serve" {
 		return serve(stdout, args[1])
 	}
+	if len(args) == 2 && args[0] == "exit" {
+		// The serving process exits with that code once it answered.
+		return ask("exit "+args[1], stdout)
+	}
 	if len(args) != 1 {
-		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|await incr|await get")
+		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|exit CODE|await incr|await get")
 	}
 	switch args[0] {
 	case "serve":
@@ -75,6 +80,16 @@ func serve(stdout io.Writer, tcp string) error {
 			fmt.Fprintf(conn, "%s waiting\n", id)
 			_, _ = io.Copy(io.Discard, r)
 			return
+		}
+		if code, ok := strings.CutPrefix(strings.TrimSpace(line), "exit "); ok {
+			n, err := strconv.Atoi(code)
+			if err != nil {
+				fmt.Fprintf(conn, "%s bad exit code %q\n", id, code)
+				return
+			}
+			fmt.Fprintf(conn, "%s exiting %d\n", id, n)
+			conn.Close()
+			os.Exit(n)
 		}
 		mu.Lock()
 		if strings.TrimSpace(line) == "incr" {

@@ -870,7 +870,7 @@ func phaseOf(s api.State) stasisv1.Phase {
 		return stasisv1.PhasePaused
 	case api.Suspended:
 		return stasisv1.PhaseSuspended
-	case api.Crashed:
+	case api.Crashed, api.Exited:
 		return stasisv1.PhaseFailed
 	case api.Fenced:
 		return stasisv1.PhaseFenced

@@ -245,6 +245,23 @@ func onlyMissingFilestores(said string) bool {
 	return true
 }
 
+// Wait is runtime.Waiter's: runsc wait, which asks the sandbox to answer
+// when the container's process ends. Started after the end, it may not
+// learn the exit status (the sandbox is gone, and with it the status).
+func (r *Runsc) Wait(ctx context.Context, id string) (runtime.Exit, error) {
+	out, err := r.run(ctx, invocation{args: []string{"wait", id}})
+	if err != nil {
+		return runtime.Exit{}, err
+	}
+	var res struct {
+		ExitStatus int `json:"exitStatus"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return runtime.Exit{}, fmt.Errorf("runsc wait %s: %w (said %q)", id, err, out)
+	}
+	return runtime.Exit{Status: res.ExitStatus}, nil
+}
+
 func (r *Runsc) State(ctx context.Context, id string) (runtime.State, error) {
 	out, err := r.run(ctx, invocation{args: []string{"state", id}})
 	if err != nil {

@@ -66,7 +66,9 @@ type Actors struct {
 	pulled    *pulledFolders
 	// idling holds the actors an idle pause or suspend runs on.
 	idling map[string]bool
-	mu     sync.Mutex
+	// exits waits on the RUNNING actors' processes.
+	exits *exitWatch
+	mu    sync.Mutex
 	// pullMemory lends memory to pulls that hold their image in memory.
 	pullMemory transfer.PullMemory
 	// lostViews are the sandboxes restored through a view (a pull that
@@ -85,7 +87,7 @@ func New(cfg Config, p Parts) *Actors {
 		p.Networks = noNetworks{}
 	}
 	return &Actors{cfg: cfg, journal: p.Journal, runner: p.Runner, engines: p.Engines, templates: p.Templates,
-		store: p.Store, staged: p.Staged, lease: p.Lease, networks: p.Networks, ports: p.Ports, pulled: newPulledFolders(), idling: map[string]bool{}}
+		store: p.Store, staged: p.Staged, lease: p.Lease, networks: p.Networks, ports: p.Ports, pulled: newPulledFolders(), idling: map[string]bool{}, exits: newExitWatch()}
 }
 
 // Close stops the writing of pulled copies still going on (they are pulled

@@ -186,9 +186,9 @@ func (s *Actors) Target(ctx context.Context, id string) ports.Target {
 		t.Verdict, t.Addr = ports.Ready, addr.Addr()
 	case api.Paused, api.Suspended:
 		t.Verdict = ports.Wake
-	case api.Crashed:
+	case api.Crashed, api.Exited:
 		if a.Snapshot == "" {
-			return ports.Target{Verdict: ports.Refuse, Why: "the actor is CRASHED with no snapshot to wake it from"}
+			return ports.Target{Verdict: ports.Refuse, Why: "the actor is " + a.State + " with no snapshot to wake it from"}
 		}
 		t.Verdict = ports.Wake
 	case api.Fenced:

@@ -309,7 +309,7 @@ func (s *Actors) check(ctx context.Context, a journal.Actor) error {
 		reason := fmt.Sprintf("the sandbox vanished while the actor was running (runtime: %s)%s", st, op.Resumable(a))
 		s.runner.Event(a.ID, "", "reconcile", reason, 0, nil)
 		return s.journal.SetActor(ctx, a.ID, string(api.Crashed), reason)
-	case api.Paused, api.Suspended, api.Crashed:
+	case api.Paused, api.Suspended, api.Crashed, api.Exited:
 		if st == runtime.StatusPaused && api.State(a.State) == api.Paused && s.cfg.KeepPaused != nil {
 			return nil // kept in memory by its pause
 		}

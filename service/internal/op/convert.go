@@ -8,7 +8,7 @@ import (
 
 // ActorOf is an actor's record as the API gives it.
 func ActorOf(rec journal.Actor) api.Actor {
-	a := api.Actor{ID: rec.ID, Template: rec.Template, Runtime: rec.Runtime, State: api.State(rec.State), Reason: rec.Reason, Idle: rec.Idle, Sandbox: rec.Sandbox, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
+	a := api.Actor{ID: rec.ID, Template: rec.Template, Runtime: rec.Runtime, State: api.State(rec.State), Reason: rec.Reason, Idle: rec.Idle, ExitCode: rec.ExitCode, ExitedAt: rec.ExitedAt, Sandbox: rec.Sandbox, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
 	if rec.Latest != nil {
 		v := SnapshotOf(*rec.Latest)
 		a.Snapshot = &v

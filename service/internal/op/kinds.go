@@ -66,6 +66,7 @@ const (
 	KindRelease = "release"
 	KindFence   = "fence"
 	KindUnfence = "unfence"
+	KindExit    = "exit"
 )
 
 // The service's own steps, beside the engine's (engine.Step...) and the
@@ -101,7 +102,7 @@ var (
 		Snapshot: api.KindPause, Deadline: 30 * time.Minute, Recovery: RecoverSnapshot}
 	Suspend = &Kind{Name: KindSuspend, From: []api.State{api.Running, api.Paused, api.Suspended}, During: api.Suspending, Target: api.Suspended,
 		Snapshot: api.KindCommit, Deadline: time.Hour, Recovery: RecoverSnapshot}
-	Resume = &Kind{Name: KindResume, From: []api.State{api.Paused, api.Suspended, api.Crashed}, During: api.Resuming, Target: api.Running,
+	Resume = &Kind{Name: KindResume, From: []api.State{api.Paused, api.Suspended, api.Crashed, api.Exited}, During: api.Resuming, Target: api.Running,
 		Deadline: time.Hour, Recovery: RecoverResume}
 	Delete = &Kind{Name: KindDelete, During: api.Deleting,
 		Deadline: 10 * time.Minute, Recovery: RecoverDelete}
@@ -117,11 +118,16 @@ var (
 		Deadline: time.Minute, Recovery: RecoverFence}
 	Unfence = &Kind{Name: KindUnfence, From: []api.State{api.Fenced}, During: api.Resuming, Target: api.Running,
 		Deadline: time.Minute, Recovery: RecoverFence}
+	// Exit records that a running actor's process ended on its own
+	// (EXITED, or CRASHED by a signal); the actor reads RUNNING while it
+	// looks.
+	Exit = &Kind{Name: KindExit, From: []api.State{api.Running}, During: api.Running, Target: api.Exited,
+		Deadline: time.Minute, Recovery: RecoverStart}
 )
 
 // kinds lists every kind, by name, for the journal's records and the
 // deadline configuration.
-var kinds = []*Kind{Run, Pause, Suspend, Resume, Delete, Golden, Release, Fence, Unfence}
+var kinds = []*Kind{Run, Pause, Suspend, Resume, Delete, Golden, Release, Fence, Unfence, Exit}
 
 // Named is the kind of that name, nil when there is none.
 func Named(name string) *Kind {

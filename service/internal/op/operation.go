@@ -95,6 +95,9 @@ type Outcome struct {
 	Reason string
 	// Idle: the actor's idle policy paused or suspended it.
 	Idle bool
+	// ExitCode and ExitedAt: how and when its process ended (KindExit).
+	ExitCode int
+	ExitedAt time.Time
 	// Deleted: the actor is gone.
 	Deleted bool
 }

@@ -31,6 +31,9 @@ type Config struct {
 	Failpoint string
 	// Observe, when set, is told how each operation ended, for metrics.
 	Observe func(kind, result string, d time.Duration)
+	// Ended, when set, is given the actor as each operation left it (not
+	// a deleted one).
+	Ended func(journal.Actor)
 }
 
 // Runner begins, runs and ends operations, one at a time per actor. It is
@@ -156,7 +159,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (journal.Actor, error) {
 		opErr = errdefs.Mark(fmt.Errorf("%s of %s ran past its deadline of %s at step %s and was rolled back (raise it with --deadline %s=DURATION): %w", k.Name, req.Actor, deadline, step, k.Name, opErr), errdefs.ErrDeadlineExceeded)
 	}
 	cancel()
-	end := journal.End{OpID: opID, State: journal.OpDone, Actor: req.Actor, ActorState: string(out.State), Reason: out.Reason, Idle: out.Idle}
+	end := journal.End{OpID: opID, State: journal.OpDone, Actor: req.Actor, ActorState: string(out.State), Reason: out.Reason, Idle: out.Idle, ExitCode: out.ExitCode, ExitedAt: out.ExitedAt}
 	if opErr != nil {
 		end.State, end.Error, end.ErrorCode = journal.OpFailed, opErr.Error(), errdefs.Code(opErr)
 	}
@@ -188,6 +191,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (journal.Actor, error) {
 			return journal.Actor{}, fmt.Errorf("journal the end of %s %s: %w", k.Name, opID, endErr)
 		}
 		return rec, opErr
+	}
+	if r.cfg.Ended != nil && !out.Deleted {
+		r.cfg.Ended(a)
 	}
 	return a, opErr
 }

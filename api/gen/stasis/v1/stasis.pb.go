@@ -770,7 +770,7 @@ type Actor struct {
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Template string                 `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
 	// state is one of CREATING, RUNNING, PAUSING, PAUSED, SUSPENDING,
-	// SUSPENDED, RESUMING, DELETING, CRASHED, FENCED.
+	// SUSPENDED, RESUMING, DELETING, CRASHED, EXITED, FENCED.
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// reason says why the actor is in its state.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -788,7 +788,11 @@ type Actor struct {
 	Network *ActorNetwork `protobuf:"bytes,11,opt,name=network,proto3" json:"network,omitempty"`
 	// idle: its template's idle policy paused or suspended it (not a
 	// caller); the next connection to its published ports wakes it.
-	Idle          bool `protobuf:"varint,12,opt,name=idle,proto3" json:"idle,omitempty"`
+	Idle bool `protobuf:"varint,12,opt,name=idle,proto3" json:"idle,omitempty"`
+	// exit_code and exited_at say how and when its process ended, while it
+	// is EXITED (or CRASHED by a signal: 128+N, as a shell says it).
+	ExitCode      int32                  `protobuf:"varint,13,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	ExitedAt      *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=exited_at,json=exitedAt,proto3" json:"exited_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -905,6 +909,20 @@ func (x *Actor) GetIdle() bool {
 		return x.Idle
 	}
 	return false
+}
+
+func (x *Actor) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *Actor) GetExitedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExitedAt
+	}
+	return nil
 }
 
 // Operation is an operation on an actor.
@@ -2697,7 +2715,7 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\x03 \x01(\x01R\x0etimeoutSeconds\"H\n" +
 	"\x0eSnapshotConfig\x12\x19\n" +
 	"\bon_pause\x18\x01 \x01(\tR\aonPause\x12\x1b\n" +
-	"\ton_commit\x18\x02 \x01(\tR\bonCommit\"\xb7\x03\n" +
+	"\ton_commit\x18\x02 \x01(\tR\bonCommit\"\x8d\x04\n" +
 	"\x05Actor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x14\n" +
@@ -2713,7 +2731,9 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\aruntime\x18\n" +
 	" \x01(\tR\aruntime\x121\n" +
 	"\anetwork\x18\v \x01(\v2\x17.stasis.v1.ActorNetworkR\anetwork\x12\x12\n" +
-	"\x04idle\x18\f \x01(\bR\x04idle\"\x81\x02\n" +
+	"\x04idle\x18\f \x01(\bR\x04idle\x12\x1b\n" +
+	"\texit_code\x18\r \x01(\x05R\bexitCode\x127\n" +
+	"\texited_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\bexitedAt\"\x81\x02\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
@@ -2948,74 +2968,75 @@ var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	39, // 12: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
 	39, // 13: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
 	5,  // 14: stasis.v1.Actor.network:type_name -> stasis.v1.ActorNetwork
-	39, // 15: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	39, // 16: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	39, // 17: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	39, // 18: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
-	2,  // 19: stasis.v1.RunRequest.network:type_name -> stasis.v1.Network
-	3,  // 20: stasis.v1.RunRequest.ports:type_name -> stasis.v1.Port
-	1,  // 21: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
-	10, // 22: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
-	13, // 23: stasis.v1.Events.events:type_name -> stasis.v1.Event
-	12, // 24: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
-	39, // 25: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
-	32, // 26: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
-	39, // 27: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
-	33, // 28: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
-	31, // 29: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
-	39, // 30: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
-	36, // 31: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
-	1,  // 32: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
-	19, // 33: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
-	18, // 34: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
-	0,  // 35: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
-	14, // 36: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
-	0,  // 37: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
-	21, // 38: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
-	15, // 39: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
-	15, // 40: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
-	15, // 41: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
-	16, // 42: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
-	23, // 43: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
-	25, // 44: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
-	25, // 45: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
-	27, // 46: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
-	29, // 47: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
-	35, // 48: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
-	0,  // 49: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
-	0,  // 50: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
-	0,  // 51: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
-	30, // 52: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
-	0,  // 53: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
-	0,  // 54: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
-	1,  // 55: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
-	0,  // 56: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
-	1,  // 57: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
-	20, // 58: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
-	10, // 59: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
-	22, // 60: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
-	10, // 61: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
-	10, // 62: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
-	10, // 63: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
-	10, // 64: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
-	17, // 65: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
-	24, // 66: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
-	26, // 67: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
-	13, // 68: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
-	28, // 69: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
-	12, // 70: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
-	36, // 71: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
-	37, // 72: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
-	40, // 73: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
-	34, // 74: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
-	31, // 75: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
-	31, // 76: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
-	31, // 77: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
-	55, // [55:78] is the sub-list for method output_type
-	32, // [32:55] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	39, // 15: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
+	39, // 16: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	39, // 17: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	39, // 18: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	39, // 19: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
+	2,  // 20: stasis.v1.RunRequest.network:type_name -> stasis.v1.Network
+	3,  // 21: stasis.v1.RunRequest.ports:type_name -> stasis.v1.Port
+	1,  // 22: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
+	10, // 23: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
+	13, // 24: stasis.v1.Events.events:type_name -> stasis.v1.Event
+	12, // 25: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
+	39, // 26: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
+	32, // 27: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
+	39, // 28: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
+	33, // 29: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
+	31, // 30: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
+	39, // 31: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
+	36, // 32: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
+	1,  // 33: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
+	19, // 34: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
+	18, // 35: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
+	0,  // 36: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
+	14, // 37: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
+	0,  // 38: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
+	21, // 39: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
+	15, // 40: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
+	15, // 41: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
+	15, // 42: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
+	16, // 43: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
+	23, // 44: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
+	25, // 45: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
+	25, // 46: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
+	27, // 47: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
+	29, // 48: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
+	35, // 49: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
+	0,  // 50: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
+	0,  // 51: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
+	0,  // 52: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
+	30, // 53: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
+	0,  // 54: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
+	0,  // 55: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
+	1,  // 56: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
+	0,  // 57: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
+	1,  // 58: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
+	20, // 59: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
+	10, // 60: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
+	22, // 61: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
+	10, // 62: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
+	10, // 63: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
+	10, // 64: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
+	10, // 65: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
+	17, // 66: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
+	24, // 67: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
+	26, // 68: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
+	13, // 69: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
+	28, // 70: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
+	12, // 71: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
+	36, // 72: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
+	37, // 73: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
+	40, // 74: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
+	34, // 75: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
+	31, // 76: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
+	31, // 77: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
+	31, // 78: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
+	56, // [56:79] is the sub-list for method output_type
+	33, // [33:56] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_stasis_v1_stasis_proto_init() }
