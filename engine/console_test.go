@@ -37,4 +37,3 @@ func TestConsoleTail(t *testing.T) {
 		t.Fatalf("console tail:\n%s", got)
 	}
 }
-
