@@ -213,11 +213,15 @@ func TestExitsAreSeen(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Waited on as the resume ended (the wait is runsc's own process).
-	waitFor(t, "stasisd to wait on a1's process", func() bool {
-		return processMatching(func(c string) bool {
-			return strings.Contains(c, d.data) && strings.Contains(c, " wait "+api.SandboxID("a1"))
+	waitedOn := func(id string) {
+		t.Helper()
+		waitFor(t, "stasisd to wait on "+id+"'s process", func() bool {
+			return processMatching(func(c string) bool {
+				return strings.Contains(c, d.data) && strings.Contains(c, " wait "+api.SandboxID(id))
+			})
 		})
-	})
+	}
+	waitedOn("a1")
 	// Detached: an exec whose sandbox ends under it waits minutes.
 	runsc := func(args ...string) {
 		t.Helper()
@@ -250,6 +254,7 @@ func TestExitsAreSeen(t *testing.T) {
 	}
 
 	d.run("counter", "a2")
+	waitedOn("a2")
 	runsc("kill", api.SandboxID("a2"), "KILL")
 	a = d.awaitState("a2", api.Crashed)
 	if a.ExitCode != 137 || !strings.Contains(a.Reason, "killed by signal 9") {
