@@ -119,6 +119,11 @@ func (s *Actors) watchExit(ctx context.Context, a journal.Actor) time.Time {
 			return time.Now().Add(waitRetry)
 		}
 	}
+	if rec, err := s.runner.ActorRecord(ctx, a.ID); err != nil || rec.Running != nil || api.State(rec.State) != api.Running {
+		// An operation stopped the sandbox (a suspend's checkpoint), or
+		// the actor is gone: not an exit of its own.
+		return time.Time{}
+	}
 	_, rerr := s.runner.Run(ctx, op.Request{Kind: op.Exit, Actor: a.ID,
 		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			st, serr := eng.Status(ctx, o.Actor.Sandbox)
