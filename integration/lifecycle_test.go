@@ -256,8 +256,17 @@ func TestExitsAreSeen(t *testing.T) {
 	d.run("counter", "a2")
 	waitedOn("a2")
 	runsc("kill", api.SandboxID("a2"), "KILL")
-	a = d.awaitState("a2", api.Crashed)
-	if a.ExitCode != 137 || !strings.Contains(a.Reason, "killed by signal 9") {
-		t.Fatalf("killed: code %d, reason %q", a.ExitCode, a.Reason)
+	// The runsc of September answers the wait with the signal; the
+	// reference build of May loses it as the sandbox dies under the wait
+	// (its Wait RPC fails), and the end is recorded, how unknown.
+	waitFor(t, "a2's end to be recorded", func() bool {
+		a = d.inspect("a2")
+		return a.State != api.Running && a.Operation == nil
+	})
+	switch {
+	case a.State == api.Crashed && a.ExitCode == 137 && strings.Contains(a.Reason, "killed by signal 9"):
+	case a.State == api.Exited && !a.ExitedAt.IsZero() && strings.Contains(a.Reason, "how is unknown") && strings.Contains(d.rt.Info().Version, "20260527"):
+	default:
+		t.Fatalf("killed (runsc %s): %s, code %d, reason %q", d.rt.Info().Version, a.State, a.ExitCode, a.Reason)
 	}
 }
