@@ -358,8 +358,7 @@ func (e *Engine) probe(ctx context.Context, id string, p Probe, console string) 
 			return fmt.Sprintf("ready after %d attempt(s)", attempt), nil
 		}
 		if attempt%probeStateEvery == 1 {
-			st, err := e.Runtime.State(ctx, id)
-			if errors.Is(err, runtime.ErrNotFound) || err == nil && st.Status == runtime.StatusStopped {
+			if st, err := e.Status(ctx, id); err == nil && st == runtime.StatusStopped {
 				return "", fmt.Errorf("the sandbox's process exited before it was ready (the probe: %v)%s", last, consoleTail(console))
 			}
 		}

@@ -240,6 +240,14 @@ func now() string { return formatTime(time.Now()) }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
+// optionalTime is t as a column stores it, "" for none.
+func optionalTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return formatTime(t)
+}
+
 func parseTime(s string) time.Time {
 	t, _ := time.Parse(time.RFC3339Nano, s)
 	return t

@@ -418,12 +418,8 @@ func (j *Journal) Begin(ctx context.Context, s Start) (Began, error) {
 		if op.Args == nil {
 			op.Args = []byte("{}")
 		}
-		deadline := ""
-		if !op.Deadline.IsZero() {
-			deadline = op.Deadline.UTC().Format(time.RFC3339Nano)
-		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO operations(id, actor, kind, request_id, state, step, args, deadline, started_at) VALUES (?, ?, ?, ?, ?, '', ?, ?, ?)`,
-			op.ID, op.Actor, op.Kind, op.RequestID, op.State, string(op.Args), deadline, ts)
+			op.ID, op.Actor, op.Kind, op.RequestID, op.State, string(op.Args), optionalTime(op.Deadline), ts)
 		b.Op = op
 		return err
 	})
@@ -463,11 +459,7 @@ func (j *Journal) End(ctx context.Context, e End) (Actor, error) {
 		if e.ActorState == "" {
 			return nil
 		}
-		exited := ""
-		if !e.ExitedAt.IsZero() {
-			exited = formatTime(e.ExitedAt)
-		}
-		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, idle = ?, exit_code = ?, exited_at = ?, updated_at = ? WHERE id = ?`, e.ActorState, e.Reason, e.Idle, e.ExitCode, exited, ts, e.Actor)
+		_, err := tx.ExecContext(ctx, `UPDATE actors SET state = ?, reason = ?, idle = ?, exit_code = ?, exited_at = ?, updated_at = ? WHERE id = ?`, e.ActorState, e.Reason, e.Idle, e.ExitCode, optionalTime(e.ExitedAt), ts, e.Actor)
 		return err
 	})
 	if err != nil {

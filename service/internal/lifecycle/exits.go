@@ -108,6 +108,7 @@ func (s *Actors) watchRunning(a journal.Actor) {
 func (s *Actors) watchExit(ctx context.Context, a journal.Actor) time.Time {
 	eng := s.engines.Of(a)
 	exit, err := eng.Wait(ctx, a.Sandbox)
+	known := err == nil
 	switch {
 	case ctx.Err() != nil:
 		return time.Time{}
@@ -119,7 +120,7 @@ func (s *Actors) watchExit(ctx context.Context, a journal.Actor) time.Time {
 			return time.Now().Add(waitRetry)
 		}
 	}
-	if rec, err := s.runner.ActorRecord(ctx, a.ID); err != nil || rec.Running != nil || api.State(rec.State) != api.Running {
+	if rec, rerr := s.runner.ActorRecord(ctx, a.ID); rerr != nil || rec.Running != nil || api.State(rec.State) != api.Running {
 		// An operation stopped the sandbox (a suspend's checkpoint), or
 		// the actor is gone: not an exit of its own.
 		return time.Time{}
@@ -131,7 +132,7 @@ func (s *Actors) watchExit(ctx context.Context, a journal.Actor) time.Time {
 				// Not this sandbox's end: as it was.
 				return op.Outcome{State: api.Running, Reason: o.Actor.Reason}, nil
 			}
-			out := exitOutcome(exit, err == nil, time.Now())
+			out := exitOutcome(exit, known, time.Now())
 			o.Note(out.Reason) // in the history, when it happens
 			return out, nil
 		}})
