@@ -495,6 +495,12 @@ type LeaseRequest struct {
 	// Bound lists the actors bound to this node, as the holder read them
 	// after renewing its own lease: the FENCED ones among them are thawed.
 	Bound []string `json:"bound"`
+	// Epoch is the node's fencing epoch as the holder's own renewal read
+	// it: the fleet raises it before it moves the node's actors elsewhere.
+	// stasisd records the newest it was shown and refuses a renewal of an
+	// older one (errdefs.ErrFailedPrecondition), which then renews and
+	// thaws nothing. 0 gives none.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // Lease is where this node's fleet lease stands.
@@ -511,6 +517,8 @@ type Lease struct {
 	// stasisd does not answer (killed, hung), so that they are fenced all
 	// the same.
 	FenceCommands [][]string `json:"fenceCommands,omitempty"`
+	// Epoch is the newest fencing epoch a renewal showed this node.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // StoreStatus is where stasisd's snapshot store stands.

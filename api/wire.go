@@ -258,15 +258,15 @@ func EventsRequestFromWire(m *stasisv1.EventsRequest) EventsRequest {
 }
 
 func (r LeaseRequest) Wire() *stasisv1.LeaseRequest {
-	return &stasisv1.LeaseRequest{Holder: r.Holder, ValidForSeconds: r.ValidForSeconds, Bound: r.Bound}
+	return &stasisv1.LeaseRequest{Holder: r.Holder, ValidForSeconds: r.ValidForSeconds, Bound: r.Bound, Epoch: r.Epoch}
 }
 
 func LeaseRequestFromWire(m *stasisv1.LeaseRequest) LeaseRequest {
-	return LeaseRequest{Holder: m.GetHolder(), ValidForSeconds: m.GetValidForSeconds(), Bound: m.GetBound()}
+	return LeaseRequest{Holder: m.GetHolder(), ValidForSeconds: m.GetValidForSeconds(), Bound: m.GetBound(), Epoch: m.GetEpoch()}
 }
 
 func (l Lease) Wire() *stasisv1.Lease {
-	m := &stasisv1.Lease{Holder: l.Holder, Until: timestamp(l.Until), Lapsed: l.Lapsed, Bound: l.Bound, Fenced: l.Fenced}
+	m := &stasisv1.Lease{Holder: l.Holder, Until: timestamp(l.Until), Lapsed: l.Lapsed, Bound: l.Bound, Fenced: l.Fenced, Epoch: l.Epoch}
 	for _, c := range l.FenceCommands {
 		m.FenceCommands = append(m.FenceCommands, &stasisv1.Command{Args: c})
 	}
@@ -274,7 +274,7 @@ func (l Lease) Wire() *stasisv1.Lease {
 }
 
 func LeaseFromWire(m *stasisv1.Lease) Lease {
-	l := Lease{Holder: m.GetHolder(), Until: timeOf(m.GetUntil()), Lapsed: m.GetLapsed(), Bound: m.GetBound(), Fenced: m.GetFenced()}
+	l := Lease{Holder: m.GetHolder(), Until: timeOf(m.GetUntil()), Lapsed: m.GetLapsed(), Bound: m.GetBound(), Fenced: m.GetFenced(), Epoch: m.GetEpoch()}
 	for _, c := range m.GetFenceCommands() {
 		l.FenceCommands = append(l.FenceCommands, c.GetArgs())
 	}

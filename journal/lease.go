@@ -5,7 +5,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // Lease is this node's fleet lease: the right to run the actors bound to
@@ -20,7 +24,14 @@ type Lease struct {
 	// it last renewed.
 	Bound     []string
 	RenewedAt time.Time
+	// Epoch is the newest fencing epoch a renewal showed this node. It
+	// outlives the lease (kept in meta), so that no later renewal of an
+	// older epoch is taken even after the lease was given up.
+	Epoch int64
 }
+
+// epochKey is the newest fencing epoch's key in meta.
+const epochKey = "fleet_epoch"
 
 // Lease reads the fleet lease; ok is false when none is held.
 func (j *Journal) Lease(ctx context.Context) (l Lease, ok bool, err error) {
@@ -37,19 +48,59 @@ func (j *Journal) Lease(ctx context.Context) (l Lease, ok bool, err error) {
 		return Lease{}, false, err
 	}
 	l.Until, l.RenewedAt = time.Unix(0, until), parseTime(renewed)
+	if l.Epoch, err = fleetEpoch(ctx, j.db); err != nil {
+		return Lease{}, false, err
+	}
 	return l, true, nil
 }
 
-// PutLease takes or renews the fleet lease.
+// queryer is a database or a transaction.
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// fleetEpoch is the newest fencing epoch recorded, 0 for none.
+func fleetEpoch(ctx context.Context, q queryer) (int64, error) {
+	var v string
+	err := q.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, epochKey).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	epoch, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the fleet epoch recorded, %q: %w", v, err)
+	}
+	return epoch, nil
+}
+
+// PutLease takes or renews the fleet lease, and records its epoch as the
+// newest: a renewal of an epoch older than the one recorded is refused
+// (errdefs.ErrFailedPrecondition) and changes nothing.
 func (j *Journal) PutLease(ctx context.Context, l Lease) error {
 	bound, err := json.Marshal(l.Bound)
 	if err != nil {
 		return err
 	}
-	_, err = j.exec(ctx, starts, `INSERT INTO lease(id, holder, until_ns, bound, renewed_at) VALUES (1, ?, ?, ?, ?)
-		ON CONFLICT(id) DO UPDATE SET holder = excluded.holder, until_ns = excluded.until_ns, bound = excluded.bound, renewed_at = excluded.renewed_at`,
-		l.Holder, l.Until.UnixNano(), string(bound), now())
-	return err
+	return j.tx(ctx, starts, func(tx *sql.Tx) error {
+		newest, err := fleetEpoch(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if l.Epoch < newest {
+			return fmt.Errorf("%w: a renewal of fencing epoch %d, after epoch %d was shown: the fleet has since moved this node's actors, and this renewal renews and thaws nothing (is an older agent of this node still running?)",
+				errdefs.ErrFailedPrecondition, l.Epoch, newest)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO lease(id, holder, until_ns, bound, renewed_at) VALUES (1, ?, ?, ?, ?)
+			ON CONFLICT(id) DO UPDATE SET holder = excluded.holder, until_ns = excluded.until_ns, bound = excluded.bound, renewed_at = excluded.renewed_at`,
+			l.Holder, l.Until.UnixNano(), string(bound), now()); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, epochKey, strconv.FormatInt(l.Epoch, 10))
+		return err
+	})
 }
 
 // DeleteLease gives the fleet lease up.

@@ -176,3 +176,57 @@ func TestLeaseRequestsRefused(t *testing.T) {
 		t.Fatalf("resume of a fenced actor without a lease: %+v %v", a, err)
 	}
 }
+
+// TestRenewalOfAnOlderEpochThawsNothing: stasisd records the newest
+// fencing epoch a renewal showed it, across a restart and a release; a
+// renewal of an older one (an agent that read the node's Lease before the
+// fleet moved its actors) is refused, renews nothing and thaws nothing.
+func TestRenewalOfAnOlderEpochThawsNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("f1")
+	ctx := context.Background()
+	renew := func(epoch int64, seconds float64) (api.Lease, error) {
+		return e.svc.RenewLease(ctx, api.LeaseRequest{Holder: "agent on node-a", ValidForSeconds: seconds, Bound: []string{"f1"}, Epoch: epoch})
+	}
+	if l, err := renew(3, 0.001); err != nil || l.Epoch != 3 {
+		t.Fatalf("renewal of epoch 3: %+v, %v", l, err)
+	}
+	for {
+		if l, err := e.svc.Lease(ctx); err != nil || l.Lapsed {
+			break
+		}
+	}
+	e.enforce()
+	if a := e.actor("f1"); a.State != api.Fenced {
+		t.Fatalf("f1 after the lease lapsed: %+v", a)
+	}
+	e.restart()
+	for _, old := range []int64{2, 0} {
+		_, err := renew(old, 600)
+		if code(err) != "failed_precondition" || !strings.Contains(err.Error(), "epoch 3 was shown") {
+			t.Fatalf("renewal of epoch %d after epoch 3: %v; want it refused naming both", old, err)
+		}
+	}
+	e.enforce()
+	l, err := e.svc.Lease(ctx)
+	if err != nil || !l.Lapsed || l.Epoch != 3 {
+		t.Fatalf("the lease after refused renewals: %+v, %v; want it lapsed as it was, at epoch 3", l, err)
+	}
+	if a := e.actor("f1"); a.State != api.Fenced {
+		t.Fatalf("f1 after a refused renewal: %+v; want it still FENCED", a)
+	}
+	if _, err := e.svc.ReleaseLease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renew(2, 600); code(err) != "failed_precondition" {
+		t.Fatalf("renewal of epoch 2 after a release: %v; the epoch outlives the lease", err)
+	}
+	if l, err := renew(4, 600); err != nil || l.Epoch != 4 || l.Lapsed {
+		t.Fatalf("renewal of epoch 4: %+v, %v", l, err)
+	}
+	e.enforce()
+	if a := e.actor("f1"); a.State != api.Running {
+		t.Fatalf("f1 after the renewal of the newest epoch: %+v", a)
+	}
+}

@@ -6,9 +6,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/fields"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/kube/agent"
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	"github.com/stasis-run/stasis/kube/fleet"
 )
 
 func newAgent(g *globals) *cobra.Command {
@@ -26,7 +31,17 @@ lease, whose lapse makes stasisd freeze the node's actors (docs/kubernetes.md,
 commands stasisd gave it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			kube, _, err := g.client()
+			kube, cfg, err := g.client()
+			if err != nil {
+				return err
+			}
+			// The passes read this node's actors and the templates from
+			// watches: at rest they ask the API server nothing, and only
+			// what changes on this node is sent.
+			watch, err := watched(cmd.Context(), cfg, kube, cache.Options{
+				DefaultNamespaces: map[string]cache.Config{g.namespace: {}},
+				ByObject:          map[client.Object]cache.ByObject{&stasisv1.Actor{}: {Field: fields.OneTermEqualSelector(fleet.NodeField, node)}},
+			}, &stasisv1.Actor{}, &stasisv1.ActorTemplate{})
 			if err != nil {
 				return err
 			}
@@ -43,7 +58,7 @@ commands stasisd gave it.`,
 					return fmt.Errorf("STASIS_KUBE_CLOCK_OFFSET=%q: %w", v, err)
 				}
 			}
-			a := &agent.Agent{Kube: kube, LeaseKube: leaseKube, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
+			a := &agent.Agent{Kube: kube, LeaseKube: leaseKube, Watched: watch, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
 				LeaseNamespace: g.leaseNamespace, LeaseDuration: g.leaseDuration, Log: logger(),
 				// The fault tests' way to hang the agent between the steps
 				// of a release (agent.Failpoint…).

@@ -8,12 +8,18 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/compat"
+	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/controller"
 	"github.com/stasis-run/stasis/store/location"
 )
@@ -34,7 +40,22 @@ expired, to resume elsewhere from their last stored snapshot. Run it as one Depl
 its replicas elect one leader through a Lease.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			kube, cfg, err := g.client()
+			direct, cfg, err := g.client()
+			if err != nil {
+				return err
+			}
+			// The passes read from watches: at rest they ask the API server
+			// nothing. Every write is conditional on the version read, so a
+			// cache a moment behind costs a conflict, retried on the next
+			// pass, never a write over a newer one.
+			watch, err := watched(cmd.Context(), cfg, direct, cache.Options{
+				DefaultNamespaces: map[string]cache.Config{g.namespace: {}},
+				ByObject:          map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{g.leaseNamespace: {}}}},
+			}, &stasisv1.Actor{}, &stasisv1.ActorTemplate{}, &corev1.Node{}, &coordinationv1.Lease{}, &corev1.Service{}, &discoveryv1.EndpointSlice{})
+			if err != nil {
+				return err
+			}
+			kube, err := client.New(cfg, client.Options{Scheme: direct.Scheme(), Cache: &client.CacheOptions{Reader: watch}})
 			if err != nil {
 				return err
 			}

@@ -12,10 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/stasis-run/stasis/kube/fleet"
 )
@@ -33,6 +35,9 @@ type globals struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The watches' informers log through controller-runtime's logger:
+	// into this command's log, as everything else.
+	ctrllog.SetLogger(logr.FromSlogHandler(logger().Handler()))
 	root := newRoot()
 	root.SetArgs(os.Args[1:])
 	if err := root.ExecuteContext(ctx); err != nil {

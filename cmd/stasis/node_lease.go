@@ -60,6 +60,9 @@ func describeLease(l api.Lease) string {
 	if l.Holder != "" {
 		fmt.Fprintf(&b, "bound here: %s\n", orNone(l.Bound))
 	}
+	if l.Epoch != 0 {
+		fmt.Fprintf(&b, "epoch:      %d (renewals of an older one are refused)\n", l.Epoch)
+	}
 	fmt.Fprintf(&b, "fenced:     %s\n", orNone(l.Fenced))
 	return b.String()
 }

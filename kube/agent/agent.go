@@ -55,8 +55,14 @@ type Agent struct {
 	// the renewals out of the queue of the passes' requests, which
 	// client-side throttling can hold back for seconds.
 	LeaseKube client.Client
-	Stasisd   *api.Client
-	Node      string
+	// Watched reads the Actors bound to this node and the ActorTemplates
+	// from watches (an informer's cache), so that a pass at rest asks the
+	// API server nothing, however many actors the node holds (Kube when
+	// nil). What the agent acts on is read again through Kube first, and
+	// every write goes through Kube.
+	Watched client.Reader
+	Stasisd *api.Client
+	Node    string
 	// Namespace holds the Actors, ActorTemplates and Snapshots it serves.
 	Namespace      string
 	LeaseNamespace string
@@ -295,8 +301,10 @@ func (a *Agent) renewLease(ctx context.Context, start time.Time) error {
 // the controller), binding here the actors the API server now says are
 // bound here.
 func (a *Agent) renewFleetLease(ctx context.Context, start time.Time) error {
+	// Read from the API server, not the watch: the list stasisd thaws by
+	// is as new as the renewal itself. Only this node's are sent.
 	var list stasisv1.ActorList
-	if err := a.LeaseKube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
+	if err := a.LeaseKube.List(ctx, &list, client.InNamespace(a.Namespace), client.MatchingFields{fleet.NodeField: a.Node}); err != nil {
 		return fmt.Errorf("the actors bound here, for stasisd's fleet lease: %w", err)
 	}
 	var bound []string
@@ -310,7 +318,10 @@ func (a *Agent) renewFleetLease(ctx context.Context, start time.Time) error {
 	if validFor <= 0 {
 		return fmt.Errorf("the renewal took %s, past the fleet lease it would renew", time.Since(start).Round(time.Millisecond))
 	}
-	l, err := a.Stasisd.RenewLease(ctx, api.LeaseRequest{Holder: "stasis-kube agent of node " + a.Node, ValidForSeconds: validFor.Seconds(), Bound: bound})
+	a.mu.Lock()
+	epoch := a.epoch
+	a.mu.Unlock()
+	l, err := a.Stasisd.RenewLease(ctx, api.LeaseRequest{Holder: "stasis-kube agent of node " + a.Node, ValidForSeconds: validFor.Seconds(), Bound: bound, Epoch: epoch})
 	if err != nil {
 		return fmt.Errorf("renew stasisd's fleet lease: %w", err)
 	}
@@ -349,7 +360,7 @@ func (a *Agent) reportStasisd(ctx context.Context) {
 		return
 	}
 	var list stasisv1.ActorList
-	if err := a.Kube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
+	if err := a.watched().List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return // the next renewal tries again
 	}
 	for i := range list.Items {
@@ -459,7 +470,7 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 		}
 	}
 	var list stasisv1.ActorList
-	if err := a.Kube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
+	if err := a.watched().List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return err
 	}
 	local, err := a.Stasisd.ListActors(ctx)
@@ -486,25 +497,13 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 	}
 	for i := range list.Items {
 		actor := &list.Items[i]
-		names[actor.Name] = true
-		l, ok := here[actor.Name]
 		if actor.Status.Node != a.Node {
-			if ok {
-				why := "it is bound to node " + actor.Status.Node
-				if actor.Status.Node == "" {
-					why = "it is bound to no node"
-				}
-				do(actor.Name, func(ctx context.Context) error {
-					// What stasisd stored while this agent could not record
-					// it is recorded before the copy goes.
-					if err := a.recordFinished(ctx, actor, l); err != nil {
-						return err
-					}
-					return a.fence(ctx, actor.Name, why)
-				})
-			}
+			// The watch of this node's actors holds none such; a plain
+			// listing does. A copy of one is seen to below.
 			continue
 		}
+		names[actor.Name] = true
+		l, ok := here[actor.Name]
 		if !serve || !a.boundHere(actor) {
 			// A binding of an older epoch is the controller's to move:
 			// neither served nor removed here meanwhile.
@@ -523,15 +522,48 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 		}
 	}
 	a.mu.Unlock()
-	for id := range here {
+	for id, l := range here {
 		if !names[id] {
-			// The Actor was deleted: so is its copy here (its stored
-			// snapshots stay in the store).
-			do(id, func(ctx context.Context) error { return a.fence(ctx, id, "its Actor was deleted") })
+			do(id, func(ctx context.Context) error { return a.removeUnbound(ctx, id, l) })
 		}
 	}
 	wg.Wait()
 	return nil
+}
+
+// removeUnbound removes this node's copy of an actor the pass found not
+// bound here, once its Actor, read directly, says so: it was deleted, or it
+// is bound elsewhere or nowhere. What stasisd stored while this agent could
+// not record it is recorded before the copy goes.
+func (a *Agent) removeUnbound(ctx context.Context, id string, local api.Actor) error {
+	var actor stasisv1.Actor
+	err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: id}, &actor)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Its stored snapshots stay in the store.
+		return a.fence(ctx, id, "its Actor was deleted")
+	case err != nil:
+		return err
+	case actor.Status.Node == a.Node:
+		return nil // bound here: the watch has not shown it yet
+	}
+	if err := a.recordFinished(ctx, &actor, local); err != nil {
+		return err
+	}
+	why := "it is bound to node " + actor.Status.Node
+	if actor.Status.Node == "" {
+		why = "it is bound to no node"
+	}
+	return a.fence(ctx, id, why)
+}
+
+// watched is where the passes read the actors bound here and the
+// templates: the watches' cache, else the API server.
+func (a *Agent) watched() client.Reader {
+	if a.Watched != nil {
+		return a.Watched
+	}
+	return a.Kube
 }
 
 // fence removes this node's copy of an actor that is not bound here,

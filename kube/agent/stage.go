@@ -37,7 +37,7 @@ func stageRetry(tries int, err error) time.Duration {
 // copies (--stage-budget), and fetches nothing then.
 func (a *Agent) stageGoldens(ctx context.Context) {
 	var list stasisv1.ActorTemplateList
-	if err := a.Kube.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
+	if err := a.watched().List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return
 	}
 	for _, t := range list.Items {

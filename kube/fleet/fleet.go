@@ -44,6 +44,11 @@ const (
 	// controller found expired when it raised the epoch: while the Lease
 	// still says that renewal, the node is revoked.
 	RevokedAnnotation = "stasis.dev/revoked"
+	// NodeField selects the Actors bound to one node (the CRD makes
+	// .status.node selectable): what a node's agent watches and renews
+	// stasisd's fleet lease for, so that its requests and what it is sent
+	// do not grow with the fleet.
+	NodeField = "status.node"
 )
 
 // Scheme holds the types Stasis's controller and agents read and write.

@@ -219,6 +219,8 @@ const ConditionStasisd = "StasisdAvailable"
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.endpoint.address`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// The node agents watch only the Actors bound to their node.
+// +kubebuilder:selectablefield:JSONPath=`.status.node`
 type Actor struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -3,6 +3,7 @@ package fence
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -106,8 +107,9 @@ func (s *Lease) Renew(ctx context.Context, req api.LeaseRequest) (api.Lease, err
 	f := s.lease
 	f.mu.Lock()
 	until, untilBoot := time.Now().Add(validFor), fencefile.Now()+(validFor+watchdogGrace(validFor)).Nanoseconds()
-	rec := journal.Lease{Holder: req.Holder, Until: until, Bound: bound}
+	rec := journal.Lease{Holder: req.Holder, Until: until, Bound: bound, Epoch: req.Epoch}
 	// Written under the lock, so that renewals land in the order taken.
+	// The journal refuses one of an epoch older than the newest shown.
 	err := s.journal.PutLease(ctx, rec)
 	if err == nil {
 		f.held, f.rec, f.until, f.untilBoot = true, rec, until, untilBoot
@@ -116,6 +118,10 @@ func (s *Lease) Renew(ctx context.Context, req api.LeaseRequest) (api.Lease, err
 		}
 	}
 	f.mu.Unlock()
+	if errors.Is(err, errdefs.ErrFailedPrecondition) {
+		s.cfg.Log.Warn("fleet lease renewal refused", "holder", req.Holder, "error", err.Error())
+		return api.Lease{}, err
+	}
 	if err != nil {
 		return api.Lease{}, fmt.Errorf("record the fleet lease: %w", err)
 	}
@@ -168,7 +174,7 @@ func (s *Lease) leaseOf(actors []journal.Actor) api.Lease {
 	rec, held, lapsed := s.lease.state()
 	out := api.Lease{Lapsed: lapsed}
 	if held {
-		out.Holder, out.Until, out.Bound = rec.Holder, rec.Until, rec.Bound
+		out.Holder, out.Until, out.Bound, out.Epoch = rec.Holder, rec.Until, rec.Bound, rec.Epoch
 	}
 	for _, a := range actors {
 		if api.State(a.State) == api.Fenced {

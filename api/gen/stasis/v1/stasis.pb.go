@@ -2114,7 +2114,12 @@ type LeaseRequest struct {
 	ValidForSeconds float64 `protobuf:"fixed64,2,opt,name=valid_for_seconds,json=validForSeconds,proto3" json:"valid_for_seconds,omitempty"`
 	// bound lists the actors bound to this node: the FENCED ones among them
 	// are thawed.
-	Bound         []string `protobuf:"bytes,3,rep,name=bound,proto3" json:"bound,omitempty"`
+	Bound []string `protobuf:"bytes,3,rep,name=bound,proto3" json:"bound,omitempty"`
+	// epoch is the node's fencing epoch as the holder's own renewal read it
+	// (the fleet raises it before it moves the node's actors elsewhere).
+	// stasisd records the newest it was shown and refuses a renewal of an
+	// older one: such a renewal renews and thaws nothing. 0 gives none.
+	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2170,6 +2175,13 @@ func (x *LeaseRequest) GetBound() []string {
 	return nil
 }
 
+func (x *LeaseRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // Lease is where this node's fleet lease stands.
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2184,6 +2196,8 @@ type Lease struct {
 	// actors that run here, for the holder to run if the lease lapses while
 	// stasisd does not answer.
 	FenceCommands []*Command `protobuf:"bytes,6,rep,name=fence_commands,json=fenceCommands,proto3" json:"fence_commands,omitempty"`
+	// epoch is the newest fencing epoch a renewal showed this node.
+	Epoch         int64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2258,6 +2272,13 @@ func (x *Lease) GetFenceCommands() []*Command {
 		return x.FenceCommands
 	}
 	return nil
+}
+
+func (x *Lease) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 // Command is a command line.
@@ -2822,18 +2843,20 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\tsnapshots\x18\x01 \x03(\v2\x13.stasis.v1.SnapshotR\tsnapshots\"\x1c\n" +
 	"\n" +
 	"SnapshotID\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"h\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"~\n" +
 	"\fLeaseRequest\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12*\n" +
 	"\x11valid_for_seconds\x18\x02 \x01(\x01R\x0fvalidForSeconds\x12\x14\n" +
-	"\x05bound\x18\x03 \x03(\tR\x05bound\"\xd2\x01\n" +
+	"\x05bound\x18\x03 \x03(\tR\x05bound\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\xe8\x01\n" +
 	"\x05Lease\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
 	"\x06lapsed\x18\x03 \x01(\bR\x06lapsed\x12\x14\n" +
 	"\x05bound\x18\x04 \x03(\tR\x05bound\x12\x16\n" +
 	"\x06fenced\x18\x05 \x03(\tR\x06fenced\x129\n" +
-	"\x0efence_commands\x18\x06 \x03(\v2\x12.stasis.v1.CommandR\rfenceCommands\"\x1d\n" +
+	"\x0efence_commands\x18\x06 \x03(\v2\x12.stasis.v1.CommandR\rfenceCommands\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x03R\x05epoch\"\x1d\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04args\x18\x01 \x03(\tR\x04args\"\xc5\x02\n" +
 	"\vStoreStatus\x12\x1a\n" +
