@@ -25,8 +25,7 @@ type Lease struct {
 	Bound     []string
 	RenewedAt time.Time
 	// Epoch is the newest fencing epoch a renewal showed this node. It
-	// outlives the lease (kept in meta), so that no later renewal of an
-	// older epoch is taken even after the lease was given up.
+	// is kept (in meta) across restarts, and given up with the lease.
 	Epoch int64
 }
 
@@ -90,7 +89,7 @@ func (j *Journal) PutLease(ctx context.Context, l Lease) error {
 			return err
 		}
 		if l.Epoch < newest {
-			return fmt.Errorf("%w: a renewal of fencing epoch %d, after epoch %d was shown: the fleet has since moved this node's actors, and this renewal renews and thaws nothing (is an older agent of this node still running?)",
+			return fmt.Errorf("%w: a renewal of fencing epoch %d, after epoch %d was shown: the fleet has since moved this node's actors, and this renewal renews and thaws nothing (is an older agent of this node still running? if the node's Lease was made anew, `stasis node lease release` gives the old epoch up)",
 				errdefs.ErrFailedPrecondition, l.Epoch, newest)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO lease(id, holder, until_ns, bound, renewed_at) VALUES (1, ?, ?, ?, ?)
@@ -103,8 +102,13 @@ func (j *Journal) PutLease(ctx context.Context, l Lease) error {
 	})
 }
 
-// DeleteLease gives the fleet lease up.
+// DeleteLease gives the fleet lease up, and its epoch with it.
 func (j *Journal) DeleteLease(ctx context.Context) error {
-	_, err := j.exec(ctx, settles, `DELETE FROM lease WHERE id = 1`)
-	return err
+	return j.tx(ctx, settles, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM lease WHERE id = 1`); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM meta WHERE key = ?`, epochKey)
+		return err
+	})
 }
