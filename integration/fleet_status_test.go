@@ -2,12 +2,16 @@ package integration
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
@@ -74,5 +78,43 @@ func TestFleetRefusalsInTheStatus(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	if after := attempts(); after != before {
 		t.Fatalf("the agent started r4 %d more times after it failed for good", after-before)
+	}
+}
+
+// TestAgentRefusesCRDsOfAnOlderRelease: an agent whose cluster holds an
+// Actor CRD that does not let .status.node be selected (the CRDs of an
+// older release, or a cluster before custom resource field selectors)
+// refuses to start, saying what and what to apply, rather than retrying a
+// watch in its log.
+func TestAgentRefusesCRDsOfAnOlderRelease(t *testing.T) {
+	cp := startControlPlane(t)
+	ctx := context.Background()
+	crd := &unstructured.Unstructured{}
+	crd.SetAPIVersion("apiextensions.k8s.io/v1")
+	crd.SetKind("CustomResourceDefinition")
+	if err := cp.kube.Get(ctx, client.ObjectKey{Name: "actors.stasis.dev"}, crd); err != nil {
+		t.Fatal(err)
+	}
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		delete(v.(map[string]any), "selectableFields")
+	}
+	if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.kube.Update(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	var err error
+	// The API server takes the CRD's change in a moment: until then the
+	// agent starts (and, with no stasisd here, fails on that instead).
+	waitForLong(t, "the agent to refuse the Actor CRD", time.Minute, func() bool {
+		cmd := exec.Command(stasisKube.path(t), "agent", "--kubeconfig", cp.agentConfig, "--node", "node-a", "--socket", filepath.Join(t.TempDir(), "none.sock"))
+		out, err = cmd.CombinedOutput()
+		return err != nil && strings.Contains(string(out), "status.node")
+	})
+	if !strings.Contains(string(out), "watch Actors") || !strings.Contains(string(out), "deploy/kube/crds") {
+		t.Fatalf("the agent's refusal: %v\n%s; want it to name the watch of Actors and the CRDs to apply", err, out)
 	}
 }

@@ -30,11 +30,13 @@ func watched(ctx context.Context, cfg *rest.Config, direct client.Client, opts c
 	if err != nil {
 		return nil, fmt.Errorf("informer cache: %w", err)
 	}
-	for _, obj := range kinds {
+	names := make([]string, len(kinds))
+	for i, obj := range kinds {
 		gvk, err := apiutil.GVKForObject(obj, opts.Scheme)
 		if err != nil {
 			return nil, err
 		}
+		names[i] = gvk.Kind + "s"
 		list, err := direct.Scheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err != nil {
 			return nil, err
@@ -44,15 +46,15 @@ func watched(ctx context.Context, cfg *rest.Config, direct client.Client, opts c
 			return nil, err
 		}
 		if err := direct.List(ctx, list.(client.ObjectList), append(sel, client.Limit(1))...); err != nil {
-			return nil, fmt.Errorf("watch %ss: %w (the CRDs of deploy/kube/crds and the roles of deploy/kube/rbac.yaml of this release let it)", gvk.Kind, err)
+			return nil, fmt.Errorf("watch %s: %w (the CRDs of deploy/kube/crds and the roles of deploy/kube/rbac.yaml of this release let it)", names[i], err)
 		}
 	}
 	go func() { _ = c.Start(ctx) }()
 	syncCtx, cancel := context.WithTimeout(ctx, watchSyncTimeout)
 	defer cancel()
-	for _, obj := range kinds {
+	for i, obj := range kinds {
 		if _, err := c.GetInformer(syncCtx, obj); err != nil {
-			return nil, fmt.Errorf("watch %T: not listed within %s: %w", obj, watchSyncTimeout, err)
+			return nil, fmt.Errorf("watch %s: not listed within %s: %w", names[i], watchSyncTimeout, err)
 		}
 	}
 	return c, nil
