@@ -307,9 +307,14 @@ func (a *Agent) renewFleetLease(ctx context.Context, start time.Time) error {
 	if err := a.LeaseKube.List(ctx, &list, client.InNamespace(a.Namespace), client.MatchingFields{fleet.NodeField: a.Node}); err != nil {
 		return fmt.Errorf("the actors bound here, for stasisd's fleet lease: %w", err)
 	}
+	// One read of the epoch serves the list and the request, so that a
+	// renewal beside this one cannot send bindings of one epoch as another's.
+	a.mu.Lock()
+	epoch := a.epoch
+	a.mu.Unlock()
 	var bound []string
 	for i := range list.Items {
-		if a.boundHere(&list.Items[i]) {
+		if a.boundIn(&list.Items[i], epoch) {
 			bound = append(bound, list.Items[i].Name)
 		}
 	}
@@ -318,9 +323,6 @@ func (a *Agent) renewFleetLease(ctx context.Context, start time.Time) error {
 	if validFor <= 0 {
 		return fmt.Errorf("the renewal took %s, past the fleet lease it would renew", time.Since(start).Round(time.Millisecond))
 	}
-	a.mu.Lock()
-	epoch := a.epoch
-	a.mu.Unlock()
 	l, err := a.Stasisd.RenewLease(ctx, api.LeaseRequest{Holder: "stasis-kube agent of node " + a.Node, ValidForSeconds: validFor.Seconds(), Bound: bound, Epoch: epoch})
 	if err != nil {
 		return fmt.Errorf("renew stasisd's fleet lease: %w", err)
@@ -427,8 +429,14 @@ func (a *Agent) fenceWithoutStasisd(ctx context.Context) {
 // controller moves the actor.
 func (a *Agent) boundHere(actor *stasisv1.Actor) bool {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return actor.Status.Node == a.Node && actor.Status.NodeEpoch == a.epoch
+	epoch := a.epoch
+	a.mu.Unlock()
+	return a.boundIn(actor, epoch)
+}
+
+// boundIn says whether actor is bound to this node in epoch.
+func (a *Agent) boundIn(actor *stasisv1.Actor, epoch int64) bool {
+	return actor.Status.Node == a.Node && actor.Status.NodeEpoch == epoch
 }
 
 // leaseLapsing says whether the Lease, once taken, is in the last quarter
