@@ -206,6 +206,26 @@ func (c *Client) Watch(ctx context.Context, id string, after int64, see func(Eve
 	return nil
 }
 
+// Logs passes actor r.ID's console, as r picks it, to write, piece by
+// piece as stasisd sends it; with r.Follow until ctx ends (nil) or the
+// actor is deleted, exits or crashes.
+func (c *Client) Logs(ctx context.Context, r LogsRequest, write func([]byte) error) error {
+	stream, err := c.rpc.Logs(ctx, connect.NewRequest(r.Wire()))
+	if err != nil {
+		return c.explain(err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if err := write(stream.Msg().GetData()); err != nil {
+			return err
+		}
+	}
+	if err := stream.Err(); err != nil && ctx.Err() == nil {
+		return c.explain(err)
+	}
+	return nil
+}
+
 // WatchRetry is how long Follow waits before it watches again when a watch
 // fails (the actor of a Run does not exist yet).
 const WatchRetry = 250 * time.Millisecond

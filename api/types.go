@@ -433,6 +433,18 @@ type (
 		After int64  `json:"after,omitempty"`
 	}
 
+	// LogsRequest picks a part of an actor's console (Logs). Since: only
+	// what was written at or after it, to within the second at which
+	// stasisd marks the console as it grows (zero: from the start of what
+	// is kept). Tail: then only the last *Tail lines (nil: all; 0 with
+	// Follow: only what comes).
+	LogsRequest struct {
+		ID     string    `json:"id"`
+		Follow bool      `json:"follow,omitempty"`
+		Tail   *int64    `json:"tail,omitempty"`
+		Since  time.Time `json:"since,omitzero"`
+	}
+
 	// Events is a part of an actor's history, oldest first; Last is the
 	// sequence number of the newest event the actor has, so that a
 	// follower can start from the end without reading it all.

@@ -261,6 +261,14 @@ func (r LeaseRequest) Wire() *stasisv1.LeaseRequest {
 	return &stasisv1.LeaseRequest{Holder: r.Holder, ValidForSeconds: r.ValidForSeconds, Bound: r.Bound, Epoch: r.Epoch}
 }
 
+func (r LogsRequest) Wire() *stasisv1.LogsRequest {
+	return &stasisv1.LogsRequest{Id: r.ID, Follow: r.Follow, Tail: r.Tail, Since: timestamp(r.Since)}
+}
+
+func LogsRequestFromWire(m *stasisv1.LogsRequest) LogsRequest {
+	return LogsRequest{ID: m.GetId(), Follow: m.GetFollow(), Tail: m.Tail, Since: timeOf(m.GetSince())}
+}
+
 func LeaseRequestFromWire(m *stasisv1.LeaseRequest) LeaseRequest {
 	return LeaseRequest{Holder: m.GetHolder(), ValidForSeconds: m.GetValidForSeconds(), Bound: m.GetBound(), Epoch: m.GetEpoch()}
 }

@@ -131,6 +131,19 @@ func (s *Service) KeepWatchingExits(ctx context.Context, interval time.Duration)
 	s.actors.KeepWatchingExits(ctx, interval)
 }
 
+// Logs sends an actor's console as req picks it, then with req.Follow what
+// is written as it comes, until ctx ends or the actor is deleted, exits or
+// crashes.
+func (s *Service) Logs(ctx context.Context, req api.LogsRequest, send func([]byte) error) error {
+	return s.actors.Logs(ctx, req, send)
+}
+
+// KeepConsoles marks each actor's console as it grows and rotates it over
+// its bound (Config.Console), every interval until ctx ends.
+func (s *Service) KeepConsoles(ctx context.Context, interval time.Duration) {
+	s.actors.KeepConsoles(ctx, interval)
+}
+
 // KeepReleasing runs Release every interval until ctx ends.
 func (s *Service) KeepReleasing(ctx context.Context, interval time.Duration) {
 	s.actors.KeepReleasing(ctx, interval)

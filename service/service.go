@@ -30,6 +30,7 @@ import (
 	"github.com/stasis-run/stasis/network"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/service/hostpolicy"
+	"github.com/stasis-run/stasis/service/internal/console"
 	"github.com/stasis-run/stasis/service/internal/fence"
 	"github.com/stasis-run/stasis/service/internal/lifecycle"
 	"github.com/stasis-run/stasis/service/internal/op"
@@ -103,7 +104,22 @@ type Config struct {
 	// (ports.DefaultMaxHeld when zero).
 	Network            *network.Manager
 	MaxHeldConnections int
+	// Console bounds each actor's console log: its size before it is
+	// rotated and how many files it keeps (DefaultConsoleLimits when zero).
+	Console ConsoleLimits
 }
+
+// ConsoleLimits bound an actor's console log (Config.Console).
+type ConsoleLimits = console.Limits
+
+// DefaultConsoleMaxSize and DefaultConsoleFiles are ConsoleLimits' defaults.
+const (
+	DefaultConsoleMaxSize = console.DefaultMaxSize
+	DefaultConsoleFiles   = console.DefaultFiles
+)
+
+// DefaultConsoleLook is how often KeepConsoles looks at the consoles.
+const DefaultConsoleLook = console.DefaultLook
 
 // KeepPolicy is when a pause keeps its sandbox frozen in memory
 // (Config.KeepPaused).
@@ -179,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Network != nil {
 		parts.Networks = cfg.Network
 	}
-	s.actors = lifecycle.New(lifecycle.Config{DataDir: cfg.DataDir, Log: cfg.Log, KeepPaused: cfg.KeepPaused, PullWhole: cfg.PullWhole}, parts)
+	s.actors = lifecycle.New(lifecycle.Config{DataDir: cfg.DataDir, Log: cfg.Log, KeepPaused: cfg.KeepPaused, PullWhole: cfg.PullWhole, Console: cfg.Console}, parts)
 	return s, nil
 }
 

@@ -16,8 +16,8 @@ import (
 )
 
 func newActor(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "actor", Short: "Run and drive actors through stasisd (run, ps, inspect, pause, suspend, resume, rm, events, exec)"}
-	cmd.AddCommand(newActorRun(g), newActorPS(g), newActorInspect(g), newActorEvents(g), newActorExec(g), newActorRm(g))
+	cmd := &cobra.Command{Use: "actor", Short: "Run and drive actors through stasisd (run, ps, inspect, pause, suspend, resume, rm, events, logs, exec)"}
+	cmd.AddCommand(newActorRun(g), newActorPS(g), newActorInspect(g), newActorEvents(g), newActorLogs(g), newActorExec(g), newActorRm(g))
 	for _, v := range []struct {
 		use, short string
 		call       func(*api.Client, context.Context, api.OpRequest) (api.Actor, error)

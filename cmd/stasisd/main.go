@@ -42,7 +42,8 @@ type options struct {
 	compose.Options
 	socketMode, helper, logFormat, logFile string
 	hugePages, keepPaused, keepReserve     string
-	stageBudget                            string
+	stageBudget, consoleMaxSize            string
+	consoleFiles                           int
 	hostPaths, deadlines                   []string
 	noStore, allowHostRoot, pullWhole      bool
 	microVM                                compose.MicroVMOptions
@@ -111,6 +112,8 @@ line win).`,
 	f.StringVar(&o.hugePages, "sandbox-huge-pages", "enable", "enable: at start, set the host's transparent huge page settings runsc needs to back sandbox memory with huge pages (shmem_enabled advise, defrag defer; restores load memory about 3x faster), where they do not allow it; keep: leave them and only warn (docs/service.md)")
 	f.StringVar(&o.keepPaused, "keep-paused", "auto", "auto: a paused actor's sandbox stays in memory, frozen, its GPU released, while the node has --keep-paused-reserve available, so that its resume loads nothing (its snapshot is on disk all the same); never: every pause stops its sandbox")
 	f.StringVar(&o.keepReserve, "keep-paused-reserve", "", "memory that must stay available with the paused sandboxes kept (such as 16GiB); below it the longest paused are stopped and resume from their snapshots (default: a quarter of the node's memory)")
+	f.StringVar(&o.consoleMaxSize, "console-max-size", "10MiB", "size over which an actor's console log (DATA/actors/ID/console.log, what `stasis actor logs` reads) is rotated")
+	f.IntVar(&o.consoleFiles, "console-files", service.DefaultConsoleFiles, "files an actor's console log keeps, the one being written among them (1: it is only cut)")
 	f.StringVar(&o.stageBudget, "stage-budget", "", "disk the staged copies of stored snapshots may take (such as 200GiB; 0 turns staging off): whole copies made before an actor needs them (a fleet agent stages its templates' golden snapshots), the least recently used making room (default: a quarter of the data folder's disk)")
 	f.BoolVar(&o.pullWhole, "pull-whole", false, "pull a stored snapshot whole before restoring it; by default runsc restores it through a read-only FUSE view of the folder while it is pulled, each read waiting for its hash-checked bytes (without FUSE the pull is whole first)")
 	f.StringArrayVar(&o.deadlines, "deadline", nil, "KIND=DURATION: how long an operation of a kind may run before it is rolled back (kinds: run, pause, suspend, resume, delete, golden, release); repeatable")
@@ -193,6 +196,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	stageBudget, err := o.stageBudgetBytes()
+	if err != nil {
+		return err
+	}
+	consoleLimits, err := o.consoleLimits()
 	if err != nil {
 		return err
 	}
@@ -282,6 +289,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		PullWhole:          o.pullWhole,
 		Network:            networks,
 		MaxHeldConnections: o.maxHeld,
+		Console:            consoleLimits,
 		Node: func(ctx context.Context) (fingerprint.Fingerprint, error) {
 			return eng.Fingerprint(ctx)
 		},
@@ -308,6 +316,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	svc.KeepReleasing(ctx, service.DefaultKeepCheck)
 	svc.KeepIdling(ctx, service.DefaultIdleCheck)
 	svc.KeepWatchingExits(ctx, service.DefaultExitCheck)
+	svc.KeepConsoles(ctx, service.DefaultConsoleLook)
 	ln, err := listen(o.Socket, os.FileMode(mode))
 	if err != nil {
 		return err
@@ -377,6 +386,18 @@ func (o options) stageBudgetBytes() (int64, error) {
 		return 0, fmt.Errorf("--stage-budget %q: want a size such as 200GiB, or 0 to turn staging off", o.stageBudget)
 	}
 	return int64(n), nil
+}
+
+// consoleLimits reads --console-max-size and --console-files.
+func (o options) consoleLimits() (service.ConsoleLimits, error) {
+	n, err := units.ParseBytes(o.consoleMaxSize)
+	if err != nil || n < 4<<10 || n > 1<<50 {
+		return service.ConsoleLimits{}, fmt.Errorf("--console-max-size %q: want a size from 4KiB up, such as 10MiB", o.consoleMaxSize)
+	}
+	if o.consoleFiles < 1 || o.consoleFiles > 100 {
+		return service.ConsoleLimits{}, fmt.Errorf("--console-files %d: want 1 to 100 (1 keeps only the file being written, cut when over --console-max-size)", o.consoleFiles)
+	}
+	return service.ConsoleLimits{MaxSize: int64(n), Files: o.consoleFiles}, nil
 }
 
 // sandboxHugePages applies --sandbox-huge-pages before any sandbox starts:

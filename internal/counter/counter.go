@@ -6,7 +6,8 @@
 // restored process answers with the same id and the value it had when it was
 // checkpointed; a cold boot answers with a new id and 0. "counter serve ADDR"
 // also answers over TCP at ADDR (such as :8000), the same way: a line
-// "incr" or "get", the answer "<id> <value>".
+// "incr" or "get", the answer "<id> <value>". "counter say TEXT" has the
+// serving process print TEXT on its standard output.
 package counter
 
 import (
@@ -42,12 +43,17 @@ func Run(args []string, stdout io.Writer) error {
 	if len(args) == 2 && args[0] == "serve" {
 		return serve(stdout, args[1])
 	}
+	if len(args) == 2 && args[0] == "say" {
+		// The serving process writes the text on its standard output (the
+		// actor's console), a line of its own.
+		return ask("say "+args[1], stdout)
+	}
 	if len(args) == 2 && args[0] == "exit" {
 		// The serving process exits with that code once it answered.
 		return ask("exit "+args[1], stdout)
 	}
 	if len(args) != 1 {
-		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|exit CODE|await incr|await get")
+		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|say TEXT|exit CODE|await incr|await get")
 	}
 	switch args[0] {
 	case "serve":
@@ -90,6 +96,13 @@ func serve(stdout io.Writer, tcp string) error {
 			fmt.Fprintf(conn, "%s exiting %d\n", id, n)
 			conn.Close()
 			os.Exit(n)
+		}
+		if text, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "say "); ok {
+			mu.Lock()
+			fmt.Fprintln(stdout, text)
+			mu.Unlock()
+			fmt.Fprintf(conn, "%s said\n", id)
+			return
 		}
 		mu.Lock()
 		if strings.TrimSpace(line) == "incr" {

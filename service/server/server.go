@@ -142,6 +142,14 @@ func (h handler) WatchEvents(ctx context.Context, r *connect.Request[stasisv1.Ev
 	return nil
 }
 
+func (h handler) Logs(ctx context.Context, r *connect.Request[stasisv1.LogsRequest], stream *connect.ServerStream[stasisv1.LogChunk]) error {
+	err := h.s.Logs(ctx, api.LogsRequestFromWire(r.Msg), func(b []byte) error { return stream.Send(&stasisv1.LogChunk{Data: b}) })
+	if err != nil && ctx.Err() == nil {
+		return connect.NewError(Code(err), err)
+	}
+	return nil
+}
+
 func (h handler) ListSnapshots(ctx context.Context, r *connect.Request[stasisv1.SnapshotsRequest]) (*connect.Response[stasisv1.Snapshots], error) {
 	l, err := h.s.Snapshots(ctx, r.Msg.GetActor())
 	return reply(api.Snapshots{Snapshots: l}, err, api.Snapshots.Wire)

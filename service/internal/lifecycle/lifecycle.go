@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/service/internal/console"
 	"github.com/stasis-run/stasis/service/internal/fence"
 	"github.com/stasis-run/stasis/service/internal/op"
 	"github.com/stasis-run/stasis/service/internal/ports"
@@ -34,6 +35,8 @@ type Config struct {
 	// PullWhole pulls a stored snapshot whole before restoring it, rather
 	// than restoring it through a view while it pulls (transfer.Stored.Views).
 	PullWhole bool
+	// Console bounds each actor's console log (console.Limits).
+	Console console.Limits
 }
 
 // Parts are the parts of stasisd the lifecycle works with.
@@ -68,7 +71,9 @@ type Actors struct {
 	idling map[string]bool
 	// exits waits on the RUNNING actors' processes.
 	exits *exitWatch
-	mu    sync.Mutex
+	// consoles marks and rotates the actors' console logs.
+	consoles *console.Keeper
+	mu       sync.Mutex
 	// pullMemory lends memory to pulls that hold their image in memory.
 	pullMemory transfer.PullMemory
 	// lostViews are the sandboxes restored through a view (a pull that
@@ -87,7 +92,7 @@ func New(cfg Config, p Parts) *Actors {
 		p.Networks = noNetworks{}
 	}
 	return &Actors{cfg: cfg, journal: p.Journal, runner: p.Runner, engines: p.Engines, templates: p.Templates,
-		store: p.Store, staged: p.Staged, lease: p.Lease, networks: p.Networks, ports: p.Ports, pulled: newPulledFolders(), idling: map[string]bool{}, exits: newExitWatch()}
+		store: p.Store, staged: p.Staged, lease: p.Lease, networks: p.Networks, ports: p.Ports, pulled: newPulledFolders(), idling: map[string]bool{}, exits: newExitWatch(), consoles: console.NewKeeper(cfg.Console)}
 }
 
 // Close stops the writing of pulled copies still going on (they are pulled

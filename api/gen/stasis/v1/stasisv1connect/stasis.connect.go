@@ -83,6 +83,8 @@ const (
 	StasisEventsProcedure = "/stasis.v1.Stasis/Events"
 	// StasisWatchEventsProcedure is the fully-qualified name of the Stasis's WatchEvents RPC.
 	StasisWatchEventsProcedure = "/stasis.v1.Stasis/WatchEvents"
+	// StasisLogsProcedure is the fully-qualified name of the Stasis's Logs RPC.
+	StasisLogsProcedure = "/stasis.v1.Stasis/Logs"
 	// StasisListSnapshotsProcedure is the fully-qualified name of the Stasis's ListSnapshots RPC.
 	StasisListSnapshotsProcedure = "/stasis.v1.Stasis/ListSnapshots"
 	// StasisInspectSnapshotProcedure is the fully-qualified name of the Stasis's InspectSnapshot RPC.
@@ -135,6 +137,11 @@ type StasisClient interface {
 	// each event as it is added (the steps of its operations and their
 	// progress), until the caller hangs up or the actor is deleted.
 	WatchEvents(context.Context, *connect.Request[v1.EventsRequest]) (*connect.ServerStreamForClient[v1.Event], error)
+	// Logs sends an actor's console (what its process writes to standard
+	// output and error; a micro-VM's serial console), from what the request
+	// picks, then, with follow, what is written as it comes, until the
+	// caller hangs up or the actor is deleted, exits or crashes.
+	Logs(context.Context, *connect.Request[v1.LogsRequest]) (*connect.ServerStreamForClient[v1.LogChunk], error)
 	ListSnapshots(context.Context, *connect.Request[v1.SnapshotsRequest]) (*connect.Response[v1.Snapshots], error)
 	InspectSnapshot(context.Context, *connect.Request[v1.SnapshotID]) (*connect.Response[v1.Snapshot], error)
 	// StageSnapshot makes a whole copy of a stored snapshot on this node
@@ -253,6 +260,12 @@ func NewStasisClient(httpClient connect.HTTPClient, baseURL string, opts ...conn
 			connect.WithSchema(stasisMethods.ByName("WatchEvents")),
 			connect.WithClientOptions(opts...),
 		),
+		logs: connect.NewClient[v1.LogsRequest, v1.LogChunk](
+			httpClient,
+			baseURL+StasisLogsProcedure,
+			connect.WithSchema(stasisMethods.ByName("Logs")),
+			connect.WithClientOptions(opts...),
+		),
 		listSnapshots: connect.NewClient[v1.SnapshotsRequest, v1.Snapshots](
 			httpClient,
 			baseURL+StasisListSnapshotsProcedure,
@@ -326,6 +339,7 @@ type stasisClient struct {
 	exec            *connect.Client[v1.ExecRequest, v1.ExecResult]
 	events          *connect.Client[v1.EventsRequest, v1.Events]
 	watchEvents     *connect.Client[v1.EventsRequest, v1.Event]
+	logs            *connect.Client[v1.LogsRequest, v1.LogChunk]
 	listSnapshots   *connect.Client[v1.SnapshotsRequest, v1.Snapshots]
 	inspectSnapshot *connect.Client[v1.SnapshotID, v1.Snapshot]
 	stageSnapshot   *connect.Client[v1.StageRequest, v1.StagedSnapshot]
@@ -407,6 +421,11 @@ func (c *stasisClient) WatchEvents(ctx context.Context, req *connect.Request[v1.
 	return c.watchEvents.CallServerStream(ctx, req)
 }
 
+// Logs calls stasis.v1.Stasis.Logs.
+func (c *stasisClient) Logs(ctx context.Context, req *connect.Request[v1.LogsRequest]) (*connect.ServerStreamForClient[v1.LogChunk], error) {
+	return c.logs.CallServerStream(ctx, req)
+}
+
 // ListSnapshots calls stasis.v1.Stasis.ListSnapshots.
 func (c *stasisClient) ListSnapshots(ctx context.Context, req *connect.Request[v1.SnapshotsRequest]) (*connect.Response[v1.Snapshots], error) {
 	return c.listSnapshots.CallUnary(ctx, req)
@@ -484,6 +503,11 @@ type StasisHandler interface {
 	// each event as it is added (the steps of its operations and their
 	// progress), until the caller hangs up or the actor is deleted.
 	WatchEvents(context.Context, *connect.Request[v1.EventsRequest], *connect.ServerStream[v1.Event]) error
+	// Logs sends an actor's console (what its process writes to standard
+	// output and error; a micro-VM's serial console), from what the request
+	// picks, then, with follow, what is written as it comes, until the
+	// caller hangs up or the actor is deleted, exits or crashes.
+	Logs(context.Context, *connect.Request[v1.LogsRequest], *connect.ServerStream[v1.LogChunk]) error
 	ListSnapshots(context.Context, *connect.Request[v1.SnapshotsRequest]) (*connect.Response[v1.Snapshots], error)
 	InspectSnapshot(context.Context, *connect.Request[v1.SnapshotID]) (*connect.Response[v1.Snapshot], error)
 	// StageSnapshot makes a whole copy of a stored snapshot on this node
@@ -598,6 +622,12 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 		connect.WithSchema(stasisMethods.ByName("WatchEvents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stasisLogsHandler := connect.NewServerStreamHandler(
+		StasisLogsProcedure,
+		svc.Logs,
+		connect.WithSchema(stasisMethods.ByName("Logs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	stasisListSnapshotsHandler := connect.NewUnaryHandler(
 		StasisListSnapshotsProcedure,
 		svc.ListSnapshots,
@@ -682,6 +712,8 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 			stasisEventsHandler.ServeHTTP(w, r)
 		case StasisWatchEventsProcedure:
 			stasisWatchEventsHandler.ServeHTTP(w, r)
+		case StasisLogsProcedure:
+			stasisLogsHandler.ServeHTTP(w, r)
 		case StasisListSnapshotsProcedure:
 			stasisListSnapshotsHandler.ServeHTTP(w, r)
 		case StasisInspectSnapshotProcedure:
@@ -763,6 +795,10 @@ func (UnimplementedStasisHandler) Events(context.Context, *connect.Request[v1.Ev
 
 func (UnimplementedStasisHandler) WatchEvents(context.Context, *connect.Request[v1.EventsRequest], *connect.ServerStream[v1.Event]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.WatchEvents is not implemented"))
+}
+
+func (UnimplementedStasisHandler) Logs(context.Context, *connect.Request[v1.LogsRequest], *connect.ServerStream[v1.LogChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.Logs is not implemented"))
 }
 
 func (UnimplementedStasisHandler) ListSnapshots(context.Context, *connect.Request[v1.SnapshotsRequest]) (*connect.Response[v1.Snapshots], error) {

@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/runtime"
+)
+
+// say has actor id's process print text on its console.
+func (d *daemon) say(id, text string) {
+	d.t.Helper()
+	res, err := d.rt.Exec(context.Background(), api.SandboxID(id), runtime.Process{Args: []string{"/counter", "say", text}})
+	if err != nil || res.ExitCode != 0 {
+		d.t.Fatalf("say in %s: %v exit %d: %s", id, err, res.ExitCode, res.Stderr)
+	}
+}
+
+// TestLogs: `stasis actor logs` prints what the actor's process wrote, the
+// last lines with --tail and what came after a time with --since; a console
+// over its bound (4 KiB here) is rotated and still read whole and in order;
+// -f prints each line as it comes and ends when the process exits.
+func TestLogs(t *testing.T) {
+	d := newDaemon(t, "--console-max-size", "4KiB", "--console-files", "3")
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1")
+	d.say("a1", "hello 1")
+	d.say("a1", "hello 2")
+	out := d.cli("actor", "logs", "a1")
+	if !strings.HasPrefix(out, "serving ") || !strings.HasSuffix(out, "\nhello 1\nhello 2\n") {
+		t.Fatalf("logs:\n%s", out)
+	}
+	if out := d.cli("actor", "logs", "--tail", "1", "a1"); out != "hello 2\n" {
+		t.Fatalf("logs --tail 1: %q", out)
+	}
+
+	// Once stasisd has marked the console, what comes later is what --since
+	// a time after the mark reads.
+	console := filepath.Join(d.data, "actors", "a1", "console.log")
+	waitFor(t, "stasisd to mark the console", func() bool {
+		st, err := os.Stat(console)
+		marks, _ := os.ReadFile(console + ".marks")
+		fields := strings.Fields(string(marks))
+		return err == nil && len(fields) >= 2 && fields[len(fields)-1] == strconv.FormatInt(st.Size(), 10)
+	})
+	since := time.Now().UTC().Format(time.RFC3339Nano)
+	d.say("a1", "hello 3")
+	if out := d.cli("actor", "logs", "--since", since, "a1"); out != "hello 3\n" {
+		t.Fatalf("logs --since %s: %q", since, out)
+	}
+
+	long := strings.Repeat("x", 5000)
+	d.say("a1", long)
+	waitFor(t, "stasisd to rotate the console past 4 KiB", func() bool {
+		_, err := os.Stat(console + ".1")
+		return err == nil
+	})
+	d.say("a1", "after the rotation")
+	out = d.cli("actor", "logs", "a1")
+	if !strings.HasPrefix(out, "serving ") || !strings.HasSuffix(out, "\nhello 1\nhello 2\nhello 3\n"+long+"\nafter the rotation\n") {
+		t.Fatalf("logs across a rotation: %d bytes:\n%.300s", len(out), out)
+	}
+	if st, err := os.Stat(console); err != nil || st.Size() != int64(len("after the rotation\n")) {
+		t.Fatalf("the console after its rotation: %v %v", st, err)
+	}
+
+	follow := exec.Command(stasisCLI.path(t), "--socket", d.socket, "actor", "logs", "-f", "--tail", "0", "a1")
+	stdout, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		ended <- follow.Wait()
+	}()
+	// The follow is under way once a line said after it started comes.
+	for i := 1; ; i++ {
+		d.say("a1", "followed "+strconv.Itoa(i))
+		select {
+		case line := <-lines:
+			if !strings.HasPrefix(line, "followed ") {
+				t.Fatalf("logs -f printed %q", line)
+			}
+		case <-time.After(2 * time.Second):
+			continue
+		}
+		break
+	}
+	// Detached: an exec whose sandbox ends under it waits minutes.
+	if out, err := exec.Command(d.rt.Path(), append(d.rt.GlobalFlags(), "exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")...).CombinedOutput(); err != nil {
+		t.Fatalf("exit: %v\n%s", err, out)
+	}
+	d.awaitState("a1", api.Exited)
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("logs -f of an actor that exited: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("logs -f still runs 30 s after its actor exited")
+	}
+	for line := range lines {
+		if !strings.HasPrefix(line, "followed ") {
+			t.Fatalf("logs -f printed %q", line)
+		}
+	}
+
+	cmd := exec.Command(stasisCLI.path(t), "--socket", d.socket, "actor", "logs", "no-such-actor")
+	if out, err := cmd.CombinedOutput(); exitCode(err) != 3 || !strings.Contains(string(out), "no-such-actor") {
+		t.Fatalf("logs of no such actor: exit %d: %s", exitCode(err), out)
+	}
+	cmd = exec.Command(stasisCLI.path(t), "--socket", d.socket, "actor", "logs", "--since", "yesterday", "a1")
+	if out, err := cmd.CombinedOutput(); exitCode(err) != 2 || !strings.Contains(string(out), "--since") {
+		t.Fatalf("logs --since yesterday: exit %d: %s", exitCode(err), out)
+	}
+}
