@@ -101,11 +101,33 @@ type Template struct {
 	// Go durations ("10m", "90s").
 	Idle        *Idle  `json:"idle,omitempty"`
 	WakeTimeout string `json:"wakeTimeout,omitempty"`
+	// Restart is what happens to an actor whose process ends on its own
+	// (docker's restart policies): RestartNever (also when empty),
+	// RestartOnFailure (an exit code other than 0, or a signal) or
+	// RestartAlways. The process is booted again from the template, its
+	// durable folders as they are, after a pause that doubles with each
+	// restart that ran less than RestartReset (from RestartFirstDelay up
+	// to RestartMaxDelay).
+	Restart string `json:"restart,omitempty"`
 	// Golden is the snapshot new actors start from, once warmed (set by
 	// stasisd).
 	Golden    string    `json:"golden,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 }
+
+// ExitUnknown is the exit code of a process that ended in a way its
+// runtime could not say (Actor.ExitCode).
+const ExitUnknown = -1
+
+// The restart policies (Template.Restart) and their pauses.
+const (
+	RestartNever      = "never"
+	RestartOnFailure  = "on-failure"
+	RestartAlways     = "always"
+	RestartFirstDelay = 100 * time.Millisecond
+	RestartMaxDelay   = time.Minute
+	RestartReset      = 10 * time.Second
+)
 
 // Network is the network an actor gets.
 type Network struct {
@@ -280,7 +302,8 @@ type Actor struct {
 	// caller); the next connection to its published ports wakes it.
 	Idle bool `json:"idle,omitempty"`
 	// ExitCode and ExitedAt say how and when its process ended, while it
-	// is EXITED (or CRASHED by a signal: 128+N, as a shell says it).
+	// is EXITED (or CRASHED by a signal: 128+N, as a shell says it);
+	// ExitUnknown when the runtime could not say how.
 	ExitCode  int       `json:"exitCode,omitempty"`
 	ExitedAt  time.Time `json:"exitedAt,omitzero"`
 	CreatedAt time.Time `json:"createdAt"`

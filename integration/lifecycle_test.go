@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/testkit/testactor"
 )
@@ -196,6 +197,17 @@ func TestExecWithStdin(t *testing.T) {
 	}
 }
 
+// waitedOn returns once stasisd waits on actor id's process (runsc wait,
+// a process of its own).
+func (d *daemon) waitedOn(id string) {
+	d.t.Helper()
+	waitFor(d.t, "stasisd to wait on "+id+"'s process", func() bool {
+		return processMatching(func(c string) bool {
+			return strings.Contains(c, d.data) && strings.Contains(c, " wait "+api.SandboxID(id))
+		})
+	})
+}
+
 // TestExitsAreSeen: a process that exits on its own makes its actor EXITED
 // with its code and time, seen without any operation asking, in the API,
 // `ps` and the history; resume starts it again from its latest snapshot.
@@ -213,15 +225,7 @@ func TestExitsAreSeen(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Waited on as the resume ended (the wait is runsc's own process).
-	waitedOn := func(id string) {
-		t.Helper()
-		waitFor(t, "stasisd to wait on "+id+"'s process", func() bool {
-			return processMatching(func(c string) bool {
-				return strings.Contains(c, d.data) && strings.Contains(c, " wait "+api.SandboxID(id))
-			})
-		})
-	}
-	waitedOn("a1")
+	d.waitedOn("a1")
 	// Detached: an exec whose sandbox ends under it waits minutes.
 	runsc := func(args ...string) {
 		t.Helper()
@@ -254,7 +258,7 @@ func TestExitsAreSeen(t *testing.T) {
 	}
 
 	d.run("counter", "a2")
-	waitedOn("a2")
+	d.waitedOn("a2")
 	runsc("kill", api.SandboxID("a2"), "KILL")
 	// runsc's wait answers with the signal when its answer comes before
 	// the sandbox dies; when the sandbox dies first (always on the May
@@ -266,8 +270,76 @@ func TestExitsAreSeen(t *testing.T) {
 	})
 	switch {
 	case a.State == api.Crashed && a.ExitCode == 137 && strings.Contains(a.Reason, "killed by signal 9"):
-	case a.State == api.Exited && !a.ExitedAt.IsZero() && strings.Contains(a.Reason, "how is unknown"):
+	case a.State == api.Exited && !a.ExitedAt.IsZero() && a.ExitCode == api.ExitUnknown && strings.Contains(a.Reason, "how is unknown"):
 	default:
 		t.Fatalf("killed (runsc %s): %s, code %d, reason %q", d.rt.Info().Version, a.State, a.ExitCode, a.Reason)
+	}
+}
+
+// TestRestartPolicy: a template's restart policy boots an actor whose
+// process ended again: on-failure after an exit with code 3 (a new process,
+// counting from 0, in the history as a restart) and after a kill, always
+// after an exit with code 0.
+func TestRestartPolicy(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("again", func(tpl *api.Template) { tpl.Restart = api.RestartOnFailure })
+	d.run("again", "a1")
+	first := d.counter("a1", "incr")
+	d.waitedOn("a1")
+	runsc := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(d.rt.Path(), append(d.rt.GlobalFlags(), args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("runsc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// Detached: an exec whose sandbox ends under it waits minutes.
+	runsc("exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")
+	// restarted waits for actor id to run again, restarted by policy
+	// after an end its reason names by one of causes.
+	restarted := func(id, policy string, causes ...string) string {
+		t.Helper()
+		var a api.Actor
+		waitFor(t, id+" to be restarted", func() bool {
+			a = d.inspect(id)
+			if a.State != api.Running || a.Operation != nil || !strings.Contains(a.Reason, "restarted by its restart policy ("+policy+")") {
+				return false
+			}
+			for _, c := range causes {
+				if strings.Contains(a.Reason, c) {
+					return true
+				}
+			}
+			return false
+		})
+		if !a.ExitedAt.IsZero() {
+			t.Fatalf("restarted, its exit still recorded: %+v", a)
+		}
+		return d.counter(id, "get")
+	}
+	second := restarted("a1", api.RestartOnFailure, "exited with code 3")
+	if strings.Fields(second)[0] == strings.Fields(first)[0] || strings.Fields(second)[1] != "0" {
+		t.Fatalf("after the restart the counter says %q (before: %q): want a new process at 0", second, first)
+	}
+	if out := d.cli("actor", "events", "a1"); !strings.Contains(out, "exited with code 3") || !strings.Contains(out, "restarting by its restart policy (on-failure)") {
+		t.Fatalf("history:\n%s", out)
+	}
+	d.waitedOn("a1")
+	runsc("kill", api.SandboxID("a1"), "KILL")
+	// How the kill ended it may be unknown (runsc's wait lost to the
+	// sandbox's end): a failure too.
+	third := restarted("a1", api.RestartOnFailure, "killed by signal 9", "how is unknown")
+	if strings.Fields(third)[0] == strings.Fields(second)[0] {
+		t.Fatalf("after a kill the counter says %q: want a new process", third)
+	}
+
+	d.template("always", func(tpl *api.Template) { tpl.Restart = api.RestartAlways })
+	d.run("always", "a2")
+	d.waitedOn("a2")
+	runsc("exec", "--detach", api.SandboxID("a2"), "/counter", "exit", "0")
+	restarted("a2", api.RestartAlways, "exited with code 0")
+
+	if _, err := d.api.CreateTemplate(context.Background(), api.Template{Name: "bad", Bundle: d.template("x", nil).Bundle, Restart: "sometimes"}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "on-failure") {
+		t.Fatalf("a template with restart sometimes: %v", err)
 	}
 }

@@ -54,7 +54,11 @@ func describeActor(a api.Actor) string {
 		fmt.Fprintf(&b, "  reason:    %s\n", a.Reason)
 	}
 	if !a.ExitedAt.IsZero() {
-		fmt.Fprintf(&b, "  exited:    status %d at %s\n", a.ExitCode, a.ExitedAt.Local().Format(time.RFC3339))
+		status := fmt.Sprintf("status %d", a.ExitCode)
+		if a.ExitCode == api.ExitUnknown {
+			status = "how unknown"
+		}
+		fmt.Fprintf(&b, "  exited:    %s at %s\n", status, a.ExitedAt.Local().Format(time.RFC3339))
 	}
 	if a.Snapshot != nil {
 		fmt.Fprintf(&b, "  snapshot:  %s\n", describeSnapshotLine(*a.Snapshot))

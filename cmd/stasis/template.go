@@ -106,6 +106,7 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 	f.StringVar(&idleAfter, "idle-after", "", "pause or suspend (--idle-then) an actor nothing used for this long, such as 10m: no connection through its published ports, no exec")
 	f.StringVar(&idleThen, "idle-then", api.IdleSuspend, "what an idle actor becomes: pause or suspend")
 	f.StringVar(&t.WakeTimeout, "wake-timeout", "", "how long a connection for a paused or suspended actor is held while it wakes (default 2m)")
+	f.StringVar(&t.Restart, "restart", "", "what happens to an actor whose process ends on its own, as docker's --restart: never (default), on-failure (an exit code other than 0, or a signal) or always; it is booted again from the template, with a pause that doubles between quick restarts (100ms up to 1m)")
 	f.StringVar(&onPause, "on-pause", "Full", "scope of pause snapshots: Full or Data")
 	f.StringVar(&onCommit, "on-commit", "Full", "scope of suspend (commit) snapshots: Full or Data")
 
@@ -213,6 +214,9 @@ func describeTemplate(t api.Template) string {
 	}
 	if t.Idle != nil {
 		serve += fmt.Sprintf("; idle %s: %s", t.Idle.After, t.Idle.Then)
+	}
+	if t.Restart != "" && t.Restart != api.RestartNever {
+		serve += "; restart " + t.Restart
 	}
 	return fmt.Sprintf("template %s: %s; %d GPU(s), memory %s, durable %v; snapshots on pause %s, on commit %s; golden %s%s\n",
 		t.Name, source, t.GPUs, limit(t.MemoryBytes), t.Durable, t.Snapshots.OnPause, t.Snapshots.OnCommit, orDash(t.Golden), serve)

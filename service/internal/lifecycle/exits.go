@@ -33,17 +33,19 @@ type exitWatch struct {
 	// on again.
 	watched map[string]bool
 	after   map[string]time.Time
+	// restarts are the restart policies' (restart.go).
+	restarts restarts
 }
 
 func newExitWatch() *exitWatch {
-	return &exitWatch{watched: map[string]bool{}, after: map[string]time.Time{}}
+	return &exitWatch{watched: map[string]bool{}, after: map[string]time.Time{}, restarts: newRestarts()}
 }
 
 // KeepWatchingExits waits, until ctx ends, on the process of every RUNNING
 // actor whose runtime can say when it ends (runsc wait): when one ends on
 // its own, not stopped by an operation, the actor becomes EXITED with its
 // exit code and time (CRASHED when a signal ended it), in its history at
-// once. An operation that leaves an actor RUNNING starts its wait as it
+// once; its template's restart policy then boots it again (restart.go). An operation that leaves an actor RUNNING starts its wait as it
 // ends (watchRunning); every interval the journal is read for any other.
 func (s *Actors) KeepWatchingExits(ctx context.Context, interval time.Duration) {
 	s.exits.mu.Lock()
@@ -54,13 +56,20 @@ func (s *Actors) KeepWatchingExits(ctx context.Context, interval time.Duration) 
 		if err != nil {
 			return
 		}
-		running := map[string]bool{}
+		running, all := map[string]bool{}, map[string]bool{}
+		var ended []journal.Actor
 		for _, a := range actors {
-			if api.State(a.State) == api.Running && a.Running == nil {
+			all[a.ID] = true
+			switch state := api.State(a.State); {
+			case a.Running != nil:
+			case state == api.Running:
 				running[a.ID] = true
 				s.watchRunning(a)
+			case state == api.Exited || state == api.Crashed:
+				ended = append(ended, a)
 			}
 		}
+		s.restartEnded(ctx, ended, all)
 		s.exits.mu.Lock()
 		defer s.exits.mu.Unlock()
 		for id := range s.exits.after {
@@ -150,7 +159,7 @@ func (s *Actors) watchExit(ctx context.Context, a journal.Actor) time.Time {
 func exitOutcome(exit runtime.Exit, known bool, at time.Time) op.Outcome {
 	when := at.UTC().Format(time.RFC3339)
 	if !known {
-		return op.Outcome{State: api.Exited, ExitedAt: at, Reason: "its process exited at " + when + "; how is unknown (it ended while nothing waited on it)"}
+		return op.Outcome{State: api.Exited, ExitCode: api.ExitUnknown, ExitedAt: at, Reason: "its process exited at " + when + "; how is unknown (it ended while nothing waited on it)"}
 	}
 	if sig := exit.Signal(); sig > 0 {
 		return op.Outcome{State: api.Crashed, ExitCode: exit.Status, ExitedAt: at,

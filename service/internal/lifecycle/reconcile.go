@@ -141,6 +141,8 @@ func (s *Actors) recover(ctx context.Context, rec journal.Operation) error {
 		out, err = s.recoverSnapshot(ctx, o, st, at)
 	case op.RecoverResume:
 		out = s.recoverResume(ctx, o, st, at)
+	case op.RecoverRestart:
+		out = s.recoverRestart(ctx, o, st, at)
 	case op.RecoverRelease:
 		out = op.Outcome{State: api.Paused, Reason: at + "; its kept sandbox was stopped: resume loads its snapshot"}
 		if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
@@ -158,7 +160,7 @@ func (s *Actors) recover(ctx context.Context, rec journal.Operation) error {
 	if err != nil {
 		return err
 	}
-	end := journal.End{OpID: rec.ID, State: journal.OpFailed, Error: at, ErrorCode: errdefs.Code(errdefs.ErrUnavailable), Actor: a.ID, ActorState: string(out.State), Reason: out.Reason}
+	end := journal.End{OpID: rec.ID, State: journal.OpFailed, Error: at, ErrorCode: errdefs.Code(errdefs.ErrUnavailable), Actor: a.ID, ActorState: string(out.State), Reason: out.Reason, ExitCode: out.ExitCode, ExitedAt: out.ExitedAt}
 	if out.Deleted {
 		end.ActorState = ""
 		s.cfg.Log.Info("reconcile: the interrupted delete was finished", "actor", a.ID, "operation", rec.ID)
@@ -213,6 +215,16 @@ func (s *Actors) recoverStart(ctx context.Context, o *op.Operation, st runtime.S
 	}
 	_ = s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer())
 	return op.Outcome{State: api.Crashed, Reason: at + "; the actor did not start: delete it and run it again"}
+}
+
+// recoverRestart keeps a restarted sandbox that runs; otherwise the actor
+// is as its process left it, for its restart policy to try again.
+func (s *Actors) recoverRestart(ctx context.Context, o *op.Operation, st runtime.Status, at string) op.Outcome {
+	if st == runtime.StatusRunning {
+		return op.Outcome{State: api.Running, Reason: at + "; the restarted sandbox was running and is kept"}
+	}
+	_ = s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer())
+	return op.Outcome{State: o.Args.Previous, Reason: at + "; the restart was rolled back", ExitCode: o.Actor.ExitCode, ExitedAt: o.Actor.ExitedAt}
 }
 
 // recoverSnapshot finishes a pause, suspend or golden whose snapshot was

@@ -52,6 +52,9 @@ const (
 	// RecoverFence: FENCED when the sandbox is frozen, RUNNING when it
 	// runs (the fence loop acts again), CRASHED when it is gone.
 	RecoverFence
+	// RecoverRestart: keep a booted sandbox that runs, else back to how
+	// the process ended (the restart policy tries again).
+	RecoverRestart
 )
 
 // The kinds of operation on an actor, as the journal records them and
@@ -67,6 +70,7 @@ const (
 	KindFence   = "fence"
 	KindUnfence = "unfence"
 	KindExit    = "exit"
+	KindRestart = "restart"
 )
 
 // The service's own steps, beside the engine's (engine.Step...) and the
@@ -123,11 +127,15 @@ var (
 	// looks.
 	Exit = &Kind{Name: KindExit, From: []api.State{api.Running}, During: api.Running, Target: api.Exited,
 		Deadline: time.Minute, Recovery: RecoverStart}
+	// Restart boots an actor whose process ended on its own again, as its
+	// template's restart policy asks.
+	Restart = &Kind{Name: KindRestart, From: []api.State{api.Exited, api.Crashed}, During: api.Resuming, Target: api.Running,
+		Deadline: 30 * time.Minute, Recovery: RecoverRestart}
 )
 
 // kinds lists every kind, by name, for the journal's records and the
 // deadline configuration.
-var kinds = []*Kind{Run, Pause, Suspend, Resume, Delete, Golden, Release, Fence, Unfence, Exit}
+var kinds = []*Kind{Run, Pause, Suspend, Resume, Delete, Golden, Release, Fence, Unfence, Exit, Restart}
 
 // Named is the kind of that name, nil when there is none.
 func Named(name string) *Kind {

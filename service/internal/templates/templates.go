@@ -98,6 +98,11 @@ func (s *Templates) validate(t *api.Template) error {
 	if err := checkServe(t); err != nil {
 		return err
 	}
+	switch t.Restart {
+	case "", api.RestartNever, api.RestartOnFailure, api.RestartAlways:
+	default:
+		return fmt.Errorf("%w: template %s: restart %q: want %s, %s or %s", errdefs.ErrInvalidArgument, t.Name, t.Restart, api.RestartNever, api.RestartOnFailure, api.RestartAlways)
+	}
 	if t.GPUs < 0 || t.MemoryBytes < 0 || t.Probe.TimeoutSeconds < 0 {
 		return fmt.Errorf("%w: template %s: gpus, memoryBytes and probe.timeoutSeconds cannot be negative", errdefs.ErrInvalidArgument, t.Name)
 	}

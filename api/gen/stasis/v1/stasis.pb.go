@@ -114,8 +114,13 @@ type Template struct {
 	// idle, when set, pauses or suspends an actor left idle; wake_timeout
 	// bounds how long a connection for a paused or suspended actor is held
 	// while it wakes (a Go duration; 2m when empty).
-	Idle          *Idle  `protobuf:"bytes,17,opt,name=idle,proto3" json:"idle,omitempty"`
-	WakeTimeout   string `protobuf:"bytes,18,opt,name=wake_timeout,json=wakeTimeout,proto3" json:"wake_timeout,omitempty"`
+	Idle        *Idle  `protobuf:"bytes,17,opt,name=idle,proto3" json:"idle,omitempty"`
+	WakeTimeout string `protobuf:"bytes,18,opt,name=wake_timeout,json=wakeTimeout,proto3" json:"wake_timeout,omitempty"`
+	// restart is what happens to an actor whose process ends on its own:
+	// never (also when empty), on-failure (an exit code other than 0 or a
+	// signal) or always; the process is booted again from the template,
+	// with a growing pause between quick restarts.
+	Restart       string `protobuf:"bytes,19,opt,name=restart,proto3" json:"restart,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -272,6 +277,13 @@ func (x *Template) GetIdle() *Idle {
 func (x *Template) GetWakeTimeout() string {
 	if x != nil {
 		return x.WakeTimeout
+	}
+	return ""
+}
+
+func (x *Template) GetRestart() string {
+	if x != nil {
+		return x.Restart
 	}
 	return ""
 }
@@ -2797,7 +2809,7 @@ var File_stasis_v1_stasis_proto protoreflect.FileDescriptor
 const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"\x16stasis/v1/stasis.proto\x12\tstasis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\a\n" +
-	"\x05Empty\"\xcf\x04\n" +
+	"\x05Empty\"\xe9\x04\n" +
 	"\bTemplate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06bundle\x18\x02 \x01(\tR\x06bundle\x12\x16\n" +
@@ -2818,7 +2830,8 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\anetwork\x18\x0f \x01(\v2\x12.stasis.v1.NetworkR\anetwork\x12%\n" +
 	"\x05ports\x18\x10 \x03(\v2\x0f.stasis.v1.PortR\x05ports\x12#\n" +
 	"\x04idle\x18\x11 \x01(\v2\x0f.stasis.v1.IdleR\x04idle\x12!\n" +
-	"\fwake_timeout\x18\x12 \x01(\tR\vwakeTimeout\"3\n" +
+	"\fwake_timeout\x18\x12 \x01(\tR\vwakeTimeout\x12\x18\n" +
+	"\arestart\x18\x13 \x01(\tR\arestart\"3\n" +
 	"\aNetwork\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
 	"\x05netns\x18\x02 \x01(\tR\x05netns\"c\n" +
