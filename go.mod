@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	cloud.google.com/go/storage v1.71.0
 	connectrpc.com/connect v1.21.1
+	connectrpc.com/grpcreflect v1.3.0
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/PlakarKorp/go-cdc-chunkers v1.1.0
 	github.com/containernetworking/cni v1.3.1

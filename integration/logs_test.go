@@ -132,3 +132,38 @@ func TestLogs(t *testing.T) {
 		t.Fatalf("logs --since yesterday: exit %d: %s", exitCode(err), out)
 	}
 }
+
+// TestCLIConventions: ps -q and its ls alias, rm of several actors (one
+// missing: the others deleted, exit 3, the missing one named), rm -f of
+// one missing (exit 0), and a mistyped command answered with the one
+// meant.
+func TestCLIConventions(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1")
+	d.run("counter", "a1.b")
+	if out := d.cli("actor", "ls", "-q"); out != "a1\na1.b\n" {
+		t.Fatalf("actor ls -q: %q", out)
+	}
+	if out := d.cli("actor", "ps"); !strings.Contains(out, "CREATED") || !strings.Contains(out, "Up ") {
+		t.Fatalf("actor ps:\n%s", out)
+	}
+	stasis := func(args ...string) (string, int) {
+		out, err := exec.Command(stasisCLI.path(t), append([]string{"--socket", d.socket}, args...)...).CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	out, code := stasis("actor", "rm", "a1", "nosuch", "a1.b")
+	if code != 3 || !strings.Contains(out, "deleted a1\n") || !strings.Contains(out, "deleted a1.b\n") || !strings.Contains(out, "1 of 3 actors not deleted: nosuch") {
+		t.Fatalf("rm of three, one missing: exit %d\n%s", code, out)
+	}
+	if actors, err := d.api.ListActors(context.Background()); err != nil || len(actors) != 0 {
+		t.Fatalf("after rm: %v %v", actors, err)
+	}
+	if out, code := stasis("actor", "rm", "-f", "nosuch"); code != 0 {
+		t.Fatalf("rm -f of no such actor: exit %d\n%s", code, out)
+	}
+	if out, code := stasis("actor", "lgos", "a1"); code != 2 || !strings.Contains(out, "did you mean stasis actor logs?") {
+		t.Fatalf("a mistyped command: exit %d\n%s", code, out)
+	}
+}

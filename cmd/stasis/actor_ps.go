@@ -5,8 +5,10 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,18 +16,30 @@ import (
 )
 
 func newActorPS(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "ps",
-		Short: "List actors",
-		Args:  cobra.NoArgs,
+	var quiet, all bool
+	cmd := &cobra.Command{
+		Use:     "ps",
+		Aliases: []string{"ls", "list"},
+		Short:   "List actors, whatever their state",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			actors, err := g.client().ListActors(cmd.Context())
 			if err != nil {
 				return err
 			}
+			if actors == nil {
+				actors = []api.Actor{}
+			}
 			var b strings.Builder
+			if quiet {
+				for _, a := range actors {
+					fmt.Fprintln(&b, a.ID)
+				}
+				return g.print(actors, b.String())
+			}
+			now := time.Now()
 			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "ACTOR\tSTATE\tTEMPLATE\tADDRESS\tPORTS\tSNAPSHOT\tREASON")
+			fmt.Fprintln(w, "ACTOR\tSTATE\tTEMPLATE\tCREATED\tSTATUS\tADDRESS\tPORTS\tSNAPSHOT\tREASON")
 			for _, a := range actors {
 				snap := "-"
 				if a.Snapshot != nil {
@@ -35,14 +49,75 @@ func newActorPS(g *globals) *cobra.Command {
 				if n := a.Network; n != nil {
 					addr, ports = cmp.Or(n.Address, "-"), cmp.Or(portList(n.Ports), "-")
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Template, addr, ports, snap, a.Reason)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s ago\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Template, humanDuration(now.Sub(a.CreatedAt)), status(a, now), addr, ports, snap, a.Reason)
 			}
 			w.Flush()
-			if actors == nil {
-				actors = []api.Actor{}
-			}
 			return g.print(actors, b.String())
 		},
+	}
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the actors' ids, one a line")
+	// docker ps lists running containers unless -a; stasis lists every
+	// actor: -a is taken for the hands that type it.
+	cmd.Flags().BoolVarP(&all, "all", "a", true, "list every actor (always so: taken for docker's habit)")
+	return cmd
+}
+
+// status is an actor's STATUS as docker ps says a container's: "Up 5
+// minutes", "Exited (3) 2 minutes ago", "Paused 1 hour".
+func status(a api.Actor, now time.Time) string {
+	since := humanDuration(now.Sub(a.UpdatedAt))
+	switch {
+	case a.Operation != nil:
+		return fmt.Sprintf("%s (%s) for %s", strings.ToLower(string(a.State)), a.Operation.Kind, humanDuration(now.Sub(a.Operation.StartedAt)))
+	case a.State == api.Running:
+		return "Up " + since
+	case !a.ExitedAt.IsZero():
+		code := strconv.Itoa(a.ExitCode)
+		if a.ExitCode == api.ExitUnknown {
+			code = "?"
+		}
+		return fmt.Sprintf("Exited (%s) %s ago", code, humanDuration(now.Sub(a.ExitedAt)))
+	case a.Idle:
+		return fmt.Sprintf("%s (idle) %s", capitalized(a.State), since)
+	}
+	return fmt.Sprintf("%s %s", capitalized(a.State), since)
+}
+
+func capitalized(s api.State) string {
+	l := strings.ToLower(string(s))
+	return strings.ToUpper(l[:1]) + l[1:]
+}
+
+// humanDuration says d as docker does: "Less than a second", "5 seconds",
+// "About a minute", "3 hours", "2 days", "3 weeks", "4 months", "2 years".
+func humanDuration(d time.Duration) string {
+	switch s := int(d.Seconds()); {
+	case s < 1:
+		return "Less than a second"
+	case s == 1:
+		return "1 second"
+	case s < 60:
+		return fmt.Sprintf("%d seconds", s)
+	}
+	switch m := int(d.Minutes()); {
+	case m == 1:
+		return "About a minute"
+	case m < 60:
+		return fmt.Sprintf("%d minutes", m)
+	}
+	switch h := int(d.Round(time.Hour).Hours()); {
+	case h == 1:
+		return "About an hour"
+	case h < 48:
+		return fmt.Sprintf("%d hours", h)
+	case h < 24*7*2:
+		return fmt.Sprintf("%d days", h/24)
+	case h < 24*30*2:
+		return fmt.Sprintf("%d weeks", h/24/7)
+	case h < 24*365*2:
+		return fmt.Sprintf("%d months", h/24/30)
+	default:
+		return fmt.Sprintf("%d years", h/24/365)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -147,9 +148,14 @@ func strict(cmd *cobra.Command) {
 		strict(c)
 	}
 	if cmd.HasSubCommands() && cmd.RunE == nil && cmd.Run == nil {
+		cmd.SuggestionsMinimumDistance = 2
 		cmd.Args = func(c *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return errdefs.Mark(fmt.Errorf("unknown command %q for %q; see %s --help", args[0], c.CommandPath(), c.CommandPath()), errdefs.ErrInvalidArgument)
+				hint := "see " + c.CommandPath() + " --help"
+				if near := c.SuggestionsFor(args[0]); len(near) > 0 {
+					hint = "did you mean " + c.CommandPath() + " " + strings.Join(near, " or ") + "? (" + hint + ")"
+				}
+				return errdefs.Mark(fmt.Errorf("unknown command %q for %q; %s", args[0], c.CommandPath(), hint), errdefs.ErrInvalidArgument)
 			}
 			return nil
 		}

@@ -6,11 +6,15 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"github.com/stasis-run/stasis/api"
 	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
 	"github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
@@ -51,6 +55,21 @@ func TestOneSocketEveryProtocol(t *testing.T) {
 			t.Fatalf("%s: inspect of nothing: %v", name, err)
 		}
 	}
+
+	// gRPC server reflection, as grpcurl asks: the service, then the file
+	// that defines it, with the Logs stream.
+	reflection := grpcreflect.NewClient(h2c, "http://stasisd", connect.WithGRPC()).NewStream(ctx)
+	services, err := reflection.ListServices()
+	if err != nil || !slices.Contains(services, protoreflect.FullName(stasisv1connect.StasisName)) {
+		t.Fatalf("reflection: services %v, %v", services, err)
+	}
+	files, err := reflection.FileContainingSymbol(stasisv1connect.StasisName)
+	if err != nil || len(files) == 0 || !slices.ContainsFunc(files[0].GetService()[0].GetMethod(), func(m *descriptorpb.MethodDescriptorProto) bool {
+		return m.GetName() == "Logs" && m.GetServerStreaming()
+	}) {
+		t.Fatalf("reflection: the file of %s: %v", stasisv1connect.StasisName, err)
+	}
+	_, _ = reflection.Close()
 
 	// A JSON client of the API before the proto file: the same request
 	// bodies, the same field names in the answer, fields at their zero

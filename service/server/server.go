@@ -1,8 +1,8 @@
 // Package server puts a service.Service on the wire as the API defined in
 // api/proto/stasis/v1/stasis.proto: Connect, gRPC and gRPC-Web on one
 // handler, binary or JSON bodies, bounded request sizes and strict JSON
-// decoding, each error's category (package errdefs) as its code;
-// Prometheus metrics at /metrics and /healthz.
+// decoding, each error's category (package errdefs) as its code; gRPC
+// server reflection; Prometheus metrics at /metrics and /healthz.
 package server
 
 import (
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -34,6 +35,12 @@ const maxBodyBytes = api.MaxRequestBytes + 64<<10
 func Handler(s *service.Service) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(stasisv1connect.NewStasisHandler(handler{s}, connect.WithCodec(jsonCodec{}), connect.WithReadMaxBytes(api.MaxRequestBytes)))
+	// gRPC server reflection, both versions clients ask for, so that
+	// grpcurl and other tools list and call the procedures without the
+	// proto file.
+	reflector := grpcreflect.NewStaticReflector(stasisv1connect.StasisName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(api.MaxRequestBytes)))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(api.MaxRequestBytes)))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics().Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// stasisd serves whatever state its store is in; the detail says.
