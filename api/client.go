@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"connectrpc.com/connect"
@@ -71,6 +72,10 @@ func (c *Client) explain(err error) error {
 		return err
 	}
 	var netErr net.Error
+	if ce.Code() == connect.CodeUnavailable && errors.As(ce.Unwrap(), &netErr) && errors.Is(ce.Unwrap(), os.ErrPermission) {
+		// The socket is there; this user may not use it.
+		return &Error{Code: errdefs.Code(errdefs.ErrPermissionDenied), Message: fmt.Sprintf("this user (uid %d) may not use stasisd's socket %s: run as root (or the socket's owner), or give this user the socket (stasisd --socket-mode 0660 and its group changed to one this user is in; whoever can open it can run sandboxes): %s", os.Getuid(), c.socket, ce.Message())}
+	}
 	if ce.Code() == connect.CodeUnavailable && errors.As(ce.Unwrap(), &netErr) {
 		return &Error{Code: errdefs.Code(errdefs.ErrUnavailable), Message: fmt.Sprintf("cannot reach stasisd at %s (is it running? start it with `stasisd`, or point --socket at its socket): %s", c.socket, ce.Message())}
 	}

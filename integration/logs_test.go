@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -165,5 +166,58 @@ func TestCLIConventions(t *testing.T) {
 	}
 	if out, code := stasis("actor", "lgos", "a1"); code != 2 || !strings.Contains(out, "did you mean stasis actor logs?") {
 		t.Fatalf("a mistyped command: exit %d\n%s", code, out)
+	}
+}
+
+// TestStasisdRefusesToRunAsAUser: stasisd started as nobody refuses at
+// once, saying why, and makes nothing; the CLI as nobody against a root
+// stasisd's socket says it may not use it (exit 12), not that stasisd is
+// down.
+func TestStasisdRefusesToRunAsAUser(t *testing.T) {
+	// A folder nobody may enter, with copies of the programs in it (the
+	// built ones are in folders only root may enter).
+	dir, err := os.MkdirTemp("", "as-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(program string, args ...string) (string, int) {
+		t.Helper()
+		bin := filepath.Join(dir, filepath.Base(program))
+		data, err := os.ReadFile(program)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	data := filepath.Join(dir, "data")
+	out, code := asNobody(stasisd.path(t), "--data", data, "--socket", filepath.Join(dir, "sock"))
+	if code == 0 || !strings.Contains(out, "uid 65534 and needs root") || strings.Count(out, "needs root") != 1 {
+		t.Fatalf("stasisd as nobody: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Fatalf("stasisd as nobody made its data folder")
+	}
+
+	d := newDaemon(t)
+	d.start("")
+	// The socket's folder is root's: nobody reaches the socket itself
+	// through a link in its own folder.
+	link := filepath.Join(dir, "stasisd.sock")
+	if err := os.Symlink(d.socket, link); err != nil {
+		t.Fatal(err)
+	}
+	out, code = asNobody(stasisCLI.path(t), "--socket", link, "actor", "ps")
+	if code != 12 || !strings.Contains(out, "may not use stasisd's socket") {
+		t.Fatalf("stasis as nobody: exit %d\n%s", code, out)
 	}
 }

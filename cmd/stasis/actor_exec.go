@@ -26,7 +26,12 @@ Flags go before ACTOR: what follows it is the command's own (exec a1 sh -c 'echo
 as docker exec has it; flags between ACTOR and a -- are still read as stasis's
 (exec a1 --json -- cat /etc/hostname). With -i the command reads this command's standard input, whole
 (at most 512 KiB): echo hi | stasis actor exec -i a1 cat. Output comes when the command ends.`,
-		Args: cobra.MinimumNArgs(2),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return errors.New("exec needs an actor and a command: stasis actor exec [-i] ACTOR [--] COMMAND [ARGS...]")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			command, err := execCommand(cmd, args[1:])
 			if err != nil {

@@ -176,6 +176,11 @@ func (o options) logger() (*slog.Logger, func(), error) {
 }
 
 func serve(ctx context.Context, o options, log *slog.Logger) error {
+	if uid := os.Geteuid(); uid != 0 {
+		// Refused before anything is made: runsc would fail at the first
+		// sandbox (its cgroup), after the data folder was made.
+		return fmt.Errorf("stasisd runs as uid %d and needs root: it drives runsc, which makes each sandbox's cgroup, namespaces and mounts as root (rootless sandboxes are not supported); start it as root (sudo stasisd, or the Debian package's systemd unit), and give other users the API through --socket-mode", uid)
+	}
 	// Everything stasisd writes (the journal, images of process memory,
 	// logs) is its own, whatever the umask it was started with; runsc,
 	// which it starts, inherits this.

@@ -236,6 +236,10 @@ func (r *Runsc) commandError(ctx context.Context, args []string, err error, said
 		// runsc resolves ids by prefix: this one begins another's. Never
 		// a sign that the container is gone.
 		err = errdefs.Mark(fmt.Errorf("runsc cannot tell the container from another whose id begins with its own (runsc resolves ids by prefix: name containers so that no id begins another; stasisd does, but a sandbox an older stasisd named keeps its name until its actor's next resume): %w", err), errdefs.ErrFailedPrecondition)
+	case strings.Contains(said, "creating process: failed to load") || strings.Contains(said, "executable file not found"):
+		// The bundle's process is not in its root filesystem (or not
+		// executable there): the template's mistake, not stasisd's.
+		err = errdefs.Mark(fmt.Errorf("the process the bundle names cannot be started from its root filesystem (check the template's args and rootfs): %w", err), errdefs.ErrInvalidArgument)
 	}
 	if said == "" {
 		return fmt.Errorf("runsc %s: %w", strings.Join(args, " "), err)

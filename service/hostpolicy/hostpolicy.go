@@ -96,6 +96,11 @@ func (p Policy) Allows(what, path string, rw bool) error {
 		// says nothing of what the host holds.
 		return errdefs.Mark(fmt.Errorf("%s %s does not exist on this node", what, path), errdefs.ErrNotFound)
 	}
+	if err != nil && !p.within(filepath.Clean(path)) {
+		// Outside the folders templates may use the refusal is the same
+		// whether the path exists or not.
+		return fmt.Errorf("%w: %s %s is not in a folder templates may use (%s); start stasisd with --host-path FOLDER to allow the folder that holds it", ErrForbidden, what, path, p.describe())
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %s %s: %v", ErrForbidden, what, path, err)
 	}

@@ -62,8 +62,13 @@ func TestAllows(t *testing.T) {
 		{"/", false, hostpolicy.ErrForbidden, "--allow-host-root"},
 		{"relative", false, hostpolicy.ErrForbidden, "absolute"},
 		{filepath.Join(ro, "missing"), false, errdefs.ErrNotFound, "does not exist"},
+		// Outside: refused alike whether it exists, naming no lstat.
+		{filepath.Join(other, "missing"), false, hostpolicy.ErrForbidden, "is not in a folder templates may use (" + ro},
 	} {
 		err := p.Allows("rootfs", c.path, c.rw)
+		if err != nil && strings.Contains(err.Error(), "lstat") {
+			t.Errorf("%s: %v: the system call's words", c.path, err)
+		}
 		if c.want == nil && err != nil || c.want != nil && (!errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says)) {
 			t.Errorf("%s (rw %v): %v, want %v saying %q", c.path, c.rw, err, c.want, c.says)
 		}
