@@ -19,7 +19,9 @@ func TestExitCodes(t *testing.T) {
 	tpl := d.template("counter", nil)
 	d.run("counter", "a1")
 	bundles := filepath.Dir(tpl.Bundle)
-	d.template("no-exe", func(t *api.Template) { t.Bundle, t.Rootfs, t.Args = "", filepath.Join(tpl.Bundle, "rootfs"), []string{"/no/such/exe"} })
+	d.template("no-exe", func(t *api.Template) {
+		t.Bundle, t.Rootfs, t.Args = "", filepath.Join(tpl.Bundle, "rootfs"), []string{"/no/such/exe"}
+	})
 	for _, c := range []struct {
 		args []string
 		code int
