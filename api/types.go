@@ -109,6 +109,12 @@ type Template struct {
 	// restart that ran less than RestartReset (from RestartFirstDelay up
 	// to RestartMaxDelay).
 	Restart string `json:"restart,omitempty"`
+	// Image is a container image on the node, an OCI image layout folder
+	// or a `docker save` / `podman save` tarball, instead of a bundle or
+	// rootfs: stasisd unpacks it into a bundle of its own when the
+	// template is made (Bundle then names that), its entrypoint, cmd,
+	// env, working folder and user the process's; Args replace its cmd.
+	Image string `json:"image,omitempty"`
 	// Golden is the snapshot new actors start from, once warmed (set by
 	// stasisd).
 	Golden    string    `json:"golden,omitempty"`

@@ -24,9 +24,12 @@ func newTemplate(g *globals) *cobra.Command {
 	var devices, publish []string
 	var idleAfter, idleThen string
 	create := &cobra.Command{
-		Use:   "create NAME (--bundle DIR | --rootfs DIR -- ARGS... | --runtime microvm --kernel FILE --initramfs FILE -- ARGS...)",
+		Use:   "create NAME (--image PATH [-- ARGS...] | --bundle DIR | --rootfs DIR -- ARGS... | --runtime microvm --kernel FILE --initramfs FILE -- ARGS...)",
 		Short: "Record a template: runtime, bundle, rootfs or guest, GPUs, memory, durable folders, readiness probe, snapshot scopes",
-		Long: `Create records a template. A gVisor template (the default runtime) runs an OCI bundle,
+		Long: `Create records a template. A gVisor template (the default runtime) runs a container
+image (--image: an OCI image layout folder, or a docker save / podman save tarball,
+which stasisd unpacks into a bundle of its own; its entrypoint, cmd, env, working
+folder and user are the process's, and args after -- replace its cmd), an OCI bundle,
 or a root filesystem folder and the args after --. A micro-VM template (--runtime
 microvm) runs a bundle whose spec has a vm section, or boots --kernel and --initramfs
 (whose /init is stasis-agent: docs/microvm.md) and has the guest agent start the args
@@ -72,7 +75,7 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 			}
 			t.Probe.TimeoutSeconds = probeTimeout
 			t.Snapshots = api.SnapshotConfig{OnPause: api.Scope(onPause), OnCommit: api.Scope(onCommit)}
-			for _, p := range []*string{&t.Bundle, &t.Rootfs} {
+			for _, p := range []*string{&t.Bundle, &t.Rootfs, &t.Image} {
 				if err := absolute(p); err != nil {
 					return err
 				}
@@ -91,6 +94,7 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 	f.StringSliceVar(&vm.Cmdline, "cmdline", nil, "micro-VM: kernel parameters added to the console's (repeatable)")
 	f.IntVar(&vm.CPUs, "cpus", 0, "micro-VM: virtual CPUs (default 1)")
 	f.StringArrayVar(&devices, "vm-device", nil, "micro-VM: a PCI device, ID=DRIVER[,host=PCI-ADDRESS] (vfio-pci for a GPU passed through; repeatable)")
+	f.StringVar(&t.Image, "image", "", "container image the actors run: an OCI image layout folder or a docker save / podman save tarball on stasisd's node (args after -- replace its cmd)")
 	f.StringVar(&t.Bundle, "bundle", "", "OCI bundle folder the actors run")
 	f.StringVar(&t.Rootfs, "rootfs", "", "root filesystem folder; the process is given after --")
 	f.StringSliceVar(&t.Env, "env", nil, "environment variables (KEY=VALUE, repeatable)")
@@ -203,6 +207,9 @@ func describeTemplate(t api.Template) string {
 		source = fmt.Sprintf("kernel %s, initramfs %s, args %q", t.VM.Kernel, t.VM.Initramfs, t.Args)
 	default:
 		source = fmt.Sprintf("rootfs %s, args %q", t.Rootfs, t.Args)
+	}
+	if t.Image != "" {
+		source = fmt.Sprintf("image %s (unpacked into %s)", t.Image, t.Bundle)
 	}
 	source = cmp.Or(t.Runtime, api.RuntimeGVisor) + ", " + source
 	serve := ""

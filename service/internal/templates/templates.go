@@ -133,16 +133,27 @@ func (s *Templates) validate(t *api.Template) error {
 // Create validates and records a template.
 func (s *Templates) Create(ctx context.Context, t api.Template) (api.Template, error) {
 	t.Golden, t.CreatedAt = "", time.Time{}
-	if err := s.validate(&t); err != nil {
+	refused := func(err error) (api.Template, error) {
 		s.cfg.Log.Info("template refused", "template", t.Name, "code", errdefs.Code(err), "error", err.Error())
 		return t, err
 	}
-	spec, err := json.Marshal(t)
-	if err != nil {
-		return t, err
+	if t.Image != "" {
+		if _, err := s.unpackImage(ctx, &t); err != nil {
+			return refused(err)
+		}
 	}
-	if err := s.journal.PutTemplate(ctx, journal.Template{Name: t.Name, Spec: spec}); err != nil {
-		return t, err
+	err := s.validate(&t)
+	if err == nil {
+		var spec []byte
+		if spec, err = json.Marshal(t); err == nil {
+			err = s.journal.PutTemplate(ctx, journal.Template{Name: t.Name, Spec: spec})
+		}
+	}
+	if err != nil {
+		if rerr := s.removeImage(t); rerr != nil {
+			s.cfg.Log.Warn("the bundle of a refused image template was not removed", "template", t.Name, "bundle", t.Bundle, "error", rerr.Error())
+		}
+		return refused(err)
 	}
 	return s.Get(ctx, t.Name)
 }
@@ -180,7 +191,13 @@ func (s *Templates) Delete(ctx context.Context, name string) (api.Template, erro
 	if err != nil {
 		return t, err
 	}
-	return t, s.journal.DeleteTemplate(ctx, name)
+	if err := s.journal.DeleteTemplate(ctx, name); err != nil {
+		return t, err
+	}
+	if err := s.removeImage(t); err != nil {
+		s.cfg.Log.Warn("the bundle of a deleted image template was not removed", "template", name, "bundle", t.Bundle, "error", err.Error())
+	}
+	return t, nil
 }
 
 // templateOf is a template's record as the API gives it.

@@ -120,7 +120,12 @@ type Template struct {
 	// never (also when empty), on-failure (an exit code other than 0 or a
 	// signal) or always; the process is booted again from the template,
 	// with a growing pause between quick restarts.
-	Restart       string `protobuf:"bytes,19,opt,name=restart,proto3" json:"restart,omitempty"`
+	Restart string `protobuf:"bytes,19,opt,name=restart,proto3" json:"restart,omitempty"`
+	// image is a container image on the node (an OCI image layout folder
+	// or a docker save / podman save tarball) the actors run: stasisd
+	// unpacks it into a bundle when the template is made (bundle then names
+	// it); args replace the image's cmd.
+	Image         string `protobuf:"bytes,20,opt,name=image,proto3" json:"image,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -284,6 +289,13 @@ func (x *Template) GetWakeTimeout() string {
 func (x *Template) GetRestart() string {
 	if x != nil {
 		return x.Restart
+	}
+	return ""
+}
+
+func (x *Template) GetImage() string {
+	if x != nil {
+		return x.Image
 	}
 	return ""
 }
@@ -2809,7 +2821,7 @@ var File_stasis_v1_stasis_proto protoreflect.FileDescriptor
 const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"\x16stasis/v1/stasis.proto\x12\tstasis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\a\n" +
-	"\x05Empty\"\xe9\x04\n" +
+	"\x05Empty\"\xff\x04\n" +
 	"\bTemplate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06bundle\x18\x02 \x01(\tR\x06bundle\x12\x16\n" +
@@ -2831,7 +2843,8 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x05ports\x18\x10 \x03(\v2\x0f.stasis.v1.PortR\x05ports\x12#\n" +
 	"\x04idle\x18\x11 \x01(\v2\x0f.stasis.v1.IdleR\x04idle\x12!\n" +
 	"\fwake_timeout\x18\x12 \x01(\tR\vwakeTimeout\x12\x18\n" +
-	"\arestart\x18\x13 \x01(\tR\arestart\"3\n" +
+	"\arestart\x18\x13 \x01(\tR\arestart\x12\x14\n" +
+	"\x05image\x18\x14 \x01(\tR\x05image\"3\n" +
 	"\aNetwork\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
 	"\x05netns\x18\x02 \x01(\tR\x05netns\"c\n" +
