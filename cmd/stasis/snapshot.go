@@ -1,16 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/compat"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/units"
 	"github.com/stasis-run/stasis/snapshot"
@@ -20,25 +23,34 @@ func newSnapshot(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "snapshot", Short: "List stasisd's snapshots; inspect, verify and check snapshot folders"}
 	var actor string
 	ls := &cobra.Command{
-		Use:   "ls [--actor ID]",
-		Short: "List the snapshots stasisd made (pause, commit, golden), newest first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:   "ls [ACTOR]",
+		Short: "List the snapshots stasisd made (pause, commit, golden), newest first; an actor's only when named",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if actor != "" && actor != args[0] {
+					return errdefs.Mark(fmt.Errorf("snapshot ls: actor %s and --actor %s: name one", args[0], actor), errdefs.ErrInvalidArgument)
+				}
+				actor = args[0]
+			}
 			list, err := g.client().ListSnapshots(cmd.Context(), actor)
 			if err != nil {
 				return err
 			}
 			var b strings.Builder
+			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "SNAPSHOT\tACTOR\tKIND\tSCOPE\tSIZE\tCREATED\tON THIS NODE\tSTORED AS")
 			for _, s := range list {
-				fmt.Fprintf(&b, "%s  %s  %s\n", s.CreatedAt.Format("2006-01-02 15:04:05"), s.Actor, describeSnapshotLine(s))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Actor, s.Kind, s.Scope, units.Bytes(s.SizeBytes), s.CreatedAt.Local().Format("2006-01-02 15:04:05"), cmp.Or(s.Dir, "-"), cmp.Or(s.Stored, "-"))
 			}
+			w.Flush()
 			if list == nil {
 				list = []api.Snapshot{}
 			}
 			return g.print(list, b.String())
 		},
 	}
-	ls.Flags().StringVar(&actor, "actor", "", "only this actor's snapshots")
+	ls.Flags().StringVar(&actor, "actor", "", "only this actor's snapshots (as naming it)")
 	cmd.AddCommand(ls, &cobra.Command{
 		Use:   "inspect DIR|ID",
 		Short: "Print a snapshot's manifest (a folder), or stasisd's record of a snapshot (an id)",
