@@ -29,10 +29,13 @@ arch=$(go env GOARCH)
 root=dist/deb/root
 rm -rf "$root" && mkdir -p "$root/usr/bin"
 ldflags="-s -w -X 'github.com/stasis-run/stasis/internal/buildinfo.version=$stamp'"
-echo "building stasis, stasisd, stasis-cuda $deb_version ($arch)"
+echo "building stasis, stasisd, stasis-cuda, stasis-agent $deb_version ($arch)"
 go build -trimpath -ldflags="$ldflags" -o "$root/usr/bin/stasis" ./cmd/stasis
 go build -trimpath -ldflags="$ldflags" -o "$root/usr/bin/stasisd" ./cmd/stasisd
 CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$root/usr/bin/stasis-cuda" ./cmd/stasis-cuda
+# The micro-VM guest agent is a guest's /init: static (the guest has no
+# dynamic loader; stasis-agent initramfs refuses one that is not).
+CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$root/usr/bin/stasis-agent" ./cmd/stasis-agent
 # runsc is built once per pinned version into dist/deb/runsc, then copied.
 PREFIX="$PWD/dist/deb/runsc" scripts/install-runsc.sh
 install -D -m 0755 dist/deb/runsc/bin/runsc "$root/usr/lib/stasis/bin/runsc"

@@ -32,6 +32,9 @@ dpkg -i "$deb"
 /usr/bin/stasis --version
 /usr/bin/stasisd --version
 /usr/bin/stasis-cuda --version 2>&1 | sed -n 1p
+# The guest agent is a micro-VM's /init: initramfs refuses it unless static.
+/usr/bin/stasis-agent initramfs -o "$work/initramfs.gz"
+echo "stasis-agent writes an initramfs ($(stat -c %s "$work/initramfs.gz") bytes)"
 runsc_version=$(cat /usr/lib/stasis/share/stasis/runsc.version)
 echo "packaged runsc $runsc_version"
 

@@ -20,6 +20,8 @@ for arch in amd64 arm64; do
 	stage="dist/stasis-$version-linux-$arch"
 	mkdir -p "$stage"
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="$ldflags" -o "$stage/stasis-cuda" ./cmd/stasis-cuda
+	# A micro-VM guest's /init: static.
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="$ldflags" -o "$stage/stasis-agent" ./cmd/stasis-agent
 	CC=${cc[$arch]} GOOS=linux GOARCH=$arch go build -trimpath -ldflags="$ldflags" -o "$stage/stasis" ./cmd/stasis
 	cp README.md "$stage/"
 	tar -C dist -czf "$stage.tar.gz" "$(basename "$stage")"

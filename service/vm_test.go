@@ -50,6 +50,12 @@ func TestActorsOfBothRuntimes(t *testing.T) {
 	if err != nil || got.Runtime != api.RuntimeMicroVM {
 		t.Fatalf("micro-VM template: %+v %v", got, err)
 	}
+	// No memory given: shown as the guest gets it.
+	dflt, err := e.svc.CreateTemplate(ctx, api.Template{Name: "v256", Runtime: api.RuntimeMicroVM, Args: []string{"/counter", "serve"},
+		VM: &api.VM{Kernel: kernel, Initramfs: initramfs}, Probe: api.Probe{Command: []string{"true"}}})
+	if err != nil || dflt.MemoryBytes != 256<<20 {
+		t.Fatalf("a micro-VM template without memory: %d bytes, %v; want 256 MiB", dflt.MemoryBytes, err)
+	}
 	if tmpl, _ := e.svc.Template(ctx, "t"); tmpl.Runtime != api.RuntimeGVisor {
 		t.Fatalf("a template naming no runtime is gVisor's, got %q", tmpl.Runtime)
 	}

@@ -21,8 +21,8 @@ const (
 	AnnotationCPUs = "org.stasis.microvm.cpus"
 )
 
-// defaultMemory is the guest memory of a bundle without a memory limit.
-const defaultMemory = 256 << 20
+// DefaultMemory is the guest memory of a bundle without a memory limit.
+const DefaultMemory = 256 << 20
 
 // Device is a PCI device given to the VM: QEMU's -device DRIVER,id=ID,
 // PROPS. A GPU is {"id":"gpu0","driver":"vfio-pci","props":{"host":
@@ -67,7 +67,7 @@ func LoadSpec(dir string) (Spec, error) {
 		Kernel:      abs(dir, oci.VM.Kernel.Path),
 		Initrd:      abs(dir, oci.VM.Kernel.InitRD),
 		Cmdline:     strings.Join(oci.VM.Kernel.Parameters, " "),
-		MemoryBytes: defaultMemory,
+		MemoryBytes: DefaultMemory,
 		CPUs:        1,
 		Process:     agent.Process{Args: oci.Process.Args, Env: oci.Process.Env, Cwd: oci.Process.Cwd},
 	}

@@ -2,6 +2,7 @@ package initramfs
 
 import (
 	"compress/gzip"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -40,6 +41,18 @@ type Guest struct {
 func Write(w io.Writer, g Guest) error {
 	if g.Agent == "" {
 		return fmt.Errorf("initramfs: no agent binary given")
+	}
+	// The guest has no dynamic loader: a /init that asks for one fails
+	// only at boot, minutes later, with "Failed to execute /init".
+	for what, bin := range map[string]string{"the agent": g.Agent, "busybox": g.Busybox} {
+		if bin == "" {
+			continue
+		}
+		if interp, err := dynamicLoader(bin); err != nil {
+			return fmt.Errorf("initramfs: %s %s: %w", what, bin, err)
+		} else if interp != "" {
+			return fmt.Errorf("initramfs: %s %s is linked dynamically (it asks for %s), and the guest has no dynamic loader: build it static (stasis-agent: CGO_ENABLED=0 go build ./cmd/stasis-agent)", what, bin, interp)
+		}
 	}
 	zw := gzip.NewWriter(w)
 	b := builder{a: newArchive(zw)}
@@ -81,6 +94,34 @@ func Write(w io.Writer, g Guest) error {
 		return err
 	}
 	return zw.Close()
+}
+
+// dynamicLoader is the program interpreter an ELF executable asks for ("":
+// none, a static one, or not ELF).
+func dynamicLoader(path string) (string, error) {
+	raw, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer raw.Close()
+	magic := make([]byte, len(elf.ELFMAG))
+	if _, err := io.ReadFull(raw, magic); err != nil || string(magic) != elf.ELFMAG {
+		return "", nil
+	}
+	f, err := elf.NewFile(raw)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b, err := io.ReadAll(p.Open())
+			if err != nil {
+				return "", err
+			}
+			return strings.TrimRight(string(b), "\x00"), nil
+		}
+	}
+	return "", nil
 }
 
 // builder adds entries and the folders above them.

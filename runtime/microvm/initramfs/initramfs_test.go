@@ -122,6 +122,10 @@ func TestWriteRefusesBadInput(t *testing.T) {
 	dir := t.TempDir()
 	agent := writeFile(t, filepath.Join(dir, "agent"), "AGENT", 0o755)
 	file := writeFile(t, filepath.Join(dir, "f"), "F", 0o644)
+	dynamic, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		g    initramfs.Guest
@@ -133,6 +137,9 @@ func TestWriteRefusesBadInput(t *testing.T) {
 		{"missing file", initramfs.Guest{Agent: agent, Files: map[string]string{"x": filepath.Join(dir, "missing")}}, "missing (for x)"},
 		{"folder as file", initramfs.Guest{Agent: agent, Files: map[string]string{"x": dir}}, "not a regular file"},
 		{"module outside the tree", initramfs.Guest{Agent: agent, ModulesDir: dir, Modules: []string{"nope.ko"}}, "nope.ko"},
+		// The host's own sh: an executable linked dynamically.
+		{"a dynamic agent", initramfs.Guest{Agent: dynamic}, "is linked dynamically (it asks for /lib"},
+		{"a dynamic busybox", initramfs.Guest{Agent: agent, Busybox: dynamic}, "busybox " + dynamic + " is linked dynamically"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := initramfs.Write(io.Discard, c.g)

@@ -41,12 +41,23 @@ func (s *Templates) validateVM(t *api.Template) error {
 		if spec.VM == nil {
 			return refuse("the bundle %s has no vm section (kernel.path, kernel.initrd)", t.Bundle)
 		}
+		if t.MemoryBytes == 0 {
+			// Shown as the guest gets it: the bundle's limit, or the
+			// default.
+			t.MemoryBytes = microvm.DefaultMemory
+			if r := spec.Linux; r != nil && r.Resources != nil && r.Resources.Memory != nil && r.Resources.Memory.Limit != nil && *r.Resources.Memory.Limit > 0 {
+				t.MemoryBytes = *r.Resources.Memory.Limit
+			}
+		}
 		if v := spec.Annotations[microvm.AnnotationDevices]; v != "" {
 			var d []api.Device
 			_ = json.Unmarshal([]byte(v), &d) // checked by loadBundle
 			devices = len(d)
 		}
 	} else {
+		if t.MemoryBytes == 0 {
+			t.MemoryBytes = microvm.DefaultMemory
+		}
 		vm := t.VM
 		switch {
 		case vm == nil:
