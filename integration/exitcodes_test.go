@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -59,5 +61,15 @@ func TestExitCodes(t *testing.T) {
 		if exitCode(err) != c.code || !strings.Contains(string(out), c.says) {
 			t.Errorf("stasis %s: exit %d, want %d saying %q:\n%s", strings.Join(c.args, " "), exitCode(err), c.code, c.says, out)
 		}
+	}
+	// A second stasisd on the socket is refused, once, before it makes
+	// its data folder.
+	data := filepath.Join(t.TempDir(), "second")
+	out, err := exec.Command(stasisd.path(t), "--data", data, "--socket", d.socket).CombinedOutput()
+	if exitCode(err) == 0 || strings.Count(string(out), "another stasisd is serving on "+d.socket) != 1 {
+		t.Errorf("a second stasisd on the socket: exit %d\n%s", exitCode(err), out)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused stasisd made its data folder: %v", err)
 	}
 }

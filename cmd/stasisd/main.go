@@ -216,6 +216,10 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		policy.Paths = append(policy.Paths, hp)
 	}
+	// Refused before the data folder is made or its journal read.
+	if serving(o.Socket) {
+		return fmt.Errorf("another stasisd is serving on %s: stop it, or give this one another --socket (and --data)", o.Socket)
+	}
 	release, err := o.LockDaemon()
 	if err != nil {
 		return err
@@ -428,6 +432,16 @@ func sandboxHugePages(enable bool, dir string, log *slog.Logger) {
 	}
 }
 
+// serving says whether something answers on the unix socket at path.
+func serving(path string) bool {
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
 // listen opens the socket, replacing a stale one but never a live one, nor
 // anything that is not a socket.
 func listen(path string, mode os.FileMode) (net.Listener, error) {
@@ -438,9 +452,8 @@ func listen(path string, mode os.FileMode) (net.Listener, error) {
 		if st.Mode().Type() != os.ModeSocket {
 			return nil, fmt.Errorf("--socket %s exists and is not a socket (it is %s); it is left alone: pick another path", path, fsutil.DescribeType(st.Mode()))
 		}
-		if conn, err := net.Dial("unix", path); err == nil {
-			conn.Close()
-			return nil, fmt.Errorf("another stasisd is serving on %s", path)
+		if serving(path) {
+			return nil, fmt.Errorf("another stasisd is serving on %s: stop it, or give this one another --socket (and --data)", path)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("remove the stale socket %s: %w", path, err)
