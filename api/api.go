@@ -33,6 +33,9 @@ const ServiceName = stasisv1connect.StasisName
 // resource_exhausted before it is parsed.
 const MaxRequestBytes = 1 << 20
 
+// MaxEventsPage bounds the events of every actor one Events answer holds.
+const MaxEventsPage = 1000
+
 // MaxExecStdin bounds an exec's standard input, which travels whole in its
 // request (base64 in JSON, within MaxRequestBytes).
 const MaxExecStdin = 512 << 10

@@ -361,6 +361,7 @@ type Snapshot struct {
 // its duration and outcome, or a note.
 type Event struct {
 	Seq       int64     `json:"seq"`
+	Actor     string    `json:"actor,omitempty"`
 	Operation string    `json:"operation,omitempty"`
 	Step      string    `json:"step,omitempty"`
 	Message   string    `json:"message,omitempty"`
@@ -456,7 +457,9 @@ type (
 		Stderr   string `json:"stderr"`
 	}
 
-	// EventsRequest asks for an actor's history after a sequence number.
+	// EventsRequest asks for an actor's history after a sequence number
+	// (they count across every actor); an empty ID asks for every actor's,
+	// at most MaxEventsPage events an answer.
 	EventsRequest struct {
 		ID    string `json:"id"`
 		After int64  `json:"after,omitempty"`

@@ -176,11 +176,11 @@ func SnapshotFromWire(m *stasisv1.Snapshot) Snapshot {
 }
 
 func (e Event) Wire() *stasisv1.Event {
-	return &stasisv1.Event{Seq: e.Seq, Operation: e.Operation, Step: e.Step, Message: e.Message, Error: e.Error, DurationSeconds: e.Duration, At: timestamp(e.At)}
+	return &stasisv1.Event{Seq: e.Seq, Actor: e.Actor, Operation: e.Operation, Step: e.Step, Message: e.Message, Error: e.Error, DurationSeconds: e.Duration, At: timestamp(e.At)}
 }
 
 func EventFromWire(m *stasisv1.Event) Event {
-	return Event{Seq: m.GetSeq(), Operation: m.GetOperation(), Step: m.GetStep(), Message: m.GetMessage(), Error: m.GetError(), Duration: m.GetDurationSeconds(), At: timeOf(m.GetAt())}
+	return Event{Seq: m.GetSeq(), Actor: m.GetActor(), Operation: m.GetOperation(), Step: m.GetStep(), Message: m.GetMessage(), Error: m.GetError(), Duration: m.GetDurationSeconds(), At: timeOf(m.GetAt())}
 }
 
 func (e Events) Wire() *stasisv1.Events {

@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,4 +221,74 @@ func TestStasisdRefusesToRunAsAUser(t *testing.T) {
 	if code != 12 || !strings.Contains(out, "may not use stasisd's socket") {
 		t.Fatalf("stasis as nobody: exit %d\n%s", code, out)
 	}
+}
+
+// TestEventsOfEveryActor: stasis events prints the events of every actor
+// as they are added, each with its actor, from now (what came before not
+// at all) or, with --after 0, the whole history first.
+func TestEventsOfEveryActor(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "before")
+	events := func(args ...string) (<-chan api.Event, func()) {
+		cmd := exec.Command(stasisCLI.path(t), append([]string{"--socket", d.socket, "--json", "events"}, args...)...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		seen := make(chan api.Event, 100)
+		go func() {
+			defer close(seen)
+			dec := json.NewDecoder(stdout)
+			for {
+				var e api.Event
+				if dec.Decode(&e) != nil {
+					return
+				}
+				seen <- e
+			}
+		}()
+		return seen, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	}
+	// until reads events until each actor named has shown one, and
+	// returns the actors it saw.
+	until := func(seen <-chan api.Event, want ...string) map[string]bool {
+		t.Helper()
+		got := map[string]bool{}
+		for {
+			done := true
+			for _, w := range want {
+				done = done && got[w]
+			}
+			if done {
+				return got
+			}
+			select {
+			case e, ok := <-seen:
+				if !ok {
+					t.Fatalf("stasis events ended; saw %v", got)
+				}
+				got[e.Actor] = true
+			case <-time.After(time.Minute):
+				t.Fatalf("stasis events: no event of %v in a minute; saw %v", want, got)
+			}
+		}
+	}
+	live, stop := events()
+	defer stop()
+	// The watch is under way once an event of a pause after it started
+	// shows: started before the pause, it might miss the first of them.
+	d.op("Pause", "before")
+	d.run("counter", "a1")
+	d.run("counter", "a2")
+	if got := until(live, "a1", "a2"); !got["a1"] || !got["a2"] {
+		t.Fatalf("live: %v", got)
+	}
+	all, stopAll := events("--after", "0")
+	defer stopAll()
+	until(all, "before", "a1", "a2")
 }

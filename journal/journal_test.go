@@ -136,7 +136,7 @@ func TestSurvivesReopen(t *testing.T) {
 	if tpl, err := j.Template(ctx, "t"); err != nil || string(tpl.Spec) != `{"gpus":1}` {
 		t.Fatalf("template %+v %v", tpl, err)
 	}
-	if ev, last, err := j.Events(ctx, "a1", 0); err != nil || len(ev) != 1 || ev[0].Message != "started" || last != ev[0].Seq {
+	if ev, last, err := j.Events(ctx, "a1", 0, 0); err != nil || len(ev) != 1 || ev[0].Message != "started" || last != ev[0].Seq {
 		t.Fatalf("events %+v %d %v", ev, last, err)
 	}
 	if s, err := j.Snapshot(ctx, "s1"); err != nil || s.Size != 10 {

@@ -500,9 +500,19 @@ func (j *Journal) AddEvent(ctx context.Context, e Event) (int64, error) {
 	return res.LastInsertId()
 }
 
-// Events lists an actor's history after seq, oldest first, and the
-// sequence number of its newest event (0 when it has none).
-func (j *Journal) Events(ctx context.Context, actor string, after int64) ([]Event, int64, error) {
+// Events lists an actor's history after seq, oldest first, at most limit
+// events (all when limit is 0), and the sequence number of its newest
+// event (0 when it has none); every actor's when actor is empty.
+func (j *Journal) Events(ctx context.Context, actor string, after int64, limit int) ([]Event, int64, error) {
+	where, args := `actor = ? AND seq > ?`, []any{actor, after}
+	lastOf := `SELECT COALESCE(MAX(seq), 0) FROM events WHERE actor = ?`
+	if actor == "" {
+		where, args = `seq > ?`, []any{after}
+		lastOf = `SELECT COALESCE(MAX(seq), 0) FROM events WHERE ? = ''`
+	}
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
 	events, err := list(ctx, j.db, func(row scanner) (Event, error) {
 		var e Event
 		var d int64
@@ -510,12 +520,12 @@ func (j *Journal) Events(ctx context.Context, actor string, after int64) ([]Even
 		err := row.Scan(&e.Seq, &e.Actor, &e.Operation, &e.Step, &e.Message, &e.Error, &d, &at)
 		e.Duration, e.At = time.Duration(d), parseTime(at)
 		return e, err
-	}, `SELECT seq, actor, operation, step, message, error, duration_ns, at FROM events WHERE actor = ? AND seq > ? ORDER BY seq`, actor, after)
+	}, `SELECT seq, actor, operation, step, message, error, duration_ns, at FROM events WHERE `+where+` ORDER BY seq LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, 0, err
 	}
 	var last int64
-	err = j.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE actor = ?`, actor).Scan(&last)
+	err = j.db.QueryRowContext(ctx, lastOf, actor).Scan(&last)
 	return events, last, err
 }
 

@@ -109,6 +109,7 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 		socket, store, runtime bool
 	}{
 		{cmd: newActor(g), socket: true},
+		{cmd: newEvents(g), socket: true},
 		{cmd: newTemplate(g), socket: true},
 		{cmd: newDemo(g), socket: true},
 		// node info and labels read the node's facts; node lease asks stasisd.

@@ -36,16 +36,19 @@ func (s *Actors) Actors(ctx context.Context) ([]api.Actor, error) {
 // Events lists an actor's history after a sequence number, and where it
 // ends.
 func (s *Actors) Events(ctx context.Context, req api.EventsRequest) (api.Events, error) {
-	if _, err := s.journal.Actor(ctx, req.ID); err != nil {
+	limit := 0
+	if req.ID == "" {
+		limit = api.MaxEventsPage
+	} else if _, err := s.journal.Actor(ctx, req.ID); err != nil {
 		return api.Events{}, err
 	}
-	recs, last, err := s.journal.Events(ctx, req.ID, req.After)
+	recs, last, err := s.journal.Events(ctx, req.ID, req.After, limit)
 	if err != nil {
 		return api.Events{}, err
 	}
 	out := api.Events{Events: make([]api.Event, 0, len(recs)), Last: last}
 	for _, e := range recs {
-		out.Events = append(out.Events, api.Event{Seq: e.Seq, Operation: e.Operation, Step: e.Step, Message: e.Message, Error: e.Error, Duration: e.Duration.Seconds(), At: e.At})
+		out.Events = append(out.Events, api.Event{Seq: e.Seq, Actor: e.Actor, Operation: e.Operation, Step: e.Step, Message: e.Message, Error: e.Error, Duration: e.Duration.Seconds(), At: e.At})
 	}
 	return out, nil
 }
@@ -72,6 +75,7 @@ func (s *Actors) Snapshot(ctx context.Context, id string) (api.Snapshot, error) 
 // WatchEvents sends an actor's history after req.After to send, oldest
 // first, then each event as it is added, until ctx ends, send fails, the
 // actor is deleted (nil) or stasisd stops (StopWatching: unavailable).
+// With no actor named, every actor's, until ctx ends or stasisd stops.
 func (s *Actors) WatchEvents(ctx context.Context, req api.EventsRequest, send func(api.Event) error) error {
 	found := false
 	for {
@@ -91,6 +95,10 @@ func (s *Actors) WatchEvents(ctx context.Context, req api.EventsRequest, send fu
 				return err
 			}
 			req.After = e.Seq
+		}
+		if req.ID == "" && len(res.Events) == api.MaxEventsPage {
+			// A page of every actor's history: more may follow now.
+			continue
 		}
 		select {
 		case <-added:

@@ -8,7 +8,7 @@ import (
 // connections held for it) when an event is added to its history or an
 // operation on it ends, and ends the watches when stasisd stops. Each
 // waits on its own actor alone: a change of one actor wakes nothing that
-// waits on another.
+// waits on another (but what waits on every actor's history).
 type Feed struct {
 	mu sync.Mutex
 	// added holds, by actor, a channel closed (and dropped) at the next
@@ -22,7 +22,8 @@ func newFeed() *Feed {
 	return &Feed{added: map[string]chan struct{}{}, stopped: make(chan struct{})}
 }
 
-// Next is closed at the first change of actor after this call.
+// Next is closed at the first change of actor after this call; of any
+// actor when actor is empty.
 func (f *Feed) Next(actor string) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -34,13 +35,15 @@ func (f *Feed) Next(actor string) <-chan struct{} {
 	return c
 }
 
-// Notify wakes what waits on actor.
+// Notify wakes what waits on actor, and what waits on any actor.
 func (f *Feed) Notify(actor string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c := f.added[actor]; c != nil {
-		close(c)
-		delete(f.added, actor)
+	for _, key := range []string{actor, ""} {
+		if c := f.added[key]; c != nil {
+			close(c)
+			delete(f.added, key)
+		}
 	}
 }
 

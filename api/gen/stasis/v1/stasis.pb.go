@@ -1176,8 +1176,10 @@ type Event struct {
 	Error           string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	DurationSeconds float64                `protobuf:"fixed64,6,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
 	At              *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// actor is the actor whose history holds the event.
+	Actor         string `protobuf:"bytes,8,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -1257,6 +1259,13 @@ func (x *Event) GetAt() *timestamppb.Timestamp {
 		return x.At
 	}
 	return nil
+}
+
+func (x *Event) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
 }
 
 // RunRequest starts a new actor of a template.
@@ -1886,7 +1895,9 @@ func (x *ExecResult) GetStderr() string {
 	return ""
 }
 
-// EventsRequest asks for an actor's history after a sequence number.
+// EventsRequest asks for an actor's history after a sequence number
+// (sequence numbers count across every actor); an empty id asks for every
+// actor's, at most 1000 events an answer.
 type EventsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2920,7 +2931,7 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\b \x01(\x03R\tsizeBytes\x129\n" +
 	"\n" +
-	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xd2\x01\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xe8\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x1c\n" +
 	"\toperation\x18\x02 \x01(\tR\toperation\x12\x12\n" +
@@ -2928,7 +2939,8 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12)\n" +
 	"\x10duration_seconds\x18\x06 \x01(\x01R\x0fdurationSeconds\x12*\n" +
-	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xe1\x01\n" +
+	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
+	"\x05actor\x18\b \x01(\tR\x05actor\"\xe1\x01\n" +
 	"\n" +
 	"RunRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x0e\n" +
