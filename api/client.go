@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -191,6 +192,32 @@ func (c *Client) ReleaseLease(ctx context.Context) (Lease, error) {
 
 func (c *Client) Exec(ctx context.Context, r ExecRequest) (ExecResult, error) {
 	return unary(ctx, c, c.rpc.Exec, r.Wire(), ExecResultFromWire)
+}
+
+// ExecStream runs r's command and writes its output to stdout and stderr
+// as it comes; it returns the command's exit code.
+func (c *Client) ExecStream(ctx context.Context, r ExecRequest, stdout, stderr io.Writer) (int, error) {
+	stream, err := c.rpc.ExecStream(ctx, connect.NewRequest(r.Wire()))
+	if err != nil {
+		return 0, c.explain(err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		m := stream.Msg()
+		if _, err := stdout.Write(m.GetStdout()); err != nil {
+			return 0, err
+		}
+		if _, err := stderr.Write(m.GetStderr()); err != nil {
+			return 0, err
+		}
+		if m.ExitCode != nil {
+			return int(m.GetExitCode()), nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return 0, c.explain(err)
+	}
+	return 0, fmt.Errorf("exec in %s: the stream ended without the command's exit code", r.ID)
 }
 
 // Watch passes each event of actor id's history after seq after to see,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/stasis-run/stasis/gpu"
 	"github.com/stasis-run/stasis/runtime"
@@ -127,8 +128,22 @@ func (e *Engine) PauseCommand(id string) []string {
 
 // Exec runs a command inside a running sandbox and waits for it; a
 // non-zero exit is in the result, not an error.
-func (e *Engine) Exec(ctx context.Context, id string, args []string, stdin []byte) (runtime.ExecResult, error) {
-	return e.Runtime.Exec(ctx, id, runtime.Process{Args: args, Stdin: stdin})
+func (e *Engine) Exec(ctx context.Context, id string, p runtime.Process) (runtime.ExecResult, error) {
+	res, err := e.Runtime.Exec(ctx, id, p)
+	// A runtime that could not stream (a micro-VM's agent answers
+	// whole): what it gave is written to the streams at the end.
+	for _, out := range []struct {
+		w    io.Writer
+		data *[]byte
+	}{{p.Stdout, &res.Stdout}, {p.Stderr, &res.Stderr}} {
+		if out.w != nil && len(*out.data) > 0 {
+			if _, werr := out.w.Write(*out.data); werr != nil && err == nil {
+				err = werr
+			}
+			*out.data = nil
+		}
+	}
+	return res, err
 }
 
 // ErrCannotWait marks a runtime that cannot say when a sandbox's process

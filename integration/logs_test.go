@@ -292,3 +292,43 @@ func TestEventsOfEveryActor(t *testing.T) {
 	defer stopAll()
 	until(all, "before", "a1", "a2")
 }
+
+// TestExecStreams: exec prints a command's output as it comes, before the
+// command ends, and exits with its code.
+func TestExecStreams(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1")
+	cmd := exec.Command(stasisCLI.path(t), "--socket", d.socket, "actor", "exec", "a1", "/counter", "waitfile", "/state/go")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	// The first line comes while the command still waits: only the test
+	// ends its wait, after reading it.
+	if !lines.Scan() || lines.Text() != "waiting for /state/go" {
+		t.Fatalf("exec's first line: %q %v", lines.Text(), lines.Err())
+	}
+	durable, err := filepath.Glob(filepath.Join(d.data, "actors", "a1", "durable", "*"))
+	if err != nil || len(durable) != 1 {
+		t.Fatalf("a1's durable folder: %v %v", durable, err)
+	}
+	if err := os.WriteFile(filepath.Join(durable[0], "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !lines.Scan() || lines.Text() != "found /state/go" {
+		t.Fatalf("exec's second line: %q %v", lines.Text(), lines.Err())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	out, err := exec.Command(stasisCLI.path(t), "--socket", d.socket, "actor", "exec", "a1", "/counter", "nonsense").CombinedOutput()
+	if exitCode(err) != 2 || !strings.Contains(string(out), "unknown command") || !strings.Contains(string(out), "/counter exited 2 in a1") {
+		t.Fatalf("exec of a failing command: exit %d\n%s", exitCode(err), out)
+	}
+}

@@ -7,6 +7,7 @@ package runtime
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/stasis-run/stasis/errdefs"
@@ -51,6 +52,10 @@ type Process struct {
 	Cwd  string
 	// Stdin is its standard input, whole; nil: none.
 	Stdin []byte
+	// Stdout and Stderr, when set, receive its output as it comes (a
+	// runtime that cannot stream gives it in ExecResult instead); each is
+	// written from one goroutine at a time.
+	Stdout, Stderr io.Writer
 }
 
 // ExecResult is how an exec'd process ended.

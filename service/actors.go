@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/stasis-run/stasis/api"
@@ -64,7 +65,13 @@ func (s *Service) Delete(ctx context.Context, req api.DeleteRequest) (api.Delete
 
 // Exec runs a command inside a RUNNING actor's sandbox and waits for it.
 func (s *Service) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult, error) {
-	return s.actors.Exec(ctx, req)
+	return s.actors.Exec(ctx, req, nil, nil)
+}
+
+// ExecStream is Exec with the command's output written to stdout and
+// stderr as it comes (the result then holds only the exit code).
+func (s *Service) ExecStream(ctx context.Context, req api.ExecRequest, stdout, stderr io.Writer) (api.ExecResult, error) {
+	return s.actors.Exec(ctx, req, stdout, stderr)
 }
 
 // Actor reads an actor with its latest snapshot and running operation.

@@ -25,7 +25,9 @@ func newActorExec(g *globals) *cobra.Command {
 Flags go before ACTOR: what follows it is the command's own (exec a1 sh -c 'echo hi'),
 as docker exec has it; flags between ACTOR and a -- are still read as stasis's
 (exec a1 --json -- cat /etc/hostname). With -i the command reads this command's standard input, whole
-(at most 512 KiB): echo hi | stasis actor exec -i a1 cat. Output comes when the command ends.`,
+(at most 512 KiB): echo hi | stasis actor exec -i a1 cat. Its output is printed as it
+comes (ExecStream); with --json, the result is printed as one object when it ends.
+No terminal yet (-t).`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) < 2 {
 				return errors.New("exec needs an actor and a command: stasis actor exec [-i] ACTOR [--] COMMAND [ARGS...]")
@@ -45,15 +47,17 @@ as docker exec has it; flags between ACTOR and a -- are still read as stasis's
 				}
 				req.Stdin = in
 			}
-			res, err := g.client().Exec(cmd.Context(), req)
-			if err != nil {
+			var res api.ExecResult
+			if g.json {
+				// One object for machines, when it ends.
+				if res, err = g.client().Exec(cmd.Context(), req); err != nil {
+					return err
+				}
+				if err := g.print(res, res.Stdout); err != nil {
+					return err
+				}
+			} else if res.ExitCode, err = g.client().ExecStream(cmd.Context(), req, g.stdout, g.stderr); err != nil {
 				return err
-			}
-			if err := g.print(res, res.Stdout); err != nil {
-				return err
-			}
-			if !g.json {
-				fmt.Fprint(g.stderr, res.Stderr)
 			}
 			if res.ExitCode != 0 {
 				return &exitError{code: res.ExitCode, msg: fmt.Sprintf("%s exited %d in %s", command[0], res.ExitCode, args[0])}

@@ -7,7 +7,8 @@
 // checkpointed; a cold boot answers with a new id and 0. "counter serve ADDR"
 // also answers over TCP at ADDR (such as :8000), the same way: a line
 // "incr" or "get", the answer "<id> <value>". "counter say TEXT" has the
-// serving process print TEXT on its standard output.
+// serving process print TEXT on its standard output; "counter waitfile
+// PATH" prints a line, waits for PATH to exist and prints another.
 package counter
 
 import (
@@ -21,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,6 +45,18 @@ func Run(args []string, stdout io.Writer) error {
 	if len(args) == 2 && args[0] == "serve" {
 		return serve(stdout, args[1])
 	}
+	if len(args) == 2 && args[0] == "waitfile" {
+		// Says it waits, then waits for the file and says it is there: an
+		// exec whose output comes in two parts, apart in time.
+		fmt.Fprintln(stdout, "waiting for", args[1])
+		for {
+			if _, err := os.Stat(args[1]); err == nil {
+				fmt.Fprintln(stdout, "found", args[1])
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	if len(args) == 2 && args[0] == "say" {
 		// The serving process writes the text on its standard output (the
 		// actor's console), a line of its own.
@@ -53,7 +67,7 @@ func Run(args []string, stdout io.Writer) error {
 		return ask("exit "+args[1], stdout)
 	}
 	if len(args) != 1 {
-		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|say TEXT|exit CODE|await incr|await get")
+		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|say TEXT|waitfile PATH|exit CODE|await incr|await get")
 	}
 	switch args[0] {
 	case "serve":

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -91,11 +92,22 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if p.Stdout != nil {
+		cmd.Stdout = p.Stdout
+	}
+	if p.Stderr != nil {
+		// runsc's own failure is told from what it writes on stderr:
+		// its tail is kept beside the stream.
+		cmd.Stderr = io.MultiWriter(p.Stderr, &tailBuffer{buf: &stderr, max: 64 << 10})
+	}
 	if p.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(p.Stdin)
 	}
 	err = cmd.Run()
 	res := runtime.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if p.Stderr != nil {
+		res.Stderr = nil
+	}
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) && ctx.Err() == nil && !execFailed(stderr.String()) {
 		res.ExitCode = exitErr.ExitCode()
@@ -109,6 +121,20 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 		return res, err
 	}
 	return res, nil
+}
+
+// tailBuffer keeps the last max bytes written to it (at least), in buf.
+type tailBuffer struct {
+	buf *bytes.Buffer
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf.Write(p)
+	if extra := t.buf.Len() - t.max; extra > t.max {
+		t.buf.Next(extra)
+	}
+	return len(p), nil
 }
 
 // missingCommand tells from runsc exec's error that the program to run is

@@ -6,9 +6,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -134,6 +136,38 @@ func (h handler) Delete(ctx context.Context, r *connect.Request[stasisv1.DeleteR
 func (h handler) Exec(ctx context.Context, r *connect.Request[stasisv1.ExecRequest]) (*connect.Response[stasisv1.ExecResult], error) {
 	res, err := h.s.Exec(ctx, api.ExecRequestFromWire(r.Msg))
 	return reply(res, err, api.ExecResult.Wire)
+}
+
+func (h handler) ExecStream(ctx context.Context, r *connect.Request[stasisv1.ExecRequest], stream *connect.ServerStream[stasisv1.ExecOutput]) error {
+	// The command's stdout and stderr are copied by goroutines of their
+	// own: one sends at a time.
+	var mu sync.Mutex
+	send := func(m *stasisv1.ExecOutput) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return stream.Send(m)
+	}
+	stdout := writerFunc(func(b []byte) error { return send(&stasisv1.ExecOutput{Stdout: b}) })
+	stderr := writerFunc(func(b []byte) error { return send(&stasisv1.ExecOutput{Stderr: b}) })
+	res, err := h.s.ExecStream(ctx, api.ExecRequestFromWire(r.Msg), stdout, stderr)
+	if err == nil {
+		code := int32(res.ExitCode)
+		err = send(&stasisv1.ExecOutput{ExitCode: &code})
+	}
+	if err != nil && ctx.Err() == nil {
+		return connect.NewError(Code(err), err)
+	}
+	return nil
+}
+
+// writerFunc is an io.Writer that hands each write to a function.
+type writerFunc func([]byte) error
+
+func (f writerFunc) Write(p []byte) (int, error) {
+	if err := f(bytes.Clone(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func (h handler) Events(ctx context.Context, r *connect.Request[stasisv1.EventsRequest]) (*connect.Response[stasisv1.Events], error) {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/service/internal/op"
 )
 
@@ -111,7 +113,9 @@ func (s *Actors) WatchEvents(ctx context.Context, req api.EventsRequest, send fu
 }
 
 // Exec runs a command inside a RUNNING actor's sandbox and waits for it.
-func (s *Actors) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult, error) {
+// Its output goes to stdout and stderr as it comes when they are set, and
+// is in the result otherwise.
+func (s *Actors) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr io.Writer) (api.ExecResult, error) {
 	if len(req.Args) == 0 {
 		return api.ExecResult{}, fmt.Errorf("%w: exec needs a command", errdefs.ErrInvalidArgument)
 	}
@@ -131,7 +135,7 @@ func (s *Actors) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult,
 	// An exec is a use: the actor is not idle while one runs.
 	s.ports.Touch(a.ID)
 	defer s.ports.Touch(a.ID)
-	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, req.Args, req.Stdin)
+	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, runtime.Process{Args: req.Args, Stdin: req.Stdin, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
 	}

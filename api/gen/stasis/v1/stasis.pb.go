@@ -1950,6 +1950,68 @@ func (x *EventsRequest) GetAfter() int64 {
 	return 0
 }
 
+// ExecOutput is a piece of an exec'd command's output (ExecStream); the
+// last holds its exit code.
+type ExecOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stdout        []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr        []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	ExitCode      *int32                 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecOutput) Reset() {
+	*x = ExecOutput{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecOutput) ProtoMessage() {}
+
+func (x *ExecOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
+func (*ExecOutput) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ExecOutput) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *ExecOutput) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *ExecOutput) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
 // LogsRequest picks a part of an actor's console. since: only what was
 // written at or after it (to within the second at which stasisd marks the
 // console as it grows); tail: then only the last tail lines (all when
@@ -1966,7 +2028,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2040,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2053,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogsRequest) GetId() string {
@@ -2032,7 +2094,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2106,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2119,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -2079,7 +2141,7 @@ type Events struct {
 
 func (x *Events) Reset() {
 	*x = Events{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2153,7 @@ func (x *Events) String() string {
 func (*Events) ProtoMessage() {}
 
 func (x *Events) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2166,7 @@ func (x *Events) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Events.ProtoReflect.Descriptor instead.
 func (*Events) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Events) GetEvents() []*Event {
@@ -2131,7 +2193,7 @@ type SnapshotsRequest struct {
 
 func (x *SnapshotsRequest) Reset() {
 	*x = SnapshotsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2205,7 @@ func (x *SnapshotsRequest) String() string {
 func (*SnapshotsRequest) ProtoMessage() {}
 
 func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2218,7 @@ func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotsRequest) GetActor() string {
@@ -2175,7 +2237,7 @@ type Snapshots struct {
 
 func (x *Snapshots) Reset() {
 	*x = Snapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2249,7 @@ func (x *Snapshots) String() string {
 func (*Snapshots) ProtoMessage() {}
 
 func (x *Snapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2262,7 @@ func (x *Snapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshots.ProtoReflect.Descriptor instead.
 func (*Snapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Snapshots) GetSnapshots() []*Snapshot {
@@ -2219,7 +2281,7 @@ type SnapshotID struct {
 
 func (x *SnapshotID) Reset() {
 	*x = SnapshotID{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2293,7 @@ func (x *SnapshotID) String() string {
 func (*SnapshotID) ProtoMessage() {}
 
 func (x *SnapshotID) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2306,7 @@ func (x *SnapshotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotID.ProtoReflect.Descriptor instead.
 func (*SnapshotID) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotID) GetId() string {
@@ -2278,7 +2340,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2352,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2365,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LeaseRequest) GetHolder() string {
@@ -2356,7 +2418,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2430,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2443,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Lease) GetHolder() string {
@@ -2443,7 +2505,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2517,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2530,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{34}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Command) GetArgs() []string {
@@ -2500,7 +2562,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2574,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2587,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{35}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StoreStatus) GetLocation() string {
@@ -2608,7 +2670,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2682,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2695,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{36}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeStatus) GetStore() *StoreStatus {
@@ -2660,7 +2722,7 @@ type StageRequest struct {
 
 func (x *StageRequest) Reset() {
 	*x = StageRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2734,7 @@ func (x *StageRequest) String() string {
 func (*StageRequest) ProtoMessage() {}
 
 func (x *StageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2747,7 @@ func (x *StageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
 func (*StageRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{37}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StageRequest) GetName() string {
@@ -2713,7 +2775,7 @@ type StagedSnapshot struct {
 
 func (x *StagedSnapshot) Reset() {
 	*x = StagedSnapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2787,7 @@ func (x *StagedSnapshot) String() string {
 func (*StagedSnapshot) ProtoMessage() {}
 
 func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2800,7 @@ func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshot.ProtoReflect.Descriptor instead.
 func (*StagedSnapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{38}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StagedSnapshot) GetName() string {
@@ -2792,7 +2854,7 @@ type StagedSnapshots struct {
 
 func (x *StagedSnapshots) Reset() {
 	*x = StagedSnapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2866,7 @@ func (x *StagedSnapshots) String() string {
 func (*StagedSnapshots) ProtoMessage() {}
 
 func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2879,7 @@ func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshots.ProtoReflect.Descriptor instead.
 func (*StagedSnapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{39}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StagedSnapshots) GetStaged() []*StagedSnapshot {
@@ -2988,7 +3050,14 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\tR\x06stderr\"5\n" +
 	"\rEventsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05after\x18\x02 \x01(\x03R\x05after\"\x89\x01\n" +
+	"\x05after\x18\x02 \x01(\x03R\x05after\"l\n" +
+	"\n" +
+	"ExecOutput\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12 \n" +
+	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
+	"\n" +
+	"_exit_code\"\x89\x01\n" +
 	"\vLogsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06follow\x18\x02 \x01(\bR\x06follow\x12\x17\n" +
@@ -3051,8 +3120,7 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x06in_use\x18\x05 \x01(\x05R\x05inUse\x12\x18\n" +
 	"\aalready\x18\x06 \x01(\bR\aalready\"D\n" +
 	"\x0fStagedSnapshots\x121\n" +
-	"\x06staged\x18\x01 \x03(\v2\x19.stasis.v1.StagedSnapshotR\x06staged2\xcc\n" +
-	"\n" +
+	"\x06staged\x18\x01 \x03(\v2\x19.stasis.v1.StagedSnapshotR\x06staged2\x8b\v\n" +
 	"\x06Stasis\x12:\n" +
 	"\x0eCreateTemplate\x12\x13.stasis.v1.Template\x1a\x13.stasis.v1.Template\x12;\n" +
 	"\x0eDeleteTemplate\x12\x17.stasis.v1.TemplateName\x1a\x10.stasis.v1.Empty\x12;\n" +
@@ -3066,7 +3134,9 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\aSuspend\x12\x14.stasis.v1.OpRequest\x1a\x10.stasis.v1.Actor\x120\n" +
 	"\x06Resume\x12\x14.stasis.v1.OpRequest\x1a\x10.stasis.v1.Actor\x126\n" +
 	"\x06Delete\x12\x18.stasis.v1.DeleteRequest\x1a\x12.stasis.v1.Deleted\x125\n" +
-	"\x04Exec\x12\x16.stasis.v1.ExecRequest\x1a\x15.stasis.v1.ExecResult\x125\n" +
+	"\x04Exec\x12\x16.stasis.v1.ExecRequest\x1a\x15.stasis.v1.ExecResult\x12=\n" +
+	"\n" +
+	"ExecStream\x12\x16.stasis.v1.ExecRequest\x1a\x15.stasis.v1.ExecOutput0\x01\x125\n" +
 	"\x06Events\x12\x18.stasis.v1.EventsRequest\x1a\x11.stasis.v1.Events\x12;\n" +
 	"\vWatchEvents\x12\x18.stasis.v1.EventsRequest\x1a\x10.stasis.v1.Event0\x01\x125\n" +
 	"\x04Logs\x12\x16.stasis.v1.LogsRequest\x1a\x13.stasis.v1.LogChunk0\x01\x12B\n" +
@@ -3095,7 +3165,7 @@ func file_stasis_v1_stasis_proto_rawDescGZIP() []byte {
 	return file_stasis_v1_stasis_proto_rawDescData
 }
 
-var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Empty)(nil),                 // 0: stasis.v1.Empty
 	(*Template)(nil),              // 1: stasis.v1.Template
@@ -3123,59 +3193,60 @@ var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*ExecRequest)(nil),           // 23: stasis.v1.ExecRequest
 	(*ExecResult)(nil),            // 24: stasis.v1.ExecResult
 	(*EventsRequest)(nil),         // 25: stasis.v1.EventsRequest
-	(*LogsRequest)(nil),           // 26: stasis.v1.LogsRequest
-	(*LogChunk)(nil),              // 27: stasis.v1.LogChunk
-	(*Events)(nil),                // 28: stasis.v1.Events
-	(*SnapshotsRequest)(nil),      // 29: stasis.v1.SnapshotsRequest
-	(*Snapshots)(nil),             // 30: stasis.v1.Snapshots
-	(*SnapshotID)(nil),            // 31: stasis.v1.SnapshotID
-	(*LeaseRequest)(nil),          // 32: stasis.v1.LeaseRequest
-	(*Lease)(nil),                 // 33: stasis.v1.Lease
-	(*Command)(nil),               // 34: stasis.v1.Command
-	(*StoreStatus)(nil),           // 35: stasis.v1.StoreStatus
-	(*NodeStatus)(nil),            // 36: stasis.v1.NodeStatus
-	(*StageRequest)(nil),          // 37: stasis.v1.StageRequest
-	(*StagedSnapshot)(nil),        // 38: stasis.v1.StagedSnapshot
-	(*StagedSnapshots)(nil),       // 39: stasis.v1.StagedSnapshots
-	nil,                           // 40: stasis.v1.Device.PropsEntry
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 42: google.protobuf.Struct
+	(*ExecOutput)(nil),            // 26: stasis.v1.ExecOutput
+	(*LogsRequest)(nil),           // 27: stasis.v1.LogsRequest
+	(*LogChunk)(nil),              // 28: stasis.v1.LogChunk
+	(*Events)(nil),                // 29: stasis.v1.Events
+	(*SnapshotsRequest)(nil),      // 30: stasis.v1.SnapshotsRequest
+	(*Snapshots)(nil),             // 31: stasis.v1.Snapshots
+	(*SnapshotID)(nil),            // 32: stasis.v1.SnapshotID
+	(*LeaseRequest)(nil),          // 33: stasis.v1.LeaseRequest
+	(*Lease)(nil),                 // 34: stasis.v1.Lease
+	(*Command)(nil),               // 35: stasis.v1.Command
+	(*StoreStatus)(nil),           // 36: stasis.v1.StoreStatus
+	(*NodeStatus)(nil),            // 37: stasis.v1.NodeStatus
+	(*StageRequest)(nil),          // 38: stasis.v1.StageRequest
+	(*StagedSnapshot)(nil),        // 39: stasis.v1.StagedSnapshot
+	(*StagedSnapshots)(nil),       // 40: stasis.v1.StagedSnapshots
+	nil,                           // 41: stasis.v1.Device.PropsEntry
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 43: google.protobuf.Struct
 }
 var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	8,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
 	9,  // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
-	41, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	42, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 3: stasis.v1.Template.vm:type_name -> stasis.v1.VM
 	2,  // 4: stasis.v1.Template.network:type_name -> stasis.v1.Network
 	3,  // 5: stasis.v1.Template.ports:type_name -> stasis.v1.Port
 	4,  // 6: stasis.v1.Template.idle:type_name -> stasis.v1.Idle
 	3,  // 7: stasis.v1.ActorNetwork.ports:type_name -> stasis.v1.Port
 	7,  // 8: stasis.v1.VM.devices:type_name -> stasis.v1.Device
-	40, // 9: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
+	41, // 9: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
 	12, // 10: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
 	11, // 11: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
-	41, // 12: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
-	41, // 13: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 12: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
+	42, // 13: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
 	5,  // 14: stasis.v1.Actor.network:type_name -> stasis.v1.ActorNetwork
-	41, // 15: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
-	41, // 16: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	41, // 17: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	41, // 18: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	41, // 19: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
+	42, // 15: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
+	42, // 16: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	42, // 17: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	42, // 18: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	42, // 19: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
 	2,  // 20: stasis.v1.RunRequest.network:type_name -> stasis.v1.Network
 	3,  // 21: stasis.v1.RunRequest.ports:type_name -> stasis.v1.Port
 	1,  // 22: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
 	10, // 23: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
-	41, // 24: stasis.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	42, // 24: stasis.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
 	13, // 25: stasis.v1.Events.events:type_name -> stasis.v1.Event
 	12, // 26: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
-	41, // 27: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
-	34, // 28: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
-	41, // 29: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
-	35, // 30: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
-	33, // 31: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
-	41, // 32: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
-	38, // 33: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
+	42, // 27: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
+	35, // 28: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
+	42, // 29: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
+	36, // 30: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
+	34, // 31: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
+	42, // 32: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
+	39, // 33: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
 	1,  // 34: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
 	19, // 35: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
 	18, // 36: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
@@ -3188,44 +3259,46 @@ var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	15, // 43: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
 	16, // 44: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
 	23, // 45: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
-	25, // 46: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
-	25, // 47: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
-	26, // 48: stasis.v1.Stasis.Logs:input_type -> stasis.v1.LogsRequest
-	29, // 49: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
-	31, // 50: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
-	37, // 51: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
-	0,  // 52: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
-	0,  // 53: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
-	0,  // 54: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
-	32, // 55: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
-	0,  // 56: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
-	0,  // 57: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
-	1,  // 58: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
-	0,  // 59: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
-	1,  // 60: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
-	20, // 61: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
-	10, // 62: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
-	22, // 63: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
-	10, // 64: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
-	10, // 65: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
-	10, // 66: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
-	10, // 67: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
-	17, // 68: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
-	24, // 69: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
-	28, // 70: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
-	13, // 71: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
-	27, // 72: stasis.v1.Stasis.Logs:output_type -> stasis.v1.LogChunk
-	30, // 73: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
-	12, // 74: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
-	38, // 75: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
-	39, // 76: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
-	42, // 77: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
-	36, // 78: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
-	33, // 79: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
-	33, // 80: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
-	33, // 81: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
-	58, // [58:82] is the sub-list for method output_type
-	34, // [34:58] is the sub-list for method input_type
+	23, // 46: stasis.v1.Stasis.ExecStream:input_type -> stasis.v1.ExecRequest
+	25, // 47: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
+	25, // 48: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
+	27, // 49: stasis.v1.Stasis.Logs:input_type -> stasis.v1.LogsRequest
+	30, // 50: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
+	32, // 51: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
+	38, // 52: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
+	0,  // 53: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
+	0,  // 54: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
+	0,  // 55: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
+	33, // 56: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
+	0,  // 57: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
+	0,  // 58: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
+	1,  // 59: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
+	0,  // 60: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
+	1,  // 61: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
+	20, // 62: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
+	10, // 63: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
+	22, // 64: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
+	10, // 65: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
+	10, // 66: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
+	10, // 67: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
+	10, // 68: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
+	17, // 69: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
+	24, // 70: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
+	26, // 71: stasis.v1.Stasis.ExecStream:output_type -> stasis.v1.ExecOutput
+	29, // 72: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
+	13, // 73: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
+	28, // 74: stasis.v1.Stasis.Logs:output_type -> stasis.v1.LogChunk
+	31, // 75: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
+	12, // 76: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
+	39, // 77: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
+	40, // 78: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
+	43, // 79: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
+	37, // 80: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
+	34, // 81: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
+	34, // 82: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
+	34, // 83: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
+	59, // [59:84] is the sub-list for method output_type
+	34, // [34:59] is the sub-list for method input_type
 	34, // [34:34] is the sub-list for extension type_name
 	34, // [34:34] is the sub-list for extension extendee
 	0,  // [0:34] is the sub-list for field type_name
@@ -3237,13 +3310,14 @@ func file_stasis_v1_stasis_proto_init() {
 		return
 	}
 	file_stasis_v1_stasis_proto_msgTypes[26].OneofWrappers = []any{}
+	file_stasis_v1_stasis_proto_msgTypes[27].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stasis_v1_stasis_proto_rawDesc), len(file_stasis_v1_stasis_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

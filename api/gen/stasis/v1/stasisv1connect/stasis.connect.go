@@ -79,6 +79,8 @@ const (
 	StasisDeleteProcedure = "/stasis.v1.Stasis/Delete"
 	// StasisExecProcedure is the fully-qualified name of the Stasis's Exec RPC.
 	StasisExecProcedure = "/stasis.v1.Stasis/Exec"
+	// StasisExecStreamProcedure is the fully-qualified name of the Stasis's ExecStream RPC.
+	StasisExecStreamProcedure = "/stasis.v1.Stasis/ExecStream"
 	// StasisEventsProcedure is the fully-qualified name of the Stasis's Events RPC.
 	StasisEventsProcedure = "/stasis.v1.Stasis/Events"
 	// StasisWatchEventsProcedure is the fully-qualified name of the Stasis's WatchEvents RPC.
@@ -131,6 +133,9 @@ type StasisClient interface {
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.Deleted], error)
 	// Exec runs a command in a running actor and waits for it.
 	Exec(context.Context, *connect.Request[v1.ExecRequest]) (*connect.Response[v1.ExecResult], error)
+	// ExecStream runs a command in a running actor and sends its output as
+	// it comes; the last message holds its exit code.
+	ExecStream(context.Context, *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
 	// Events returns a part of an actor's history.
 	Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.Events], error)
 	// WatchEvents sends an actor's history after a sequence number, then
@@ -248,6 +253,12 @@ func NewStasisClient(httpClient connect.HTTPClient, baseURL string, opts ...conn
 			connect.WithSchema(stasisMethods.ByName("Exec")),
 			connect.WithClientOptions(opts...),
 		),
+		execStream: connect.NewClient[v1.ExecRequest, v1.ExecOutput](
+			httpClient,
+			baseURL+StasisExecStreamProcedure,
+			connect.WithSchema(stasisMethods.ByName("ExecStream")),
+			connect.WithClientOptions(opts...),
+		),
 		events: connect.NewClient[v1.EventsRequest, v1.Events](
 			httpClient,
 			baseURL+StasisEventsProcedure,
@@ -337,6 +348,7 @@ type stasisClient struct {
 	resume          *connect.Client[v1.OpRequest, v1.Actor]
 	delete          *connect.Client[v1.DeleteRequest, v1.Deleted]
 	exec            *connect.Client[v1.ExecRequest, v1.ExecResult]
+	execStream      *connect.Client[v1.ExecRequest, v1.ExecOutput]
 	events          *connect.Client[v1.EventsRequest, v1.Events]
 	watchEvents     *connect.Client[v1.EventsRequest, v1.Event]
 	logs            *connect.Client[v1.LogsRequest, v1.LogChunk]
@@ -409,6 +421,11 @@ func (c *stasisClient) Delete(ctx context.Context, req *connect.Request[v1.Delet
 // Exec calls stasis.v1.Stasis.Exec.
 func (c *stasisClient) Exec(ctx context.Context, req *connect.Request[v1.ExecRequest]) (*connect.Response[v1.ExecResult], error) {
 	return c.exec.CallUnary(ctx, req)
+}
+
+// ExecStream calls stasis.v1.Stasis.ExecStream.
+func (c *stasisClient) ExecStream(ctx context.Context, req *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error) {
+	return c.execStream.CallServerStream(ctx, req)
 }
 
 // Events calls stasis.v1.Stasis.Events.
@@ -497,6 +514,9 @@ type StasisHandler interface {
 	Delete(context.Context, *connect.Request[v1.DeleteRequest]) (*connect.Response[v1.Deleted], error)
 	// Exec runs a command in a running actor and waits for it.
 	Exec(context.Context, *connect.Request[v1.ExecRequest]) (*connect.Response[v1.ExecResult], error)
+	// ExecStream runs a command in a running actor and sends its output as
+	// it comes; the last message holds its exit code.
+	ExecStream(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecOutput]) error
 	// Events returns a part of an actor's history.
 	Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.Events], error)
 	// WatchEvents sends an actor's history after a sequence number, then
@@ -610,6 +630,12 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 		connect.WithSchema(stasisMethods.ByName("Exec")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stasisExecStreamHandler := connect.NewServerStreamHandler(
+		StasisExecStreamProcedure,
+		svc.ExecStream,
+		connect.WithSchema(stasisMethods.ByName("ExecStream")),
+		connect.WithHandlerOptions(opts...),
+	)
 	stasisEventsHandler := connect.NewUnaryHandler(
 		StasisEventsProcedure,
 		svc.Events,
@@ -708,6 +734,8 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 			stasisDeleteHandler.ServeHTTP(w, r)
 		case StasisExecProcedure:
 			stasisExecHandler.ServeHTTP(w, r)
+		case StasisExecStreamProcedure:
+			stasisExecStreamHandler.ServeHTTP(w, r)
 		case StasisEventsProcedure:
 			stasisEventsHandler.ServeHTTP(w, r)
 		case StasisWatchEventsProcedure:
@@ -787,6 +815,10 @@ func (UnimplementedStasisHandler) Delete(context.Context, *connect.Request[v1.De
 
 func (UnimplementedStasisHandler) Exec(context.Context, *connect.Request[v1.ExecRequest]) (*connect.Response[v1.ExecResult], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.Exec is not implemented"))
+}
+
+func (UnimplementedStasisHandler) ExecStream(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.ExecStream is not implemented"))
 }
 
 func (UnimplementedStasisHandler) Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.Events], error) {
