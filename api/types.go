@@ -115,6 +115,10 @@ type Template struct {
 	// template is made (Bundle then names that), its entrypoint, cmd,
 	// env, working folder and user the process's; Args replace its cmd.
 	Image string `json:"image,omitempty"`
+	// Mounts are host folders bound into each actor's sandbox (gVisor),
+	// within the host path policy (a read-write one needs a folder
+	// allowed read-write).
+	Mounts []Mount `json:"mounts,omitempty"`
 	// Golden is the snapshot new actors start from, once warmed (set by
 	// stasisd).
 	Golden    string    `json:"golden,omitempty"`
@@ -134,6 +138,34 @@ const (
 	RestartMaxDelay   = time.Minute
 	RestartReset      = 10 * time.Second
 )
+
+// Mount is a host folder, Source, bound at Target in a sandbox, read-only
+// unless ReadWrite.
+type Mount struct {
+	Source    string `json:"source"`
+	Target    string `json:"target"`
+	ReadWrite bool   `json:"readWrite,omitempty"`
+}
+
+// ParseMount reads a mount as the CLI takes it, docker's -v form:
+// SOURCE:TARGET[:ro|rw] (read-only unless rw).
+func ParseMount(s string) (Mount, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+		return Mount{}, fmt.Errorf("%w: mount %q: want SOURCE:TARGET[:ro|rw]", errdefs.ErrInvalidArgument, s)
+	}
+	m := Mount{Source: parts[0], Target: parts[1]}
+	if len(parts) == 3 {
+		switch parts[2] {
+		case "ro":
+		case "rw":
+			m.ReadWrite = true
+		default:
+			return Mount{}, fmt.Errorf("%w: mount %q: %q: want ro or rw", errdefs.ErrInvalidArgument, s, parts[2])
+		}
+	}
+	return m, nil
+}
 
 // Network is the network an actor gets.
 type Network struct {

@@ -1,9 +1,12 @@
 package api
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // TestNewActorID: one rule for new actor ids, whoever makes them: a valid
@@ -85,6 +88,23 @@ func TestParsePort(t *testing.T) {
 	for _, in := range []string{"8000/udp", "x:8000", "8080:70000", "8080:0", "-1:8000", "nohost:1:2"} {
 		if p, err := ParsePort(in); err == nil {
 			t.Errorf("%q: accepted as %+v", in, p)
+		}
+	}
+}
+
+func TestParseMount(t *testing.T) {
+	for in, want := range map[string]Mount{
+		"/a:/b":    {Source: "/a", Target: "/b"},
+		"/a:/b:ro": {Source: "/a", Target: "/b"},
+		"/a:/b:rw": {Source: "/a", Target: "/b", ReadWrite: true},
+	} {
+		if got, err := ParseMount(in); err != nil || got != want {
+			t.Errorf("%s: %+v %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"/a", ":/b", "/a:", "/a:/b:rx", "/a:/b:ro:x"} {
+		if _, err := ParseMount(in); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want invalid_argument", in, err)
 		}
 	}
 }

@@ -41,8 +41,16 @@ func (t Template) Wire() *stasisv1.Template {
 		Snapshots: &stasisv1.SnapshotConfig{OnPause: string(t.Snapshots.OnPause), OnCommit: string(t.Snapshots.OnCommit)},
 		Golden:    t.Golden, CreatedAt: timestamp(t.CreatedAt),
 		Runtime: t.Runtime, Vm: t.VM.wire(),
-		Network: t.Network.wire(), Ports: portsWire(t.Ports), Idle: t.Idle.wire(), WakeTimeout: t.WakeTimeout, Restart: t.Restart, Image: t.Image,
+		Network: t.Network.wire(), Ports: portsWire(t.Ports), Idle: t.Idle.wire(), WakeTimeout: t.WakeTimeout, Restart: t.Restart, Image: t.Image, Mounts: wireAll(t.Mounts, Mount.wire),
 	}
+}
+
+func (m Mount) wire() *stasisv1.Mount {
+	return &stasisv1.Mount{Source: m.Source, Target: m.Target, ReadWrite: m.ReadWrite}
+}
+
+func mountFromWire(m *stasisv1.Mount) Mount {
+	return Mount{Source: m.GetSource(), Target: m.GetTarget(), ReadWrite: m.GetReadWrite()}
 }
 
 func (n Network) wire() *stasisv1.Network {
@@ -116,7 +124,7 @@ func TemplateFromWire(m *stasisv1.Template) Template {
 		Snapshots: SnapshotConfig{OnPause: Scope(m.GetSnapshots().GetOnPause()), OnCommit: Scope(m.GetSnapshots().GetOnCommit())},
 		Golden:    m.GetGolden(), CreatedAt: timeOf(m.GetCreatedAt()),
 		Runtime: m.GetRuntime(), VM: vmFromWire(m.GetVm()),
-		Network: networkFromWire(m.GetNetwork()), Ports: portsFromWire(m.GetPorts()), Idle: idleFromWire(m.GetIdle()), WakeTimeout: m.GetWakeTimeout(), Restart: m.GetRestart(), Image: m.GetImage(),
+		Network: networkFromWire(m.GetNetwork()), Ports: portsFromWire(m.GetPorts()), Idle: idleFromWire(m.GetIdle()), WakeTimeout: m.GetWakeTimeout(), Restart: m.GetRestart(), Image: m.GetImage(), Mounts: fromWireAll(m.GetMounts(), mountFromWire),
 	}
 }
 

@@ -120,6 +120,24 @@ func TestTemplateFromImage(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tpl.Bundle, "rootfs", "counter")); err != nil {
 		t.Fatalf("the refused template touched the bundle: %v", err)
 	}
+	// A host folder mounted into an image's actors: read-only (the tests'
+	// stasisd allows the temporary folder so), and a read-write one
+	// refused by the host path policy.
+	shared := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shared, "hello"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.cli("template", "create", "mounted", "--image", oci, "--mount", shared+":/shared", "--probe-cmd", "/counter,await,get")
+	d.run("mounted", "m1")
+	res, err := d.api.Exec(context.Background(), api.ExecRequest{ID: "m1", Args: []string{"/counter", "waitfile", "/shared/hello"}})
+	if err != nil || !strings.Contains(res.Stdout, "found /shared/hello") {
+		t.Fatalf("the mount in the sandbox: %+v %v", res, err)
+	}
+	cmd = exec.Command(stasisCLI.path(t), "--socket", d.socket, "template", "create", "rw", "--image", oci, "--mount", shared+":/shared:rw")
+	if out, err := cmd.CombinedOutput(); exitCode(err) != 12 || !strings.Contains(string(out), "read-write") {
+		t.Fatalf("a read-write mount of a read-only folder: exit %d\n%s", exitCode(err), out)
+	}
+
 	d.cli("actor", "rm", "from-layout-1")
 	d.cli("template", "rm", "from-layout")
 	if _, err := os.Stat(tpl.Bundle); !errors.Is(err, os.ErrNotExist) {

@@ -21,7 +21,7 @@ func newTemplate(g *globals) *cobra.Command {
 	var memory, onPause, onCommit string
 	var probeTimeout float64
 	var vm api.VM
-	var devices, publish []string
+	var devices, publish, mounts []string
 	var idleAfter, idleThen string
 	create := &cobra.Command{
 		Use:   "create NAME (--image PATH [-- ARGS...] | --bundle DIR | --rootfs DIR -- ARGS... | --runtime microvm --kernel FILE --initramfs FILE -- ARGS...)",
@@ -60,6 +60,16 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 				}
 				t.MemoryBytes = int64(n)
 			}
+			for _, m := range mounts {
+				mount, err := api.ParseMount(m)
+				if err != nil {
+					return err
+				}
+				if err := absolute(&mount.Source); err != nil {
+					return err
+				}
+				t.Mounts = append(t.Mounts, mount)
+			}
 			for _, p := range publish {
 				port, err := api.ParsePort(p)
 				if err != nil {
@@ -95,6 +105,7 @@ after --; --memory is then the guest's memory, and --vm-device gives it PCI devi
 	f.IntVar(&vm.CPUs, "cpus", 0, "micro-VM: virtual CPUs (default 1)")
 	f.StringArrayVar(&devices, "vm-device", nil, "micro-VM: a PCI device, ID=DRIVER[,host=PCI-ADDRESS] (vfio-pci for a GPU passed through; repeatable)")
 	f.StringVar(&t.Image, "image", "", "container image the actors run: an OCI image layout folder or a docker save / podman save tarball on stasisd's node (args after -- replace its cmd)")
+	f.StringArrayVar(&mounts, "mount", nil, "a host folder bound into each actor, SOURCE:TARGET[:ro|rw] (read-only unless rw; repeatable), within the host path policy (rw needs a folder stasisd allows read-write: --host-path DIR:rw)")
 	f.StringVar(&t.Bundle, "bundle", "", "OCI bundle folder the actors run")
 	f.StringVar(&t.Rootfs, "rootfs", "", "root filesystem folder; the process is given after --")
 	f.StringSliceVar(&t.Env, "env", nil, "environment variables (KEY=VALUE, repeatable)")
@@ -221,6 +232,13 @@ func describeTemplate(t api.Template) string {
 	}
 	if t.Idle != nil {
 		serve += fmt.Sprintf("; idle %s: %s", t.Idle.After, t.Idle.Then)
+	}
+	for _, m := range t.Mounts {
+		mode := "ro"
+		if m.ReadWrite {
+			mode = "rw"
+		}
+		serve += fmt.Sprintf("; mounts %s at %s (%s)", m.Source, m.Target, mode)
 	}
 	if t.Restart != "" && t.Restart != api.RestartNever {
 		serve += "; restart " + t.Restart

@@ -114,6 +114,9 @@ func (s *Templates) validate(t *api.Template) error {
 			return fmt.Errorf("%w: template %s: durable folder %q must be a clean absolute path other than /, given once", errdefs.ErrInvalidArgument, t.Name, d)
 		}
 	}
+	if err := s.checkMounts(*t); err != nil {
+		return err
+	}
 	for _, sc := range []*api.Scope{&t.Snapshots.OnPause, &t.Snapshots.OnCommit} {
 		switch *sc {
 		case "":
@@ -290,6 +293,17 @@ func (s *Templates) WriteBundle(t api.Template, a journal.Actor, netns string) (
 		}
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: d, Source: host, Type: "bind", Options: []string{"rbind", "rw"}})
 	}
+	// Checked again: a folder may have become a link elsewhere since.
+	if err := s.checkMounts(t); err != nil {
+		return engine.Actor{}, err
+	}
+	for _, m := range t.Mounts {
+		mode := "ro"
+		if m.ReadWrite {
+			mode = "rw"
+		}
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Source: m.Source, Type: "bind", Options: []string{"rbind", mode}})
+	}
 	// A micro-VM gets its GPU as a device of its own, and its guest agent
 	// runs the GPU steps.
 	if t.GPUs > 0 && t.Runtime != api.RuntimeMicroVM {
@@ -304,6 +318,26 @@ func (s *Templates) WriteBundle(t api.Template, a journal.Actor, netns string) (
 		return engine.Actor{}, err
 	}
 	return s.EngineActor(t, a), nil
+}
+
+// checkMounts refuses a template's mounts that the host path policy does
+// not allow, or whose targets are not clean absolute paths given once
+// (a durable folder's among them).
+func (s *Templates) checkMounts(t api.Template) error {
+	if len(t.Mounts) > 0 && t.Runtime == api.RuntimeMicroVM {
+		return fmt.Errorf("%w: template %s: mounts are host folders bound into a gVisor sandbox; a micro-VM has none", errdefs.ErrInvalidArgument, t.Name)
+	}
+	targets := slices.Clone(t.Durable)
+	for _, m := range t.Mounts {
+		if !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target || m.Target == "/" || slices.Contains(targets, m.Target) {
+			return fmt.Errorf("%w: template %s: mount target %q must be a clean absolute path other than /, given once (durable folders included)", errdefs.ErrInvalidArgument, t.Name, m.Target)
+		}
+		targets = append(targets, m.Target)
+		if err := s.cfg.HostPaths.Allows("mount", m.Source, m.ReadWrite); err != nil {
+			return fmt.Errorf("template %s: %w", t.Name, err)
+		}
+	}
+	return nil
 }
 
 // EngineActor is the engine's view of actor a: its current sandbox, its

@@ -125,7 +125,10 @@ type Template struct {
 	// or a docker save / podman save tarball) the actors run: stasisd
 	// unpacks it into a bundle when the template is made (bundle then names
 	// it); args replace the image's cmd.
-	Image         string `protobuf:"bytes,20,opt,name=image,proto3" json:"image,omitempty"`
+	Image string `protobuf:"bytes,20,opt,name=image,proto3" json:"image,omitempty"`
+	// mounts are host folders bound into each actor's sandbox, within the
+	// host path policy.
+	Mounts        []*Mount `protobuf:"bytes,21,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -300,6 +303,75 @@ func (x *Template) GetImage() string {
 	return ""
 }
 
+func (x *Template) GetMounts() []*Mount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
+// Mount is a host folder (source) bound at target in a sandbox, read-only
+// unless read_write.
+type Mount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	ReadWrite     bool                   `protobuf:"varint,3,opt,name=read_write,json=readWrite,proto3" json:"read_write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Mount) Reset() {
+	*x = Mount{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Mount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Mount) ProtoMessage() {}
+
+func (x *Mount) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Mount.ProtoReflect.Descriptor instead.
+func (*Mount) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Mount) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Mount) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Mount) GetReadWrite() bool {
+	if x != nil {
+		return x.ReadWrite
+	}
+	return false
+}
+
 // Network is the network an actor gets: mode cni, netns (the namespace at
 // netns), host or none; empty: the node's default.
 type Network struct {
@@ -312,7 +384,7 @@ type Network struct {
 
 func (x *Network) Reset() {
 	*x = Network{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +396,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[2]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +409,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{2}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Network) GetMode() string {
@@ -367,7 +439,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +451,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[3]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +464,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{3}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Port) GetHostIp() string {
@@ -428,7 +500,7 @@ type Idle struct {
 
 func (x *Idle) Reset() {
 	*x = Idle{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +512,7 @@ func (x *Idle) String() string {
 func (*Idle) ProtoMessage() {}
 
 func (x *Idle) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[4]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +525,7 @@ func (x *Idle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Idle.ProtoReflect.Descriptor instead.
 func (*Idle) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{4}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Idle) GetAfter() string {
@@ -482,7 +554,7 @@ type ActorNetwork struct {
 
 func (x *ActorNetwork) Reset() {
 	*x = ActorNetwork{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +566,7 @@ func (x *ActorNetwork) String() string {
 func (*ActorNetwork) ProtoMessage() {}
 
 func (x *ActorNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[5]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +579,7 @@ func (x *ActorNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorNetwork.ProtoReflect.Descriptor instead.
 func (*ActorNetwork) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{5}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ActorNetwork) GetMode() string {
@@ -546,7 +618,7 @@ type VM struct {
 
 func (x *VM) Reset() {
 	*x = VM{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +630,7 @@ func (x *VM) String() string {
 func (*VM) ProtoMessage() {}
 
 func (x *VM) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[6]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +643,7 @@ func (x *VM) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VM.ProtoReflect.Descriptor instead.
 func (*VM) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{6}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VM) GetKernel() string {
@@ -622,7 +694,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +706,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[7]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +719,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{7}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Device) GetId() string {
@@ -684,7 +756,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +768,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[8]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +781,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{8}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Probe) GetCommand() []string {
@@ -746,7 +818,7 @@ type SnapshotConfig struct {
 
 func (x *SnapshotConfig) Reset() {
 	*x = SnapshotConfig{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +830,7 @@ func (x *SnapshotConfig) String() string {
 func (*SnapshotConfig) ProtoMessage() {}
 
 func (x *SnapshotConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[9]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +843,7 @@ func (x *SnapshotConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotConfig.ProtoReflect.Descriptor instead.
 func (*SnapshotConfig) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{9}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotConfig) GetOnPause() string {
@@ -823,7 +895,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +907,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[10]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +920,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{10}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Actor) GetId() string {
@@ -968,7 +1040,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1052,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[11]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1065,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{11}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Operation) GetId() string {
@@ -1074,7 +1146,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1158,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[12]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1171,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{12}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Snapshot) GetId() string {
@@ -1184,7 +1256,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1268,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[13]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1281,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{13}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -1292,7 +1364,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1376,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[14]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1389,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{14}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunRequest) GetTemplate() string {
@@ -1380,7 +1452,7 @@ type OpRequest struct {
 
 func (x *OpRequest) Reset() {
 	*x = OpRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1464,7 @@ func (x *OpRequest) String() string {
 func (*OpRequest) ProtoMessage() {}
 
 func (x *OpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[15]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1477,7 @@ func (x *OpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRequest.ProtoReflect.Descriptor instead.
 func (*OpRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{15}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpRequest) GetId() string {
@@ -1434,7 +1506,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1518,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[16]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1531,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{16}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteRequest) GetId() string {
@@ -1495,7 +1567,7 @@ type Deleted struct {
 
 func (x *Deleted) Reset() {
 	*x = Deleted{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1579,7 @@ func (x *Deleted) String() string {
 func (*Deleted) ProtoMessage() {}
 
 func (x *Deleted) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[17]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1592,7 @@ func (x *Deleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deleted.ProtoReflect.Descriptor instead.
 func (*Deleted) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{17}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Deleted) GetId() string {
@@ -1554,7 +1626,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1638,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[18]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1651,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{18}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WarmRequest) GetTemplate() string {
@@ -1605,7 +1677,7 @@ type TemplateName struct {
 
 func (x *TemplateName) Reset() {
 	*x = TemplateName{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1689,7 @@ func (x *TemplateName) String() string {
 func (*TemplateName) ProtoMessage() {}
 
 func (x *TemplateName) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[19]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1702,7 @@ func (x *TemplateName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateName.ProtoReflect.Descriptor instead.
 func (*TemplateName) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{19}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TemplateName) GetName() string {
@@ -1649,7 +1721,7 @@ type Templates struct {
 
 func (x *Templates) Reset() {
 	*x = Templates{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1733,7 @@ func (x *Templates) String() string {
 func (*Templates) ProtoMessage() {}
 
 func (x *Templates) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[20]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1746,7 @@ func (x *Templates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Templates.ProtoReflect.Descriptor instead.
 func (*Templates) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{20}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Templates) GetTemplates() []*Template {
@@ -1693,7 +1765,7 @@ type ActorID struct {
 
 func (x *ActorID) Reset() {
 	*x = ActorID{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1777,7 @@ func (x *ActorID) String() string {
 func (*ActorID) ProtoMessage() {}
 
 func (x *ActorID) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[21]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1790,7 @@ func (x *ActorID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorID.ProtoReflect.Descriptor instead.
 func (*ActorID) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{21}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ActorID) GetId() string {
@@ -1737,7 +1809,7 @@ type Actors struct {
 
 func (x *Actors) Reset() {
 	*x = Actors{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1821,7 @@ func (x *Actors) String() string {
 func (*Actors) ProtoMessage() {}
 
 func (x *Actors) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[22]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1834,7 @@ func (x *Actors) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actors.ProtoReflect.Descriptor instead.
 func (*Actors) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{22}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Actors) GetActors() []*Actor {
@@ -1786,7 +1858,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1870,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[23]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1883,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{23}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecRequest) GetId() string {
@@ -1846,7 +1918,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1930,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[24]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1943,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{24}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecResult) GetExitCode() int32 {
@@ -1908,7 +1980,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +1992,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2005,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{25}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -1963,7 +2035,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2047,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2060,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -2028,7 +2100,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2112,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2125,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogsRequest) GetId() string {
@@ -2094,7 +2166,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2178,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2191,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -2141,7 +2213,7 @@ type Events struct {
 
 func (x *Events) Reset() {
 	*x = Events{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2225,7 @@ func (x *Events) String() string {
 func (*Events) ProtoMessage() {}
 
 func (x *Events) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2238,7 @@ func (x *Events) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Events.ProtoReflect.Descriptor instead.
 func (*Events) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Events) GetEvents() []*Event {
@@ -2193,7 +2265,7 @@ type SnapshotsRequest struct {
 
 func (x *SnapshotsRequest) Reset() {
 	*x = SnapshotsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2277,7 @@ func (x *SnapshotsRequest) String() string {
 func (*SnapshotsRequest) ProtoMessage() {}
 
 func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2290,7 @@ func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotsRequest) GetActor() string {
@@ -2237,7 +2309,7 @@ type Snapshots struct {
 
 func (x *Snapshots) Reset() {
 	*x = Snapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2321,7 @@ func (x *Snapshots) String() string {
 func (*Snapshots) ProtoMessage() {}
 
 func (x *Snapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2334,7 @@ func (x *Snapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshots.ProtoReflect.Descriptor instead.
 func (*Snapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Snapshots) GetSnapshots() []*Snapshot {
@@ -2281,7 +2353,7 @@ type SnapshotID struct {
 
 func (x *SnapshotID) Reset() {
 	*x = SnapshotID{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2365,7 @@ func (x *SnapshotID) String() string {
 func (*SnapshotID) ProtoMessage() {}
 
 func (x *SnapshotID) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2378,7 @@ func (x *SnapshotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotID.ProtoReflect.Descriptor instead.
 func (*SnapshotID) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotID) GetId() string {
@@ -2340,7 +2412,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2424,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2437,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LeaseRequest) GetHolder() string {
@@ -2418,7 +2490,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2502,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2515,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{34}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Lease) GetHolder() string {
@@ -2505,7 +2577,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2589,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2602,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{35}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Command) GetArgs() []string {
@@ -2562,7 +2634,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2646,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2659,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{36}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StoreStatus) GetLocation() string {
@@ -2670,7 +2742,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +2754,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +2767,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{37}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeStatus) GetStore() *StoreStatus {
@@ -2722,7 +2794,7 @@ type StageRequest struct {
 
 func (x *StageRequest) Reset() {
 	*x = StageRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2806,7 @@ func (x *StageRequest) String() string {
 func (*StageRequest) ProtoMessage() {}
 
 func (x *StageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2819,7 @@ func (x *StageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
 func (*StageRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{38}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StageRequest) GetName() string {
@@ -2775,7 +2847,7 @@ type StagedSnapshot struct {
 
 func (x *StagedSnapshot) Reset() {
 	*x = StagedSnapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2859,7 @@ func (x *StagedSnapshot) String() string {
 func (*StagedSnapshot) ProtoMessage() {}
 
 func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2872,7 @@ func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshot.ProtoReflect.Descriptor instead.
 func (*StagedSnapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{39}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StagedSnapshot) GetName() string {
@@ -2854,7 +2926,7 @@ type StagedSnapshots struct {
 
 func (x *StagedSnapshots) Reset() {
 	*x = StagedSnapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +2938,7 @@ func (x *StagedSnapshots) String() string {
 func (*StagedSnapshots) ProtoMessage() {}
 
 func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +2951,7 @@ func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshots.ProtoReflect.Descriptor instead.
 func (*StagedSnapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{40}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StagedSnapshots) GetStaged() []*StagedSnapshot {
@@ -2894,7 +2966,7 @@ var File_stasis_v1_stasis_proto protoreflect.FileDescriptor
 const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"\x16stasis/v1/stasis.proto\x12\tstasis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\a\n" +
-	"\x05Empty\"\xff\x04\n" +
+	"\x05Empty\"\xa9\x05\n" +
 	"\bTemplate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06bundle\x18\x02 \x01(\tR\x06bundle\x12\x16\n" +
@@ -2917,7 +2989,13 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x04idle\x18\x11 \x01(\v2\x0f.stasis.v1.IdleR\x04idle\x12!\n" +
 	"\fwake_timeout\x18\x12 \x01(\tR\vwakeTimeout\x12\x18\n" +
 	"\arestart\x18\x13 \x01(\tR\arestart\x12\x14\n" +
-	"\x05image\x18\x14 \x01(\tR\x05image\"3\n" +
+	"\x05image\x18\x14 \x01(\tR\x05image\x12(\n" +
+	"\x06mounts\x18\x15 \x03(\v2\x10.stasis.v1.MountR\x06mounts\"V\n" +
+	"\x05Mount\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1d\n" +
+	"\n" +
+	"read_write\x18\x03 \x01(\bR\treadWrite\"3\n" +
 	"\aNetwork\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
 	"\x05netns\x18\x02 \x01(\tR\x05netns\"c\n" +
@@ -3165,143 +3243,145 @@ func file_stasis_v1_stasis_proto_rawDescGZIP() []byte {
 	return file_stasis_v1_stasis_proto_rawDescData
 }
 
-var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Empty)(nil),                 // 0: stasis.v1.Empty
 	(*Template)(nil),              // 1: stasis.v1.Template
-	(*Network)(nil),               // 2: stasis.v1.Network
-	(*Port)(nil),                  // 3: stasis.v1.Port
-	(*Idle)(nil),                  // 4: stasis.v1.Idle
-	(*ActorNetwork)(nil),          // 5: stasis.v1.ActorNetwork
-	(*VM)(nil),                    // 6: stasis.v1.VM
-	(*Device)(nil),                // 7: stasis.v1.Device
-	(*Probe)(nil),                 // 8: stasis.v1.Probe
-	(*SnapshotConfig)(nil),        // 9: stasis.v1.SnapshotConfig
-	(*Actor)(nil),                 // 10: stasis.v1.Actor
-	(*Operation)(nil),             // 11: stasis.v1.Operation
-	(*Snapshot)(nil),              // 12: stasis.v1.Snapshot
-	(*Event)(nil),                 // 13: stasis.v1.Event
-	(*RunRequest)(nil),            // 14: stasis.v1.RunRequest
-	(*OpRequest)(nil),             // 15: stasis.v1.OpRequest
-	(*DeleteRequest)(nil),         // 16: stasis.v1.DeleteRequest
-	(*Deleted)(nil),               // 17: stasis.v1.Deleted
-	(*WarmRequest)(nil),           // 18: stasis.v1.WarmRequest
-	(*TemplateName)(nil),          // 19: stasis.v1.TemplateName
-	(*Templates)(nil),             // 20: stasis.v1.Templates
-	(*ActorID)(nil),               // 21: stasis.v1.ActorID
-	(*Actors)(nil),                // 22: stasis.v1.Actors
-	(*ExecRequest)(nil),           // 23: stasis.v1.ExecRequest
-	(*ExecResult)(nil),            // 24: stasis.v1.ExecResult
-	(*EventsRequest)(nil),         // 25: stasis.v1.EventsRequest
-	(*ExecOutput)(nil),            // 26: stasis.v1.ExecOutput
-	(*LogsRequest)(nil),           // 27: stasis.v1.LogsRequest
-	(*LogChunk)(nil),              // 28: stasis.v1.LogChunk
-	(*Events)(nil),                // 29: stasis.v1.Events
-	(*SnapshotsRequest)(nil),      // 30: stasis.v1.SnapshotsRequest
-	(*Snapshots)(nil),             // 31: stasis.v1.Snapshots
-	(*SnapshotID)(nil),            // 32: stasis.v1.SnapshotID
-	(*LeaseRequest)(nil),          // 33: stasis.v1.LeaseRequest
-	(*Lease)(nil),                 // 34: stasis.v1.Lease
-	(*Command)(nil),               // 35: stasis.v1.Command
-	(*StoreStatus)(nil),           // 36: stasis.v1.StoreStatus
-	(*NodeStatus)(nil),            // 37: stasis.v1.NodeStatus
-	(*StageRequest)(nil),          // 38: stasis.v1.StageRequest
-	(*StagedSnapshot)(nil),        // 39: stasis.v1.StagedSnapshot
-	(*StagedSnapshots)(nil),       // 40: stasis.v1.StagedSnapshots
-	nil,                           // 41: stasis.v1.Device.PropsEntry
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 43: google.protobuf.Struct
+	(*Mount)(nil),                 // 2: stasis.v1.Mount
+	(*Network)(nil),               // 3: stasis.v1.Network
+	(*Port)(nil),                  // 4: stasis.v1.Port
+	(*Idle)(nil),                  // 5: stasis.v1.Idle
+	(*ActorNetwork)(nil),          // 6: stasis.v1.ActorNetwork
+	(*VM)(nil),                    // 7: stasis.v1.VM
+	(*Device)(nil),                // 8: stasis.v1.Device
+	(*Probe)(nil),                 // 9: stasis.v1.Probe
+	(*SnapshotConfig)(nil),        // 10: stasis.v1.SnapshotConfig
+	(*Actor)(nil),                 // 11: stasis.v1.Actor
+	(*Operation)(nil),             // 12: stasis.v1.Operation
+	(*Snapshot)(nil),              // 13: stasis.v1.Snapshot
+	(*Event)(nil),                 // 14: stasis.v1.Event
+	(*RunRequest)(nil),            // 15: stasis.v1.RunRequest
+	(*OpRequest)(nil),             // 16: stasis.v1.OpRequest
+	(*DeleteRequest)(nil),         // 17: stasis.v1.DeleteRequest
+	(*Deleted)(nil),               // 18: stasis.v1.Deleted
+	(*WarmRequest)(nil),           // 19: stasis.v1.WarmRequest
+	(*TemplateName)(nil),          // 20: stasis.v1.TemplateName
+	(*Templates)(nil),             // 21: stasis.v1.Templates
+	(*ActorID)(nil),               // 22: stasis.v1.ActorID
+	(*Actors)(nil),                // 23: stasis.v1.Actors
+	(*ExecRequest)(nil),           // 24: stasis.v1.ExecRequest
+	(*ExecResult)(nil),            // 25: stasis.v1.ExecResult
+	(*EventsRequest)(nil),         // 26: stasis.v1.EventsRequest
+	(*ExecOutput)(nil),            // 27: stasis.v1.ExecOutput
+	(*LogsRequest)(nil),           // 28: stasis.v1.LogsRequest
+	(*LogChunk)(nil),              // 29: stasis.v1.LogChunk
+	(*Events)(nil),                // 30: stasis.v1.Events
+	(*SnapshotsRequest)(nil),      // 31: stasis.v1.SnapshotsRequest
+	(*Snapshots)(nil),             // 32: stasis.v1.Snapshots
+	(*SnapshotID)(nil),            // 33: stasis.v1.SnapshotID
+	(*LeaseRequest)(nil),          // 34: stasis.v1.LeaseRequest
+	(*Lease)(nil),                 // 35: stasis.v1.Lease
+	(*Command)(nil),               // 36: stasis.v1.Command
+	(*StoreStatus)(nil),           // 37: stasis.v1.StoreStatus
+	(*NodeStatus)(nil),            // 38: stasis.v1.NodeStatus
+	(*StageRequest)(nil),          // 39: stasis.v1.StageRequest
+	(*StagedSnapshot)(nil),        // 40: stasis.v1.StagedSnapshot
+	(*StagedSnapshots)(nil),       // 41: stasis.v1.StagedSnapshots
+	nil,                           // 42: stasis.v1.Device.PropsEntry
+	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 44: google.protobuf.Struct
 }
 var file_stasis_v1_stasis_proto_depIdxs = []int32{
-	8,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
-	9,  // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
-	42, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 3: stasis.v1.Template.vm:type_name -> stasis.v1.VM
-	2,  // 4: stasis.v1.Template.network:type_name -> stasis.v1.Network
-	3,  // 5: stasis.v1.Template.ports:type_name -> stasis.v1.Port
-	4,  // 6: stasis.v1.Template.idle:type_name -> stasis.v1.Idle
-	3,  // 7: stasis.v1.ActorNetwork.ports:type_name -> stasis.v1.Port
-	7,  // 8: stasis.v1.VM.devices:type_name -> stasis.v1.Device
-	41, // 9: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
-	12, // 10: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
-	11, // 11: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
-	42, // 12: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
-	42, // 13: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
-	5,  // 14: stasis.v1.Actor.network:type_name -> stasis.v1.ActorNetwork
-	42, // 15: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
-	42, // 16: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	42, // 17: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	42, // 18: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	42, // 19: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
-	2,  // 20: stasis.v1.RunRequest.network:type_name -> stasis.v1.Network
-	3,  // 21: stasis.v1.RunRequest.ports:type_name -> stasis.v1.Port
-	1,  // 22: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
-	10, // 23: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
-	42, // 24: stasis.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	13, // 25: stasis.v1.Events.events:type_name -> stasis.v1.Event
-	12, // 26: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
-	42, // 27: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
-	35, // 28: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
-	42, // 29: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
-	36, // 30: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
-	34, // 31: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
-	42, // 32: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
-	39, // 33: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
-	1,  // 34: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
-	19, // 35: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
-	18, // 36: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
-	0,  // 37: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
-	14, // 38: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
-	0,  // 39: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
-	21, // 40: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
-	15, // 41: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
-	15, // 42: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
-	15, // 43: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
-	16, // 44: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
-	23, // 45: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
-	23, // 46: stasis.v1.Stasis.ExecStream:input_type -> stasis.v1.ExecRequest
-	25, // 47: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
-	25, // 48: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
-	27, // 49: stasis.v1.Stasis.Logs:input_type -> stasis.v1.LogsRequest
-	30, // 50: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
-	32, // 51: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
-	38, // 52: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
-	0,  // 53: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
-	0,  // 54: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
-	0,  // 55: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
-	33, // 56: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
-	0,  // 57: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
-	0,  // 58: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
-	1,  // 59: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
-	0,  // 60: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
-	1,  // 61: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
-	20, // 62: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
-	10, // 63: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
-	22, // 64: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
-	10, // 65: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
-	10, // 66: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
-	10, // 67: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
-	10, // 68: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
-	17, // 69: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
-	24, // 70: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
-	26, // 71: stasis.v1.Stasis.ExecStream:output_type -> stasis.v1.ExecOutput
-	29, // 72: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
-	13, // 73: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
-	28, // 74: stasis.v1.Stasis.Logs:output_type -> stasis.v1.LogChunk
-	31, // 75: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
-	12, // 76: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
-	39, // 77: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
-	40, // 78: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
-	43, // 79: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
-	37, // 80: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
-	34, // 81: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
-	34, // 82: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
-	34, // 83: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
-	59, // [59:84] is the sub-list for method output_type
-	34, // [34:59] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	9,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
+	10, // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
+	43, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	7,  // 3: stasis.v1.Template.vm:type_name -> stasis.v1.VM
+	3,  // 4: stasis.v1.Template.network:type_name -> stasis.v1.Network
+	4,  // 5: stasis.v1.Template.ports:type_name -> stasis.v1.Port
+	5,  // 6: stasis.v1.Template.idle:type_name -> stasis.v1.Idle
+	2,  // 7: stasis.v1.Template.mounts:type_name -> stasis.v1.Mount
+	4,  // 8: stasis.v1.ActorNetwork.ports:type_name -> stasis.v1.Port
+	8,  // 9: stasis.v1.VM.devices:type_name -> stasis.v1.Device
+	42, // 10: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
+	13, // 11: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
+	12, // 12: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
+	43, // 13: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
+	43, // 14: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 15: stasis.v1.Actor.network:type_name -> stasis.v1.ActorNetwork
+	43, // 16: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
+	43, // 17: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	43, // 18: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	43, // 19: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	43, // 20: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
+	3,  // 21: stasis.v1.RunRequest.network:type_name -> stasis.v1.Network
+	4,  // 22: stasis.v1.RunRequest.ports:type_name -> stasis.v1.Port
+	1,  // 23: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
+	11, // 24: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
+	43, // 25: stasis.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	14, // 26: stasis.v1.Events.events:type_name -> stasis.v1.Event
+	13, // 27: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
+	43, // 28: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
+	36, // 29: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
+	43, // 30: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
+	37, // 31: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
+	35, // 32: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
+	43, // 33: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
+	40, // 34: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
+	1,  // 35: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
+	20, // 36: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
+	19, // 37: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
+	0,  // 38: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
+	15, // 39: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
+	0,  // 40: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
+	22, // 41: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
+	16, // 42: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
+	16, // 43: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
+	16, // 44: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
+	17, // 45: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
+	24, // 46: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
+	24, // 47: stasis.v1.Stasis.ExecStream:input_type -> stasis.v1.ExecRequest
+	26, // 48: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
+	26, // 49: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
+	28, // 50: stasis.v1.Stasis.Logs:input_type -> stasis.v1.LogsRequest
+	31, // 51: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
+	33, // 52: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
+	39, // 53: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
+	0,  // 54: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
+	0,  // 55: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
+	0,  // 56: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
+	34, // 57: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
+	0,  // 58: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
+	0,  // 59: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
+	1,  // 60: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
+	0,  // 61: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
+	1,  // 62: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
+	21, // 63: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
+	11, // 64: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
+	23, // 65: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
+	11, // 66: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
+	11, // 67: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
+	11, // 68: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
+	11, // 69: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
+	18, // 70: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
+	25, // 71: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
+	27, // 72: stasis.v1.Stasis.ExecStream:output_type -> stasis.v1.ExecOutput
+	30, // 73: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
+	14, // 74: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
+	29, // 75: stasis.v1.Stasis.Logs:output_type -> stasis.v1.LogChunk
+	32, // 76: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
+	13, // 77: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
+	40, // 78: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
+	41, // 79: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
+	44, // 80: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
+	38, // 81: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
+	35, // 82: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
+	35, // 83: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
+	35, // 84: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
+	60, // [60:85] is the sub-list for method output_type
+	35, // [35:60] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_stasis_v1_stasis_proto_init() }
@@ -3309,15 +3389,15 @@ func file_stasis_v1_stasis_proto_init() {
 	if File_stasis_v1_stasis_proto != nil {
 		return
 	}
-	file_stasis_v1_stasis_proto_msgTypes[26].OneofWrappers = []any{}
 	file_stasis_v1_stasis_proto_msgTypes[27].OneofWrappers = []any{}
+	file_stasis_v1_stasis_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stasis_v1_stasis_proto_rawDesc), len(file_stasis_v1_stasis_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
