@@ -317,7 +317,7 @@ func residentBytes(t *testing.T, pid int) int64 {
 // TestHostPathsAreGuarded: a template with the host's / as its rootfs, or
 // a bundle with a read-write bind mount of a host folder, is refused with
 // permission_denied; the same with --allow-host-root / --host-path DIR:rw
-// is taken.
+// is taken, and the host-root actor boots, pauses and resumes.
 func TestHostPathsAreGuarded(t *testing.T) {
 	d := newDaemon(t)
 	d.start("")
@@ -337,8 +337,19 @@ func TestHostPathsAreGuarded(t *testing.T) {
 	if _, err := d.api.CreateTemplate(ctx, api.Template{Name: "rw", Bundle: bind}); err != nil {
 		t.Fatalf("the read-write bind, allowed: %v", err)
 	}
-	if _, err := d.api.CreateTemplate(ctx, api.Template{Name: "root", Rootfs: "/", Args: []string{"/bin/true"}}); err != nil {
+	if _, err := d.api.CreateTemplate(ctx, api.Template{Name: "root", Rootfs: "/", Args: []string{"/bin/sleep", "infinity"}}); err != nil {
 		t.Fatalf("the host's root, allowed: %v", err)
+	}
+	// It boots (its overlay in the sandbox's memory), runs the host's
+	// programs, and pauses and resumes.
+	d.run("root", "r1")
+	res, err := d.api.Exec(ctx, api.ExecRequest{ID: "r1", Args: []string{"/bin/echo", "from the host's root"}})
+	if err != nil || res.Stdout != "from the host's root\n" {
+		t.Fatalf("exec on the host's root: %+v %v", res, err)
+	}
+	d.op("Pause", "r1")
+	if a := d.op("Resume", "r1"); a.State != api.Running {
+		t.Fatalf("resume of the host-root actor: %+v", a)
 	}
 }
 

@@ -276,6 +276,20 @@ func (s *Templates) WriteBundle(t api.Template, a journal.Actor, netns string) (
 	if spec.Process != nil {
 		spec.Process.Env = append(spec.Process.Env, t.Env...)
 	}
+	if spec.Root != nil && t.Runtime != api.RuntimeMicroVM {
+		if real, err := filepath.EvalSymlinks(spec.Root.Path); err == nil && real == "/" {
+			// The host's root (--allow-host-root): runsc's default rootfs
+			// overlay keeps its file store in the rootfs folder itself,
+			// which it cannot do in /; the overlay is kept in the
+			// sandbox's memory instead (and so in its snapshots).
+			if spec.Annotations == nil {
+				spec.Annotations = map[string]string{}
+			}
+			spec.Annotations["dev.gvisor.spec.rootfs.source"] = "/"
+			spec.Annotations["dev.gvisor.spec.rootfs.type"] = "bind"
+			spec.Annotations["dev.gvisor.spec.rootfs.overlay"] = "memory"
+		}
+	}
 	if spec.Linux == nil {
 		spec.Linux = &specs.Linux{}
 	}
