@@ -39,7 +39,7 @@ func newActorPS(g *globals) *cobra.Command {
 			}
 			now := time.Now()
 			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "ACTOR\tSTATE\tTEMPLATE\tCREATED\tSTATUS\tADDRESS\tPORTS\tSNAPSHOT\tREASON")
+			fmt.Fprintln(w, "ACTOR\tSTATE\tTEMPLATE\tRUNTIME\tCREATED\tSTATUS\tADDRESS\tPORTS\tSNAPSHOT\tREASON")
 			for _, a := range actors {
 				snap := "-"
 				if a.Snapshot != nil {
@@ -49,7 +49,7 @@ func newActorPS(g *globals) *cobra.Command {
 				if n := a.Network; n != nil {
 					addr, ports = cmp.Or(n.Address, "-"), cmp.Or(portList(n.Ports), "-")
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s ago\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Template, humanDuration(now.Sub(a.CreatedAt)), status(a, now), addr, ports, snap, a.Reason)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Template, cmp.Or(a.Runtime, api.RuntimeGVisor), humanDuration(now.Sub(a.CreatedAt)), status(a, now), addr, ports, snap, a.Reason)
 			}
 			w.Flush()
 			return g.print(actors, b.String())
