@@ -197,6 +197,14 @@ func TestExecWithStdin(t *testing.T) {
 	}
 }
 
+// runsc runs runsc on the daemon's sandboxes.
+func (d *daemon) runsc(args ...string) {
+	d.t.Helper()
+	if out, err := exec.Command(d.rt.Path(), append(d.rt.GlobalFlags(), args...)...).CombinedOutput(); err != nil {
+		d.t.Fatalf("runsc %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
 // waitedOn returns once stasisd waits on actor id's process (runsc wait,
 // a process of its own).
 func (d *daemon) waitedOn(id string) {
@@ -227,13 +235,7 @@ func TestExitsAreSeen(t *testing.T) {
 	// Waited on as the resume ended (the wait is runsc's own process).
 	d.waitedOn("a1")
 	// Detached: an exec whose sandbox ends under it waits minutes.
-	runsc := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(d.rt.Path(), append(d.rt.GlobalFlags(), args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("runsc %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	runsc("exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")
+	d.runsc("exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")
 	a := d.awaitState("a1", api.Exited)
 	if a.ExitCode != 3 || a.ExitedAt.IsZero() || !strings.Contains(a.Reason, "exited with code 3") {
 		t.Fatalf("exited: code %d at %v, reason %q", a.ExitCode, a.ExitedAt, a.Reason)
@@ -259,7 +261,7 @@ func TestExitsAreSeen(t *testing.T) {
 
 	d.run("counter", "a2")
 	d.waitedOn("a2")
-	runsc("kill", api.SandboxID("a2"), "KILL")
+	d.runsc("kill", api.SandboxID("a2"), "KILL")
 	// runsc's wait answers with the signal when its answer comes before
 	// the sandbox dies; when the sandbox dies first (always on the May
 	// build, at times on September's) the wait fails and the end is
@@ -287,14 +289,8 @@ func TestRestartPolicy(t *testing.T) {
 	d.run("again", "a1")
 	first := d.counter("a1", "incr")
 	d.waitedOn("a1")
-	runsc := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(d.rt.Path(), append(d.rt.GlobalFlags(), args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("runsc %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
 	// Detached: an exec whose sandbox ends under it waits minutes.
-	runsc("exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")
+	d.runsc("exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")
 	// restarted waits for actor id to run again, restarted by policy
 	// after an end its reason names by one of causes.
 	restarted := func(id, policy string, causes ...string) string {
@@ -325,7 +321,7 @@ func TestRestartPolicy(t *testing.T) {
 		t.Fatalf("history:\n%s", out)
 	}
 	d.waitedOn("a1")
-	runsc("kill", api.SandboxID("a1"), "KILL")
+	d.runsc("kill", api.SandboxID("a1"), "KILL")
 	// How the kill ended it may be unknown (runsc's wait lost to the
 	// sandbox's end): a failure too.
 	third := restarted("a1", api.RestartOnFailure, "killed by signal 9", "how is unknown")
@@ -336,7 +332,7 @@ func TestRestartPolicy(t *testing.T) {
 	d.template("always", func(tpl *api.Template) { tpl.Restart = api.RestartAlways })
 	d.run("always", "a2")
 	d.waitedOn("a2")
-	runsc("exec", "--detach", api.SandboxID("a2"), "/counter", "exit", "0")
+	d.runsc("exec", "--detach", api.SandboxID("a2"), "/counter", "exit", "0")
 	restarted("a2", api.RestartAlways, "exited with code 0")
 
 	if _, err := d.api.CreateTemplate(context.Background(), api.Template{Name: "bad", Bundle: d.template("x", nil).Bundle, Restart: "sometimes"}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "on-failure") {

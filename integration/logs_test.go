@@ -107,9 +107,7 @@ func TestLogs(t *testing.T) {
 		break
 	}
 	// Detached: an exec whose sandbox ends under it waits minutes.
-	if out, err := exec.Command(d.rt.Path(), append(d.rt.GlobalFlags(), "exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")...).CombinedOutput(); err != nil {
-		t.Fatalf("exit: %v\n%s", err, out)
-	}
+	d.runsc("exec", "--detach", api.SandboxID("a1"), "/counter", "exit", "3")
 	d.awaitState("a1", api.Exited)
 	select {
 	case err := <-ended:

@@ -134,16 +134,7 @@ func (s *Actors) restart(ctx context.Context, id, policy string) error {
 			if err := eng.Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
 				return fail(err)
 			}
-			att, err := s.setupNetwork(ctx, o)
-			if err != nil {
-				return fail(err)
-			}
-			var ea engine.Actor
-			err = o.Step(op.StepBundle, func() (string, error) {
-				var err error
-				ea, err = s.templates.WriteBundle(t, o.Actor, att.Netns)
-				return ea.Bundle, err
-			})
+			ea, err := s.prepareSandbox(ctx, o, t)
 			if err != nil {
 				return fail(err)
 			}

@@ -73,16 +73,7 @@ func (s *Actors) run(ctx context.Context, req api.RunRequest, publish bool) (api
 		Prepare: func(journal.Actor) (op.Args, error) { return op.Args{Snapshot: t.Golden}, nil },
 		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			began = true
-			att, err := s.setupNetwork(ctx, o)
-			if err != nil {
-				return didNotStart(err), err
-			}
-			var ea engine.Actor
-			err = o.Step(op.StepBundle, func() (string, error) {
-				var err error
-				ea, err = s.templates.WriteBundle(t, o.Actor, att.Netns)
-				return ea.Bundle, err
-			})
+			ea, err := s.prepareSandbox(ctx, o, t)
 			if err != nil {
 				return didNotStart(err), err
 			}
@@ -112,6 +103,22 @@ func (s *Actors) run(ctx context.Context, req api.RunRequest, publish bool) (api
 		s.ports.Unpublish(req.ID, published)
 	}
 	return op.ActorOf(a), err
+}
+
+// prepareSandbox sets the actor's network up and writes its bundle from
+// t, for a sandbox booted or restored anew.
+func (s *Actors) prepareSandbox(ctx context.Context, o *op.Operation, t api.Template) (engine.Actor, error) {
+	att, err := s.setupNetwork(ctx, o)
+	if err != nil {
+		return engine.Actor{}, err
+	}
+	var ea engine.Actor
+	err = o.Step(op.StepBundle, func() (string, error) {
+		var err error
+		ea, err = s.templates.WriteBundle(t, o.Actor, att.Netns)
+		return ea.Bundle, err
+	})
+	return ea, err
 }
 
 func didNotStart(err error) op.Outcome {
