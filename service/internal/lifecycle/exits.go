@@ -45,8 +45,9 @@ func newExitWatch() *exitWatch {
 // actor whose runtime can say when it ends (runsc wait): when one ends on
 // its own, not stopped by an operation, the actor becomes EXITED with its
 // exit code and time (CRASHED when a signal ended it), in its history at
-// once; its template's restart policy then boots it again (restart.go). An operation that leaves an actor RUNNING starts its wait as it
-// ends (watchRunning); every interval the journal is read for any other.
+// once; its template's restart policy then boots it again (restart.go).
+// An operation that leaves an actor RUNNING starts its wait as it ends
+// (watchRunning); every interval the journal is read for any other.
 func (s *Actors) KeepWatchingExits(ctx context.Context, interval time.Duration) {
 	s.exits.mu.Lock()
 	s.exits.ctx = ctx

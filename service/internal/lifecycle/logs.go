@@ -75,7 +75,7 @@ func (s *Actors) KeepConsoles(ctx context.Context, interval time.Duration) {
 			return
 		}
 		if err := s.consoles.Look(paths, time.Now()); err != nil {
-			s.cfg.Log.Warn("keeping the actors' consoles", "err", err)
+			s.cfg.Log.Warn("keeping the actors' consoles", "error", err.Error())
 		}
 	})
 }

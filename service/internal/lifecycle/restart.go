@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/stasis-run/stasis/api"
@@ -111,6 +112,9 @@ func (s *Actors) restartEnded(ctx context.Context, ended []journal.Actor, all ma
 	}
 }
 
+// restartFailed begins what a failed restart adds to its actor's reason.
+const restartFailed = "; its restart ("
+
 // restart boots actor id, whose process ended, again from its template
 // (restart policy policy): its durable folders as they are, its network
 // and published ports kept. A restart that fails leaves the actor as its
@@ -120,11 +124,13 @@ func (s *Actors) restart(ctx context.Context, id, policy string) error {
 		Prepare: func(before journal.Actor) (op.Args, error) { return op.Args{Previous: api.State(before.State)}, nil },
 		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			back := op.Outcome{State: o.Args.Previous, Reason: o.Actor.Reason, ExitCode: o.Actor.ExitCode, ExitedAt: o.Actor.ExitedAt}
+			// How its process ended, without an earlier restart's failure.
+			ended, _, _ := strings.Cut(o.Actor.Reason, restartFailed)
 			fail := func(err error) (op.Outcome, error) {
-				back.Reason = fmt.Sprintf("%s; its restart (%s) failed: %v", o.Actor.Reason, policy, err)
+				back.Reason = fmt.Sprintf("%s%s%s) failed: %v", ended, restartFailed, policy, err)
 				return back, err
 			}
-			o.Note(fmt.Sprintf("restarting by its restart policy (%s): %s", policy, o.Actor.Reason))
+			o.Note(fmt.Sprintf("restarting by its restart policy (%s): %s", policy, ended))
 			t, err := s.templates.Get(ctx, o.Actor.Template)
 			if err != nil {
 				return fail(err)
@@ -141,7 +147,7 @@ func (s *Actors) restart(ctx context.Context, id, policy string) error {
 			if err := eng.Boot(ctx, ea, engine.BootOptions{Probe: templates.Probe(t.Probe), Observer: o.Observer()}); err != nil {
 				return fail(err)
 			}
-			return op.Outcome{State: api.Running, Reason: fmt.Sprintf("restarted by its restart policy (%s): %s", policy, o.Actor.Reason)}, nil
+			return op.Outcome{State: api.Running, Reason: fmt.Sprintf("restarted by its restart policy (%s): %s", policy, ended)}, nil
 		}})
 	return err
 }
