@@ -451,3 +451,27 @@ func TestSilentGuestFailsFast(t *testing.T) {
 		t.Fatalf("the silent guest was given up on after %s", took)
 	}
 }
+
+// TestGuestWhoseKernelGivesUpFailsFast: a guest whose kernel finds no init
+// it can run (it panics, saying so on its console) is given up on as the
+// console says it, with its last lines, not at the boot timeout.
+func TestGuestWhoseKernelGivesUpFailsFast(t *testing.T) {
+	f := newFixture(t, microvm.Config{})
+	dir := vmtest.Bundle(t, t.TempDir(), vmtest.Options{Cmdline: "rdinit=/no/such/init init=/no/such/init"})
+	ctx := context.Background()
+	t.Cleanup(func() { _ = f.rt.Delete(context.Background(), "panics") })
+	console := filepath.Join(t.TempDir(), "console.log")
+	if err := f.rt.Create(ctx, "panics", dir, runtime.CreateOptions{ConsoleLog: console}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := f.rt.Start(ctx, "panics")
+	if err == nil || !strings.Contains(err.Error(), "the guest's kernel gave up at boot") || !strings.Contains(err.Error(), "Kernel panic") {
+		printed, _ := os.ReadFile(console)
+		t.Fatalf("start of a guest whose kernel gives up: %v; its console:\n%s", err, printed)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Fatalf("given up on after %s, not as the console said it", took)
+	}
+	t.Logf("given up on after %s: %v", time.Since(start).Round(time.Millisecond), err)
+}

@@ -278,17 +278,9 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, r.cfg.BootTimeout)
 	defer cancel()
-	wctx, silent := context.WithCancelCause(bctx)
-	defer silent(nil)
-	// A guest whose console stays empty never got to run its /init (which
-	// says so on the console at once): give up then rather than at the
-	// boot timeout.
-	watch := time.AfterFunc(r.cfg.silentBoot(), func() {
-		if info, err := os.Stat(st.Console); err == nil && info.Size() == 0 {
-			silent(fmt.Errorf("the guest printed nothing on its console (%s) within %s of boot: its kernel never ran /init; with the %s accelerator this host may not run guests (try Accel tcg)", st.Console, r.cfg.silentBoot(), r.accelerator()))
-		}
-	})
-	defer watch.Stop()
+	wctx, giveUp := context.WithCancelCause(bctx)
+	defer giveUp(nil)
+	go r.watchBoot(wctx, st.Console, giveUp)
 	_, err = q.waitEvent(wctx, func(ev qmpEvent) bool {
 		var d struct {
 			ID   string `json:"id"`
@@ -301,13 +293,80 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("VM %s: %w", id, cause)
 	}
 	if err != nil {
-		return fmt.Errorf("VM %s: the guest agent did not open its port %s within %s of boot (%w): the initramfs's /init must be stasis-agent, and the kernel needs virtio_pci and virtio_console; the console log %s shows how far the guest got",
-			id, agent.PortName, r.cfg.BootTimeout, err, st.Console)
+		tail := consoleTail(st.Console)
+		if f := bootFailure(tail); f != "" {
+			// QEMU exits as the kernel panics, often before a look.
+			return fmt.Errorf("VM %s: %w", id, gaveUp(f, st.Console, tail))
+		}
+		return fmt.Errorf("VM %s: the guest agent did not open its port %s within %s of boot (%w): the initramfs's /init must be stasis-agent, and the kernel needs virtio_pci and virtio_console; the console log %s shows how far the guest got; its last lines:\n%s",
+			id, agent.PortName, r.cfg.BootTimeout, err, st.Console, tail)
 	}
 	if _, err := r.call(ctx, id, agent.Request{Op: agent.OpStart, Process: &st.Spec.Process}); err != nil {
 		return fmt.Errorf("VM %s: start the workload: %w", id, err)
 	}
 	return nil
+}
+
+// bootFailures are what a guest kernel says on its console when it gives
+// up at boot: the agent will never answer.
+var bootFailures = []string{"Kernel panic - not syncing", "No working init found", "Failed to execute ", "Attempted to kill init"}
+
+// watchBoot gives up on a booting guest (giveUp, with why) once its
+// console says its kernel gave up, or when it stays empty for SilentBoot
+// (its kernel never ran /init, which says so on the console at once),
+// rather than at the boot timeout. It returns when ctx ends.
+func (r *Runtime) watchBoot(ctx context.Context, console string, giveUp context.CancelCauseFunc) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	silentUntil := time.Now().Add(r.cfg.silentBoot())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if tail := consoleTail(console); bootFailure(tail) != "" {
+			giveUp(gaveUp(bootFailure(tail), console, tail))
+			return
+		}
+		if info, err := os.Stat(console); err == nil && info.Size() == 0 && time.Now().After(silentUntil) {
+			giveUp(fmt.Errorf("the guest printed nothing on its console (%s) within %s of boot: its kernel never ran /init; with the %s accelerator this host may not run guests (try Accel tcg)", console, r.cfg.silentBoot(), r.accelerator()))
+			return
+		}
+	}
+}
+
+// bootFailure is the first of bootFailures in a console's tail ("": none).
+func bootFailure(tail string) string {
+	for _, f := range bootFailures {
+		if strings.Contains(tail, f) {
+			return f
+		}
+	}
+	return ""
+}
+
+func gaveUp(failure, console, tail string) error {
+	return fmt.Errorf("the guest's kernel gave up at boot (%q on its console %s); its last lines:\n%s", failure, console, tail)
+}
+
+// consoleTail is the last lines of a guest's console (20, within its last 4 KiB).
+func consoleTail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const most = 4 << 10
+	info, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	b := make([]byte, min(info.Size(), most))
+	n, _ := f.ReadAt(b, info.Size()-int64(len(b)))
+	// 20 lines: a panic's message stands above its call trace.
+	lines := strings.Split(strings.TrimRight(string(b[:n]), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
 
 // agentTimeout bounds an agent call that has no deadline of its own.
