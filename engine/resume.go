@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -382,26 +380,11 @@ func consoleTail(path string) string {
 	if path == "" {
 		return ""
 	}
-	f, err := os.Open(path)
+	lines, err := fsutil.LastLines(path, consoleLines, consoleBytes)
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	start := max(info.Size()-consoleBytes, 0)
-	buf := make([]byte, info.Size()-start)
-	if _, err := f.ReadAt(buf, start); err != nil && !errors.Is(err, io.EOF) {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(buf), "\n"), "\n")
-	if start > 0 && len(lines) > 1 {
-		lines = lines[1:] // cut mid-line
-	}
-	lines = lines[max(len(lines)-consoleLines, 0):]
-	if len(lines) == 1 && lines[0] == "" {
+	if len(lines) == 0 {
 		return "; its console (" + path + ") is empty"
 	}
 	return "; the last lines of its console (" + path + "):\n  " + strings.Join(lines, "\n  ")

@@ -504,11 +504,10 @@ func (j *Journal) AddEvent(ctx context.Context, e Event) (int64, error) {
 // events (all when limit is 0), and the sequence number of its newest
 // event (0 when it has none); every actor's when actor is empty.
 func (j *Journal) Events(ctx context.Context, actor string, after int64, limit int) ([]Event, int64, error) {
-	where, args := `actor = ? AND seq > ?`, []any{actor, after}
-	lastOf := `SELECT COALESCE(MAX(seq), 0) FROM events WHERE actor = ?`
+	// One actor's rows by the (actor, seq) index; every actor's by seq.
+	of, ofArgs := `actor = ?`, []any{actor}
 	if actor == "" {
-		where, args = `seq > ?`, []any{after}
-		lastOf = `SELECT COALESCE(MAX(seq), 0) FROM events WHERE ? = ''`
+		of, ofArgs = `1`, nil
 	}
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
@@ -520,12 +519,12 @@ func (j *Journal) Events(ctx context.Context, actor string, after int64, limit i
 		err := row.Scan(&e.Seq, &e.Actor, &e.Operation, &e.Step, &e.Message, &e.Error, &d, &at)
 		e.Duration, e.At = time.Duration(d), parseTime(at)
 		return e, err
-	}, `SELECT seq, actor, operation, step, message, error, duration_ns, at FROM events WHERE `+where+` ORDER BY seq LIMIT ?`, append(args, limit)...)
+	}, `SELECT seq, actor, operation, step, message, error, duration_ns, at FROM events WHERE `+of+` AND seq > ? ORDER BY seq LIMIT ?`, append(ofArgs, after, limit)...)
 	if err != nil {
 		return nil, 0, err
 	}
 	var last int64
-	err = j.db.QueryRowContext(ctx, lastOf, actor).Scan(&last)
+	err = j.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE `+of, ofArgs...).Scan(&last)
 	return events, last, err
 }
 

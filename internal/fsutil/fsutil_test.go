@@ -345,3 +345,28 @@ func TestCopyRange(t *testing.T) {
 		t.Fatalf("a copy past the source's end: %v; want it named", err)
 	}
 }
+
+// TestLastLines: the last lines within the bound, a line the bound cuts
+// left out, none of an empty file.
+func TestLastLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	for _, c := range []struct {
+		content string
+		n       int
+		within  int64
+		want    []string
+	}{
+		{"", 3, 100, nil},
+		{"a\nb\nc\n", 2, 100, []string{"b", "c"}},
+		{"a\nb\nc", 5, 100, []string{"a", "b", "c"}},
+		{"first line\nsecond\nthird\n", 5, 13, []string{"third"}},
+	} {
+		if err := os.WriteFile(path, []byte(c.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := LastLines(path, c.n, c.within)
+		if err != nil || strings.Join(got, "|") != strings.Join(c.want, "|") || (got == nil) != (c.want == nil) {
+			t.Errorf("%q, %d lines within %d: %q %v, want %q", c.content, c.n, c.within, got, err, c.want)
+		}
+	}
+}

@@ -350,23 +350,11 @@ func gaveUp(failure, console, tail string) error {
 	return fmt.Errorf("the guest's kernel gave up at boot (%q on its console %s); its last lines:\n%s", failure, console, tail)
 }
 
-// consoleTail is the last lines of a guest's console (20, within its last 4 KiB).
+// consoleTail is the last lines of a guest's console: 20, as a panic's
+// message stands above its call trace.
 func consoleTail(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const most = 4 << 10
-	info, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	b := make([]byte, min(info.Size(), most))
-	n, _ := f.ReadAt(b, info.Size()-int64(len(b)))
-	// 20 lines: a panic's message stands above its call trace.
-	lines := strings.Split(strings.TrimRight(string(b[:n]), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-20):], "\n")
+	lines, _ := fsutil.LastLines(path, 20, 4<<10)
+	return strings.Join(lines, "\n")
 }
 
 // agentTimeout bounds an agent call that has no deadline of its own.

@@ -79,9 +79,8 @@ func NewKeeper(limits Limits) *Keeper {
 
 // Look marks each console in paths that grew since its last mark and
 // rotates those over the bound, at now; it forgets consoles not in paths
-// (removed: their followers end).
-// A console that does not exist is skipped. It returns the first error
-// after looking at them all.
+// (removed: their followers end). A console that does not exist is
+// skipped. It returns the first error after looking at them all.
 func (k *Keeper) Look(paths []string, now time.Time) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -112,8 +111,14 @@ func (k *Keeper) look(path string, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	last, ok := k.marked[path]
-	if !ok {
+	last, known := k.marked[path]
+	size := st.Size()
+	if known && size == last {
+		// Nothing written since the last look: nothing to mark, and what
+		// was over the bound then was rotated then.
+		return nil
+	}
+	if !known {
 		// stasisd started since: the marks file has the last.
 		marks, err := readMarks(marksOf(path))
 		if err != nil {
@@ -123,7 +128,6 @@ func (k *Keeper) look(path string, now time.Time) error {
 			last = marks[len(marks)-1].Size
 		}
 	}
-	size := st.Size()
 	if size < last {
 		// Cut by someone else: the marks were of another file.
 		if err := os.Truncate(marksOf(path), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -142,6 +146,8 @@ func (k *Keeper) look(path string, now time.Time) error {
 	}
 	if size > k.limits.MaxSize || marksSize > k.limits.MaxSize {
 		if err := k.rotate(path, now); err != nil {
+			// Looked at afresh next time, and rotated then.
+			delete(k.marked, path)
 			return fmt.Errorf("rotate: %w", err)
 		}
 	}

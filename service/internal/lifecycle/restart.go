@@ -67,16 +67,29 @@ func (w *exitWatch) restartDelay(id string, exited time.Time) time.Duration {
 // this look, and the restarts of any other actor are forgotten.
 func (s *Actors) restartEnded(ctx context.Context, ended []journal.Actor, all map[string]bool) {
 	w := s.exits
+	// Read once a look for all the ended actors of a template: an actor
+	// left EXITED is looked at every second.
+	policies := map[string]string{}
+	policyOf := func(template string) string {
+		p, ok := policies[template]
+		if !ok {
+			t, _ := s.templates.Get(ctx, template) // unread: none this look
+			p, policies[template] = t.Restart, t.Restart
+		}
+		return p
+	}
 	for _, a := range ended {
-		t, err := s.templates.Get(ctx, a.Template)
-		if err != nil || !restartWanted(t.Restart, a) {
+		w.mu.Lock()
+		pending := w.restarts.pending[a.ID]
+		w.mu.Unlock()
+		if pending || a.ExitedAt.IsZero() {
+			continue
+		}
+		policy := policyOf(a.Template)
+		if !restartWanted(policy, a) {
 			continue
 		}
 		w.mu.Lock()
-		if w.restarts.pending[a.ID] {
-			w.mu.Unlock()
-			continue
-		}
 		w.restarts.pending[a.ID] = true
 		delay := w.restartDelay(a.ID, a.ExitedAt)
 		w.mu.Unlock()
@@ -94,7 +107,7 @@ func (s *Actors) restartEnded(ctx context.Context, ended []journal.Actor, all ma
 			w.mu.Lock()
 			w.restarts.last[a.ID] = time.Now()
 			w.mu.Unlock()
-			err := s.restart(ctx, a.ID, t.Restart)
+			err := s.restart(ctx, a.ID, policy)
 			var busy *journal.BusyError
 			var state *journal.StateError
 			if err != nil && !errors.As(err, &busy) && !errors.As(err, &state) && !errors.Is(err, journal.ErrNotFound) {

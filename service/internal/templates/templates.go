@@ -141,7 +141,7 @@ func (s *Templates) Create(ctx context.Context, t api.Template) (api.Template, e
 		return t, err
 	}
 	if t.Image != "" {
-		if _, err := s.unpackImage(ctx, &t); err != nil {
+		if err := s.unpackImage(ctx, &t); err != nil {
 			return refused(err)
 		}
 	}
