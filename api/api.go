@@ -23,7 +23,11 @@
 // serves Prometheus metrics and /healthz answers ok (service/server).
 package api
 
-import "github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
+import (
+	"io"
+
+	"github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
+)
 
 // ServiceName prefixes every procedure.
 const ServiceName = stasisv1connect.StasisName
@@ -35,6 +39,19 @@ const MaxRequestBytes = 1 << 20
 
 // MaxEventsPage bounds the events of every actor one Events answer holds.
 const MaxEventsPage = 1000
+
+// ExecStreams are an exec's standard streams, copied as they come, and its
+// terminal's new sizes (ExecAttach). Stdout and Stderr are each written
+// from one goroutine at a time.
+type ExecStreams struct {
+	// Stdin is read for the command's standard input until its end,
+	// which the command reads as end of file; nil: none.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Resize, when set, gives the terminal's new size each time it
+	// changes (TTY only).
+	Resize <-chan WindowSize
+}
 
 // MaxExecStdin bounds an exec's standard input, which travels whole in its
 // request (base64 in JSON, within MaxRequestBytes).

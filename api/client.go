@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,7 +24,10 @@ import (
 // Client calls a stasisd over its unix socket. It is safe for concurrent
 // use.
 type Client struct {
-	rpc    stasisv1connect.StasisClient
+	rpc stasisv1connect.StasisClient
+	// h2 is rpc over HTTP/2 only, for the bidirectional streams, which
+	// HTTP/1.1 cannot carry.
+	h2     stasisv1connect.StasisClient
 	socket string
 }
 
@@ -33,11 +37,17 @@ const DefaultSocket = "/run/stasis/stasisd.sock"
 // Dial makes a client for the stasisd listening on socket. Nothing is
 // connected until the first call.
 func Dial(socket string) *Client {
-	transport := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
-	}}
-	return &Client{rpc: stasisv1connect.NewStasisClient(&http.Client{Transport: transport}, "http://stasisd"), socket: socket}
+	}
+	var h2 http.Protocols
+	h2.SetUnencryptedHTTP2(true)
+	return &Client{
+		rpc:    stasisv1connect.NewStasisClient(&http.Client{Transport: &http.Transport{DialContext: dial}}, "http://stasisd"),
+		h2:     stasisv1connect.NewStasisClient(&http.Client{Transport: &http.Transport{DialContext: dial, Protocols: &h2}}, "http://stasisd"),
+		socket: socket,
+	}
 }
 
 // Error is an error stasisd answered with. errors.Is finds its category
@@ -218,6 +228,98 @@ func (c *Client) ExecStream(ctx context.Context, r ExecRequest, stdout, stderr i
 		return 0, c.explain(err)
 	}
 	return 0, fmt.Errorf("exec in %s: the stream ended without the command's exit code", r.ID)
+}
+
+// ExecAttach runs r's command with its standard input read from streams'
+// Stdin as the command reads it (its end the command's end of file), its
+// output written to Stdout and Stderr as it comes and, with r.TTY, each
+// size from Resize passed on to its terminal; it returns the command's
+// exit code.
+func (c *Client) ExecAttach(ctx context.Context, r ExecRequest, streams ExecStreams) (int, error) {
+	if streams.Stdout == nil {
+		streams.Stdout = io.Discard
+	}
+	if streams.Stderr == nil {
+		streams.Stderr = io.Discard
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream := c.h2.ExecAttach(ctx)
+	defer stream.CloseResponse()
+	if err := stream.Send(&stasisv1.ExecInput{Start: r.Wire()}); err != nil {
+		// A send fails with EOF when the server ended the stream: its
+		// reason is what Receive reads.
+		if _, rerr := stream.Receive(); rerr != nil && !errors.Is(rerr, io.EOF) {
+			err = rerr
+		}
+		return 0, c.explain(err)
+	}
+	// One goroutine sends what the caller gives; the stream's send side
+	// is used by it alone from here on.
+	go func() {
+		defer stream.CloseRequest()
+		input := make(chan []byte)
+		inputErr := make(chan error, 1)
+		if streams.Stdin != nil {
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := streams.Stdin.Read(buf)
+					if n > 0 {
+						select {
+						case input <- bytes.Clone(buf[:n]):
+						case <-ctx.Done():
+							return
+						}
+					}
+					if err != nil {
+						inputErr <- err
+						return
+					}
+				}
+			}()
+		}
+		for {
+			var m *stasisv1.ExecInput
+			select {
+			case b := <-input:
+				m = &stasisv1.ExecInput{Stdin: b}
+			case <-inputErr:
+				// Read errors end the input as its end does: the command
+				// reads end of file.
+				m = &stasisv1.ExecInput{StdinClosed: true}
+			case w, ok := <-streams.Resize:
+				if !ok {
+					streams.Resize = nil
+					continue
+				}
+				m = &stasisv1.ExecInput{Resize: w.Wire()}
+			case <-ctx.Done():
+				return
+			}
+			if stream.Send(m) != nil {
+				return
+			}
+		}
+	}()
+	for {
+		m, err := stream.Receive()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0, fmt.Errorf("exec in %s: the stream ended without the command's exit code", r.ID)
+			}
+			return 0, c.explain(err)
+		}
+		if _, err := streams.Stdout.Write(m.GetStdout()); err != nil {
+			return 0, err
+		}
+		if _, err := streams.Stderr.Write(m.GetStderr()); err != nil {
+			return 0, err
+		}
+		if m.ExitCode != nil {
+			return int(m.GetExitCode()), nil
+		}
+	}
 }
 
 // Watch passes each event of actor id's history after seq after to see,

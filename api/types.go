@@ -480,6 +480,16 @@ type (
 		// Stdin is the command's standard input, whole (at most
 		// MaxExecStdin); empty: none.
 		Stdin []byte `json:"stdin,omitempty"`
+		// TTY runs the command on a pseudo-terminal of Window's size,
+		// its output all on stdout (ExecAttach; gVisor actors only).
+		TTY    bool        `json:"tty,omitempty"`
+		Window *WindowSize `json:"window,omitempty"`
+	}
+
+	// WindowSize is a terminal's size in characters.
+	WindowSize struct {
+		Rows uint16 `json:"rows"`
+		Cols uint16 `json:"cols"`
 	}
 
 	// ExecResult is how the command ended.

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -242,11 +243,27 @@ func WarmRequestFromWire(m *stasisv1.WarmRequest) WarmRequest {
 }
 
 func (r ExecRequest) Wire() *stasisv1.ExecRequest {
-	return &stasisv1.ExecRequest{Id: r.ID, Args: r.Args, Stdin: r.Stdin}
+	return &stasisv1.ExecRequest{Id: r.ID, Args: r.Args, Stdin: r.Stdin, Tty: r.TTY, Window: r.Window.Wire()}
 }
 
 func ExecRequestFromWire(m *stasisv1.ExecRequest) ExecRequest {
-	return ExecRequest{ID: m.GetId(), Args: m.GetArgs(), Stdin: m.GetStdin()}
+	return ExecRequest{ID: m.GetId(), Args: m.GetArgs(), Stdin: m.GetStdin(), TTY: m.GetTty(), Window: WindowSizeFromWire(m.GetWindow())}
+}
+
+func (w *WindowSize) Wire() *stasisv1.WindowSize {
+	if w == nil {
+		return nil
+	}
+	return &stasisv1.WindowSize{Rows: uint32(w.Rows), Cols: uint32(w.Cols)}
+}
+
+// WindowSizeFromWire is nil for nil; sizes past a terminal's 65535 are
+// held at it.
+func WindowSizeFromWire(m *stasisv1.WindowSize) *WindowSize {
+	if m == nil {
+		return nil
+	}
+	return &WindowSize{Rows: uint16(min(m.GetRows(), math.MaxUint16)), Cols: uint16(min(m.GetCols(), math.MaxUint16))}
 }
 
 func (r ExecResult) Wire() *stasisv1.ExecResult {

@@ -172,10 +172,44 @@ func TestSandboxVanishedWhileDown(t *testing.T) {
 	if a.State != api.Crashed || !strings.Contains(a.Reason, "vanished") || a.Snapshot == nil {
 		t.Fatalf("after its sandbox vanished: %+v", a)
 	}
+	if a.ExitCode != api.ExitUnknown || a.ExitedAt.IsZero() {
+		t.Fatalf("an end found at start is an end, how unknown: %+v", a)
+	}
 	d.op("Resume", "a1")
 	// The pause snapshot held the counter at 1.
 	if got := d.counter("a1", "incr"); got != inst+" 2" {
 		t.Fatalf("resumed from the last snapshot, the counter says %q", got)
+	}
+}
+
+// TestProcessEndedWhileDownIsRestarted: the process of an actor whose
+// template says restart always, ended while stasisd was down, is booted
+// again when stasisd starts, as docker restarts such containers at its
+// start; one whose policy is never stays CRASHED.
+func TestProcessEndedWhileDownIsRestarted(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("always", func(tpl *api.Template) { tpl.Restart = api.RestartAlways })
+	d.template("never", nil)
+	d.run("always", "a1")
+	d.run("never", "a2")
+	first, _, _ := strings.Cut(d.counter("a1", "incr"), " ")
+	d.stop()
+	for _, id := range []string{"a1", "a2"} {
+		if err := d.rt.Stop(context.Background(), api.SandboxID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.start("")
+	waitFor(t, "a1 to be restarted", func() bool {
+		a := d.inspect("a1")
+		return a.State == api.Running && a.Operation == nil && strings.Contains(a.Reason, "restarted by its restart policy (always)")
+	})
+	if got := d.counter("a1", "get"); strings.HasPrefix(got, first+" ") || !strings.HasSuffix(got, " 0") {
+		t.Fatalf("restarted at stasisd's start, a1's counter says %q (before: %s 1): want a new process at 0", got, first)
+	}
+	if a := d.inspect("a2"); a.State != api.Crashed || a.ExitCode != api.ExitUnknown {
+		t.Fatalf("a2 (restart never) after its process ended while stasisd was down: %+v", a)
 	}
 }
 

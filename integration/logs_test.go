@@ -153,6 +153,20 @@ func TestCLIConventions(t *testing.T) {
 		out, err := exec.Command(stasisCLI.path(t), append([]string{"--socket", d.socket}, args...)...).CombinedOutput()
 		return string(out), exitCode(err)
 	}
+	a1, err := d.api.InspectActor(context.Background(), "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := d.cli("actor", "ps", "-o", "wide"); !strings.Contains(out, "SANDBOX") || !strings.Contains(out, a1.Sandbox) {
+		t.Fatalf("actor ps -o wide (a1's sandbox %s):\n%s", a1.Sandbox, out)
+	}
+	var listed []api.Actor
+	if err := json.Unmarshal([]byte(d.cli("actor", "ps", "-o", "json")), &listed); err != nil || len(listed) != 2 || listed[0].ID != "a1" {
+		t.Fatalf("actor ps -o json: %v %v", listed, err)
+	}
+	if out, code := stasis("actor", "ps", "-o", "tall"); code != 2 || !strings.Contains(out, "table (the default), wide or json") {
+		t.Fatalf("actor ps -o tall: exit %d\n%s", code, out)
+	}
 	out, code := stasis("actor", "rm", "a1", "nosuch", "a1.b")
 	if code != 3 || !strings.Contains(out, "deleted a1\n") || !strings.Contains(out, "deleted a1.b\n") || !strings.Contains(out, "1 of 3 actors not deleted: nosuch") {
 		t.Fatalf("rm of three, one missing: exit %d\n%s", code, out)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -99,13 +100,15 @@ func (d *daemon) standIns(id string) int {
 	return strings.Count(res.Stdout, "0x1003") - 1
 }
 
-// vmTemplate records a micro-VM counter template through the CLI.
-func (d *daemon) vmTemplate(name string) api.Template {
+// vmTemplate records a micro-VM counter template through the CLI, with
+// extra flags of template create.
+func (d *daemon) vmTemplate(name string, extra ...string) api.Template {
 	d.t.Helper()
 	kernel, initrd := vmtest.Guest(d.t)
 	var t api.Template
-	out := d.cli("template", "create", name, "--json", "--runtime", "microvm", "--kernel", kernel, "--initramfs", initrd, "--memory", "192MiB",
-		"--vm-device", "serial1=virtio-serial-pci", "--probe-cmd", "/counter,await,get", "--", "/counter", "serve")
+	args := []string{"template", "create", name, "--json", "--runtime", "microvm", "--kernel", kernel, "--initramfs", initrd, "--memory", "192MiB",
+		"--vm-device", "serial1=virtio-serial-pci", "--probe-cmd", "/counter,await,get"}
+	out := d.cli(append(append(args, extra...), "--", "/counter", "serve")...)
 	if err := json.Unmarshal([]byte(out), &t); err != nil || t.Runtime != api.RuntimeMicroVM || t.VM == nil || len(t.VM.Devices) != 1 {
 		d.t.Fatalf("template create: %v\n%s", err, out)
 	}
@@ -201,6 +204,37 @@ func TestMicroVMActors(t *testing.T) {
 	g2, _, _ := strings.Cut(d.vmCounter("g2", "get"), " ")
 	if g1 != g2 || d.vmCounter("g1", "get") != g1+" 1" || d.vmCounter("g2", "get") != g2+" 1" {
 		t.Fatalf("two actors from one golden snapshot: the same process (%s, %s), each with its own count", g1, g2)
+	}
+}
+
+// TestMicroVMExits: a micro-VM actor whose workload exits is seen EXITED
+// with its exit code while its guest runs on (the agent is its init), its
+// VM stopped with it, and its template's restart policy boots it again: a
+// new workload, counting from 0.
+func TestMicroVMExits(t *testing.T) {
+	d := vmDaemon(t)
+	d.start("")
+	d.vmTemplate("vm", "--restart", "on-failure")
+	d.cli("actor", "run", "vm", "--id", "v1")
+	first := d.vmCounter("v1", "incr")
+	res, err := d.api.Exec(context.Background(), api.ExecRequest{ID: "v1", Args: []string{"/counter", "exit", "3"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("ask v1's workload to exit 3: %v %+v", err, res)
+	}
+	var a api.Actor
+	waitForLong(t, "v1 to be restarted after its exit", 3*time.Minute, func() bool {
+		a = d.inspect("v1")
+		return a.State == api.Running && a.Operation == nil && strings.Contains(a.Reason, "restarted by its restart policy (on-failure)")
+	})
+	if !strings.Contains(a.Reason, "exited with code 3") {
+		t.Fatalf("restarted, its reason does not say how it ended: %+v", a)
+	}
+	second := d.vmCounter("v1", "get")
+	if strings.Fields(second)[0] == strings.Fields(first)[0] || strings.Fields(second)[1] != "0" {
+		t.Fatalf("after the restart the counter says %q (before: %q): want a new workload at 0", second, first)
+	}
+	if out := d.cli("actor", "events", "v1"); !strings.Contains(out, "exited with code 3") {
+		t.Fatalf("v1's history does not say it exited:\n%s", out)
 	}
 }
 

@@ -280,6 +280,13 @@ func (j *Journal) SetActor(ctx context.Context, id, state, reason string) error 
 	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, idle = 0, exit_code = 0, exited_at = '', updated_at = ? WHERE id = ?`, state, reason, now(), id)
 }
 
+// SetActorEnded records that actor id's process ended at at, found so
+// rather than seen (code api.ExitUnknown when how is not known): state
+// EXITED or CRASHED, as a restart policy reads it.
+func (j *Journal) SetActorEnded(ctx context.Context, id, state, reason string, code int, at time.Time) error {
+	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, idle = 0, exit_code = ?, exited_at = ?, updated_at = ? WHERE id = ?`, state, reason, code, optionalTime(at), now(), id)
+}
+
 // SetActorSandbox records the runtime container id of the actor's next
 // sandboxes.
 func (j *Journal) SetActorSandbox(ctx context.Context, id, sandbox string) error {

@@ -50,12 +50,29 @@ type Process struct {
 	Args []string
 	Env  []string
 	Cwd  string
-	// Stdin is its standard input, whole; nil: none.
-	Stdin []byte
+	// Stdin is read for its standard input as it reads it (a runtime that
+	// cannot stream it reads it whole first); nil: none.
+	Stdin io.Reader
 	// Stdout and Stderr, when set, receive its output as it comes (a
 	// runtime that cannot stream gives it in ExecResult instead); each is
 	// written from one goroutine at a time.
 	Stdout, Stderr io.Writer
+	// Terminal, when set, runs it on a pseudo-terminal: its output all
+	// comes on Stdout. A runtime without terminals refuses it.
+	Terminal *Terminal
+}
+
+// Terminal is the pseudo-terminal a process runs on.
+type Terminal struct {
+	Size WindowSize
+	// Resize, when set, gives the terminal's new size each time it
+	// changes; the process is told as a terminal tells it (SIGWINCH).
+	Resize <-chan WindowSize
+}
+
+// WindowSize is a terminal's size in characters.
+type WindowSize struct {
+	Rows, Cols uint16
 }
 
 // ExecResult is how an exec'd process ended.

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"io"
 	"time"
 
 	"github.com/stasis-run/stasis/api"
@@ -65,13 +64,14 @@ func (s *Service) Delete(ctx context.Context, req api.DeleteRequest) (api.Delete
 
 // Exec runs a command inside a RUNNING actor's sandbox and waits for it.
 func (s *Service) Exec(ctx context.Context, req api.ExecRequest) (api.ExecResult, error) {
-	return s.actors.Exec(ctx, req, nil, nil)
+	return s.actors.Exec(ctx, req, api.ExecStreams{})
 }
 
 // ExecStream is Exec with the command's output written to stdout and
-// stderr as it comes (the result then holds only the exit code).
-func (s *Service) ExecStream(ctx context.Context, req api.ExecRequest, stdout, stderr io.Writer) (api.ExecResult, error) {
-	return s.actors.Exec(ctx, req, stdout, stderr)
+// stderr as it comes, and, when streams' Stdin is set, its input read
+// from it as the command reads it; a terminal when the request asks.
+func (s *Service) ExecStream(ctx context.Context, req api.ExecRequest, streams api.ExecStreams) (api.ExecResult, error) {
+	return s.actors.Exec(ctx, req, streams)
 }
 
 // Actor reads an actor with its latest snapshot and running operation.

@@ -13,16 +13,33 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stasis-run/stasis/api"
+	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/units"
 )
 
 func newActorPS(g *globals) *cobra.Command {
 	var quiet, all bool
+	var output string
 	cmd := &cobra.Command{
 		Use:     "ps",
 		Aliases: []string{"ls", "list"},
 		Short:   "List actors, whatever their state",
-		Args:    cobra.NoArgs,
+		Long: `List actors, whatever their state.
+
+-o wide adds each actor's sandbox, its latest snapshot's store name and size, and the step
+of the operation it is in; -o json is --json.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			wide := false
+			switch output {
+			case "", "table":
+			case "wide":
+				wide = true
+			case "json":
+				g.json = true
+			default:
+				return errdefs.Mark(fmt.Errorf("ps -o %q: the output is table (the default), wide or json", output), errdefs.ErrInvalidArgument)
+			}
 			actors, err := g.client().ListActors(cmd.Context())
 			if err != nil {
 				return err
@@ -39,7 +56,11 @@ func newActorPS(g *globals) *cobra.Command {
 			}
 			now := time.Now()
 			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "ACTOR\tSTATE\tTEMPLATE\tRUNTIME\tCREATED\tSTATUS\tADDRESS\tPORTS\tSNAPSHOT\tREASON")
+			header := "ACTOR\tSTATE\tTEMPLATE\tRUNTIME\tCREATED\tSTATUS\tADDRESS\tPORTS\tSNAPSHOT\tREASON"
+			if wide {
+				header += "\tSANDBOX\tSTORED\tSIZE\tSTEP"
+			}
+			fmt.Fprintln(w, header)
 			for _, a := range actors {
 				snap := "-"
 				if a.Snapshot != nil {
@@ -49,7 +70,22 @@ func newActorPS(g *globals) *cobra.Command {
 				if n := a.Network; n != nil {
 					addr, ports = cmp.Or(n.Address, "-"), cmp.Or(portList(n.Ports), "-")
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Template, cmp.Or(a.Runtime, api.RuntimeGVisor), humanDuration(now.Sub(a.CreatedAt)), status(a, now), addr, ports, snap, a.Reason)
+				reason := a.Reason
+				if wide {
+					reason = cmp.Or(reason, "-") // a column of its own, not the last
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\t%s\t%s\t%s\t%s", a.ID, a.State, a.Template, cmp.Or(a.Runtime, api.RuntimeGVisor), humanDuration(now.Sub(a.CreatedAt)), status(a, now), addr, ports, snap, reason)
+				if wide {
+					stored, size, step := "-", "-", "-"
+					if a.Snapshot != nil {
+						stored, size = cmp.Or(a.Snapshot.Stored, "-"), units.Bytes(a.Snapshot.SizeBytes)
+					}
+					if a.Operation != nil {
+						step = a.Operation.Kind + ": " + cmp.Or(a.Operation.Step, "starting")
+					}
+					fmt.Fprintf(w, "\t%s\t%s\t%s\t%s", cmp.Or(a.Sandbox, "-"), stored, size, step)
+				}
+				fmt.Fprintln(w)
 			}
 			w.Flush()
 			return g.print(actors, b.String())
@@ -59,6 +95,7 @@ func newActorPS(g *globals) *cobra.Command {
 	// docker ps lists running containers unless -a; stasis lists every
 	// actor: -a is taken for the hands that type it.
 	cmd.Flags().BoolVarP(&all, "all", "a", true, "list every actor (always so: taken for docker's habit)")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, wide (more columns) or json")
 	return cmd
 }
 

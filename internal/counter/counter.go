@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,7 +68,7 @@ func Run(args []string, stdout io.Writer) error {
 		return ask("exit "+args[1], stdout)
 	}
 	if len(args) != 1 {
-		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|say TEXT|waitfile PATH|exit CODE|await incr|await get")
+		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|tty|size|say TEXT|waitfile PATH|exit CODE|await incr|await get")
 	}
 	switch args[0] {
 	case "serve":
@@ -76,6 +77,12 @@ func Run(args []string, stdout io.Writer) error {
 		// Standard input to standard output: an exec's stdin, seen.
 		_, err := io.Copy(stdout, os.Stdin)
 		return err
+	case "tty":
+		return talk(stdout)
+	case "size":
+		// Whether its standard output is a terminal, and its size.
+		fmt.Fprintln(stdout, terminalSize())
+		return nil
 	case "incr", "get":
 		return ask(args[0], stdout)
 	}
@@ -196,4 +203,49 @@ func ask(cmd string, stdout io.Writer) error {
 	}
 	_, err = io.WriteString(stdout, reply)
 	return err
+}
+
+// talk says whether its standard output is a terminal and its size, then
+// answers each line of its standard input ("got LINE"; "size": the size
+// again; "quit": ends) and says each resize as it hears of it (SIGWINCH):
+// an exec's input, terminal and resizes, seen as they come.
+func talk(stdout io.Writer) error {
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stdout, format+"\n", args...)
+	}
+	size := terminalSize
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, unix.SIGWINCH)
+	go func() {
+		for range winch {
+			say("resized: %s", size())
+		}
+	}()
+	say("%s", size())
+	lines := bufio.NewScanner(os.Stdin)
+	for lines.Scan() {
+		switch line := strings.TrimSpace(lines.Text()); line {
+		case "quit":
+			say("bye")
+			return nil
+		case "size":
+			say("%s", size())
+		default:
+			say("got %s", line)
+		}
+	}
+	say("end of input")
+	return lines.Err()
+}
+
+// terminalSize says whether standard output is a terminal, and its size.
+func terminalSize() string {
+	ws, err := unix.IoctlGetWinsize(1, unix.TIOCGWINSZ)
+	if err != nil {
+		return "not a terminal"
+	}
+	return fmt.Sprintf("terminal %dx%d", ws.Row, ws.Col)
 }

@@ -78,6 +78,9 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 	if len(p.Args) == 0 {
 		return runtime.ExecResult{}, errors.New("exec: no command given")
 	}
+	if p.Terminal != nil {
+		return r.execOnTerminal(ctx, id, p)
+	}
 	args := []string{"exec"}
 	if p.Cwd != "" {
 		args = append(args, "--cwd", p.Cwd)
@@ -100,22 +103,54 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 		// its tail is kept beside the stream.
 		cmd.Stderr = io.MultiWriter(p.Stderr, &tailBuffer{buf: &stderr, max: 64 << 10})
 	}
-	if p.Stdin != nil {
-		cmd.Stdin = bytes.NewReader(p.Stdin)
+	stdin, err := pipeStdin(cmd, p.Stdin)
+	if err != nil {
+		return runtime.ExecResult{}, err
 	}
-	err = cmd.Run()
+	err = cmd.Start()
+	if err == nil {
+		stdin()
+		err = cmd.Wait()
+	}
 	res := runtime.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if p.Stderr != nil {
 		res.Stderr = nil
 	}
+	return r.execEnded(ctx, id, p, res, err, stderr.String())
+}
+
+// pipeStdin gives cmd its standard input from in, as the process reads
+// it: the returned function, called once cmd started, copies it and
+// closes the pipe at in's end. exec.Cmd's own copy would keep Wait waiting
+// for in's next read after the process ended; this one is left to end
+// with in.
+func pipeStdin(cmd *exec.Cmd, in io.Reader) (func(), error) {
+	if in == nil {
+		return func() {}, nil
+	}
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		go func() {
+			_, _ = io.Copy(w, in)
+			w.Close()
+		}()
+	}, nil
+}
+
+// execEnded makes runsc exec's end the exec's result: the process's exit
+// code, or runsc's own failure (said: what runsc said of it).
+func (r *Runsc) execEnded(ctx context.Context, id string, p runtime.Process, res runtime.ExecResult, err error, said string) (runtime.ExecResult, error) {
 	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) && ctx.Err() == nil && !execFailed(stderr.String()) {
+	if errors.As(err, &exitErr) && ctx.Err() == nil && !execFailed(said) {
 		res.ExitCode = exitErr.ExitCode()
 		return res, nil
 	}
 	if err != nil {
-		err = r.commandError(ctx, []string{"exec", id, p.Args[0]}, err, stderr.String())
-		if missingCommand(stderr.String()) {
+		err = r.commandError(ctx, []string{"exec", id, p.Args[0]}, err, said)
+		if missingCommand(said) {
 			err = errdefs.Mark(fmt.Errorf("%s is not in the sandbox: %w", p.Args[0], err), errdefs.ErrNotFound)
 		}
 		return res, err

@@ -452,6 +452,31 @@ func TestSilentGuestFailsFast(t *testing.T) {
 	}
 }
 
+// TestGuestWithAnotherInitFailsFast: a guest whose /init is not
+// stasis-agent (here a shell, which prints its prompt on the console and
+// waits) is given up on three SilentBoots after it first printed, with
+// the console's last lines, not at the two-minute boot timeout.
+func TestGuestWithAnotherInitFailsFast(t *testing.T) {
+	f := newFixture(t, microvm.Config{SilentBoot: 5 * time.Second})
+	dir := vmtest.Bundle(t, t.TempDir(), vmtest.Options{Cmdline: "console=ttyS0 rdinit=/bin/sh"})
+	ctx := context.Background()
+	t.Cleanup(func() { _ = f.rt.Delete(context.Background(), "other") })
+	console := filepath.Join(t.TempDir(), "console.log")
+	if err := f.rt.Create(ctx, "other", dir, runtime.CreateOptions{ConsoleLog: console}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := f.rt.Start(ctx, "other")
+	if err == nil || !strings.Contains(err.Error(), "without a word from stasis-agent") || !strings.Contains(err.Error(), "for 15s") {
+		printed, _ := os.ReadFile(console)
+		t.Fatalf("start of a guest whose /init is a shell: %v; its console:\n%s", err, printed)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Fatalf("given up on after %s", took)
+	}
+	t.Logf("given up on after %s: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
 // TestGuestWhoseKernelGivesUpFailsFast: a guest whose kernel finds no init
 // it can run (it panics, saying so on its console) is given up on as the
 // console says it, with its last lines, not at the boot timeout.

@@ -14,12 +14,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/microvm/agent"
@@ -311,26 +313,60 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 // up at boot: the agent will never answer.
 var bootFailures = []string{"Kernel panic - not syncing", "No working init found", "Failed to execute ", "Attempted to kill init"}
 
+// agentMark begins each line stasis-agent prints on the console; the
+// first, "stasis-agent: up as /init", as it starts.
+const agentMark = "stasis-agent:"
+
+// agentStart bounds how long a started agent takes to open its port: a
+// static program's start, well under a second even under TCG.
+const agentStart = 30 * time.Second
+
 // watchBoot gives up on a booting guest (giveUp, with why) once its
-// console says its kernel gave up, or when it stays empty for SilentBoot
-// (its kernel never ran /init, which says so on the console at once),
-// rather than at the boot timeout. It returns when ctx ends.
+// console says its kernel gave up; when it stays empty for SilentBoot (its
+// kernel never ran /init, which says so on the console at once); when it
+// prints for three times SilentBoot without a word from stasis-agent (its
+// /init is something else; a kernel under TCG on a loaded host may print
+// warnings for a while before it runs /init); and when the agent said it started but did not open
+// its port within agentStart: each at its own bound, not at the boot
+// timeout. It returns when ctx ends.
 func (r *Runtime) watchBoot(ctx context.Context, console string, giveUp context.CancelCauseFunc) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	silentUntil := time.Now().Add(r.cfg.silentBoot())
+	silent := r.cfg.silentBoot()
+	silentUntil := time.Now().Add(silent)
+	var printedAt, agentAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if tail := consoleTail(console); bootFailure(tail) != "" {
+		now := time.Now()
+		tail := consoleTail(console)
+		if bootFailure(tail) != "" {
 			giveUp(gaveUp(bootFailure(tail), console, tail))
 			return
 		}
-		if info, err := os.Stat(console); err == nil && info.Size() == 0 && time.Now().After(silentUntil) {
-			giveUp(fmt.Errorf("the guest printed nothing on its console (%s) within %s of boot: its kernel never ran /init; with the %s accelerator this host may not run guests (try Accel tcg)", console, r.cfg.silentBoot(), r.accelerator()))
+		info, err := os.Stat(console)
+		switch {
+		case err != nil:
+		case info.Size() == 0 && now.After(silentUntil):
+			giveUp(fmt.Errorf("the guest printed nothing on its console (%s) within %s of boot: its kernel never ran /init; with the %s accelerator this host may not run guests (try Accel tcg)", console, silent, r.accelerator()))
+			return
+		case info.Size() > 0 && printedAt.IsZero():
+			printedAt = now
+		}
+		if agentAt.IsZero() && !printedAt.IsZero() {
+			if lines, _ := fsutil.LastLines(console, 400, 64<<10); strings.Contains(strings.Join(lines, "\n"), agentMark) {
+				agentAt = now
+			}
+		}
+		switch {
+		case agentAt.IsZero() && !printedAt.IsZero() && now.Sub(printedAt) > 3*silent:
+			giveUp(fmt.Errorf("the guest printed on its console (%s) for %s without a word from stasis-agent: its initramfs's /init is not stasis-agent (make one with 'stasis-agent initramfs'); its last lines:\n%s", console, 3*silent, tail))
+			return
+		case !agentAt.IsZero() && now.Sub(agentAt) > agentStart:
+			giveUp(fmt.Errorf("the guest's stasis-agent started but did not open its port %s within %s: the kernel needs virtio_pci and virtio_console (built in or loaded by the agent); the console (%s) says how far it got; its last lines:\n%s", agent.PortName, agentStart, console, tail))
 			return
 		}
 	}
@@ -380,11 +416,34 @@ func (r *Runtime) Exec(ctx context.Context, id string, p runtime.Process) (runti
 	if _, err := r.load(id); err != nil {
 		return runtime.ExecResult{}, err
 	}
-	rep, err := r.call(ctx, id, agent.Request{Op: agent.OpExec, Process: &agent.Process{Args: p.Args, Env: p.Env, Cwd: p.Cwd, Stdin: p.Stdin}})
+	if p.Terminal != nil {
+		return runtime.ExecResult{}, errdefs.Mark(fmt.Errorf("VM %s: a micro-VM guest runs commands without a terminal: exec without -t", id), errdefs.ErrFailedPrecondition)
+	}
+	stdin, err := wholeStdin(p.Stdin)
+	if err != nil {
+		return runtime.ExecResult{}, fmt.Errorf("VM %s: %w", id, err)
+	}
+	rep, err := r.call(ctx, id, agent.Request{Op: agent.OpExec, Process: &agent.Process{Args: p.Args, Env: p.Env, Cwd: p.Cwd, Stdin: stdin}})
 	if err != nil {
 		return runtime.ExecResult{}, fmt.Errorf("VM %s: %w", id, err)
 	}
 	return runtime.ExecResult{ExitCode: rep.Exec.ExitCode, Stdout: rep.Exec.Stdout, Stderr: rep.Exec.Stderr}, nil
+}
+
+// wholeStdin reads an exec's standard input whole, as the guest agent
+// takes it: at most agent.MaxStdin bytes.
+func wholeStdin(in io.Reader) ([]byte, error) {
+	if in == nil {
+		return nil, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(in, agent.MaxStdin+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the exec's standard input: %w", err)
+	}
+	if len(data) > agent.MaxStdin {
+		return nil, errdefs.Mark(fmt.Errorf("a micro-VM guest takes an exec's standard input whole, at most %d KiB; copy larger input through a durable folder", agent.MaxStdin>>10), errdefs.ErrInvalidArgument)
+	}
+	return data, nil
 }
 
 // Facts is what the guest agent reports of the guest.

@@ -8,7 +8,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -139,17 +141,91 @@ func (h handler) Exec(ctx context.Context, r *connect.Request[stasisv1.ExecReque
 }
 
 func (h handler) ExecStream(ctx context.Context, r *connect.Request[stasisv1.ExecRequest], stream *connect.ServerStream[stasisv1.ExecOutput]) error {
+	return h.execStreamed(ctx, api.ExecRequestFromWire(r.Msg), nil, nil, stream.Send)
+}
+
+// ExecAttach runs the command its first message asks for, with the later
+// messages' input and window sizes passed on as they come.
+func (h handler) ExecAttach(ctx context.Context, stream *connect.BidiStream[stasisv1.ExecInput, stasisv1.ExecOutput]) error {
+	first, err := stream.Receive()
+	if err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("ExecAttach's first message must say what to run: %w", err))
+	}
+	if first.GetStart() == nil {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("ExecAttach's first message must hold start, the command to run"))
+	}
+	req := api.ExecRequestFromWire(first.GetStart())
+	if len(req.Stdin) > 0 {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("ExecAttach takes the command's input in the messages after the first, not in start.stdin"))
+	}
+	// The input is piped from the stream's later messages: one goroutine
+	// receives them, and ends the pipe when the caller closes its side or
+	// says the input ended. A message after that is refused by ending
+	// the command's input with an error.
+	stdinR, stdinW := io.Pipe()
+	resize := make(chan api.WindowSize)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer stdinR.Close()
+	go func() {
+		defer close(resize)
+		closed := false
+		for {
+			m, err := stream.Receive()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				stdinW.CloseWithError(err)
+				return
+			}
+			if m.GetStart() != nil {
+				stdinW.CloseWithError(errors.New("ExecAttach: a second start"))
+				return
+			}
+			if len(m.GetStdin()) > 0 && !closed {
+				if _, err := stdinW.Write(m.GetStdin()); err != nil {
+					closed = true
+				}
+			}
+			if m.GetStdinClosed() && !closed {
+				stdinW.Close()
+				closed = true
+			}
+			if w := api.WindowSizeFromWire(m.GetResize()); w != nil && req.TTY {
+				select {
+				case resize <- *w:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	var resizes <-chan api.WindowSize
+	if req.TTY {
+		resizes = resize
+	}
+	return h.execStreamed(ctx, req, stdinR, resizes, stream.Send)
+}
+
+// execStreamed runs req with its output sent as it comes, its exit code
+// last.
+func (h handler) execStreamed(ctx context.Context, req api.ExecRequest, stdin io.Reader, resize <-chan api.WindowSize, sendMsg func(*stasisv1.ExecOutput) error) error {
 	// The command's stdout and stderr are copied by goroutines of their
 	// own: one sends at a time.
 	var mu sync.Mutex
 	send := func(m *stasisv1.ExecOutput) error {
 		mu.Lock()
 		defer mu.Unlock()
-		return stream.Send(m)
+		return sendMsg(m)
 	}
-	stdout := writerFunc(func(b []byte) error { return send(&stasisv1.ExecOutput{Stdout: b}) })
-	stderr := writerFunc(func(b []byte) error { return send(&stasisv1.ExecOutput{Stderr: b}) })
-	res, err := h.s.ExecStream(ctx, api.ExecRequestFromWire(r.Msg), stdout, stderr)
+	streams := api.ExecStreams{
+		Stdin:  stdin,
+		Stdout: writerFunc(func(b []byte) error { return send(&stasisv1.ExecOutput{Stdout: b}) }),
+		Stderr: writerFunc(func(b []byte) error { return send(&stasisv1.ExecOutput{Stderr: b}) }),
+		Resize: resize,
+	}
+	res, err := h.s.ExecStream(ctx, req, streams)
 	if err == nil {
 		code := int32(res.ExitCode)
 		err = send(&stasisv1.ExecOutput{ExitCode: &code})

@@ -30,6 +30,9 @@ const (
 	OpGPUStatus  = "gpu-status"
 	OpGPUSuspend = "gpu-suspend"
 	OpGPUResume  = "gpu-resume"
+	// OpWorkload asks where the workload stands, and nothing else: cheap
+	// enough to ask every second.
+	OpWorkload = "workload"
 )
 
 // Request is one call to the agent.
@@ -44,6 +47,10 @@ type Request struct {
 	// DeviceMap sends OpGPUResume's state to other GPUs (OLD=NEW,...).
 	DeviceMap string `json:"deviceMap,omitempty"`
 }
+
+// MaxStdin bounds a Process's standard input: the request's line holds it
+// whole, base64-encoded, within the agent's bound on a line.
+const MaxStdin = 512 << 10
 
 // Process is a command in the guest.
 type Process struct {
@@ -69,6 +76,8 @@ type Reply struct {
 	Skipped string `json:"skipped,omitempty"`
 	// PID is the started workload's pid.
 	PID int `json:"pid,omitempty"`
+	// Workload answers OpWorkload.
+	Workload *Workload `json:"workload,omitempty"`
 }
 
 // ExecResult is how an OpExec command ended.
@@ -96,8 +105,11 @@ type Facts struct {
 
 // Workload is where the started workload stands.
 type Workload struct {
-	PID      int    `json:"pid,omitempty"`
-	Running  bool   `json:"running"`
+	PID     int  `json:"pid,omitempty"`
+	Running bool `json:"running"`
+	// ExitCode is its exit code once it ended; -1 when a signal ended it,
+	// then Signal is that signal.
 	ExitCode int    `json:"exitCode,omitempty"`
+	Signal   int    `json:"signal,omitempty"`
 	Error    string `json:"error,omitempty"`
 }

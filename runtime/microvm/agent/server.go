@@ -79,6 +79,11 @@ func (s *Server) Handle(ctx context.Context, req Request) Reply {
 	case OpPing:
 	case OpFacts:
 		rep.Facts, err = s.facts()
+	case OpWorkload:
+		s.mu.Lock()
+		w := s.state
+		s.mu.Unlock()
+		rep.Workload = &w
 	case OpStart:
 		rep.PID, err = s.start(req.Process)
 	case OpExec:
@@ -147,6 +152,9 @@ func (s *Server) start(p *Process) (int, error) {
 		defer s.mu.Unlock()
 		s.state.Running = false
 		s.state.ExitCode = cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			s.state.Signal = int(ws.Signal())
+		}
 		if err != nil {
 			s.state.Error = err.Error()
 		}

@@ -1,10 +1,10 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
@@ -113,14 +113,25 @@ func (s *Actors) WatchEvents(ctx context.Context, req api.EventsRequest, send fu
 }
 
 // Exec runs a command inside a RUNNING actor's sandbox and waits for it.
-// Its output goes to stdout and stderr as it comes when they are set, and
-// is in the result otherwise.
-func (s *Actors) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr io.Writer) (api.ExecResult, error) {
+// Its output goes to streams' Stdout and Stderr as it comes when they are
+// set, and is in the result otherwise; its input is streams' Stdin when set,
+// else the request's, whole.
+func (s *Actors) Exec(ctx context.Context, req api.ExecRequest, streams api.ExecStreams) (api.ExecResult, error) {
 	if len(req.Args) == 0 {
 		return api.ExecResult{}, fmt.Errorf("%w: exec needs a command", errdefs.ErrInvalidArgument)
 	}
 	if len(req.Stdin) > api.MaxExecStdin {
-		return api.ExecResult{}, fmt.Errorf("%w: exec's standard input is %d bytes, over the %d an exec takes whole; copy larger input through a durable folder", errdefs.ErrInvalidArgument, len(req.Stdin), api.MaxExecStdin)
+		return api.ExecResult{}, fmt.Errorf("%w: exec's standard input is %d bytes, over the %d an exec takes whole; stream it (ExecAttach, stasis actor exec -i) or copy it through a durable folder", errdefs.ErrInvalidArgument, len(req.Stdin), api.MaxExecStdin)
+	}
+	p := runtime.Process{Args: req.Args, Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr}
+	if p.Stdin == nil && len(req.Stdin) > 0 {
+		p.Stdin = bytes.NewReader(req.Stdin)
+	}
+	if req.TTY {
+		if streams.Stdout == nil {
+			return api.ExecResult{}, fmt.Errorf("%w: a terminal is given to a streamed exec only (ExecAttach)", errdefs.ErrInvalidArgument)
+		}
+		p.Terminal = &runtime.Terminal{Size: terminalSize(req.Window), Resize: resizes(ctx, streams.Resize)}
 	}
 	a, err := s.runner.ActorRecord(ctx, req.ID)
 	if err != nil {
@@ -135,9 +146,44 @@ func (s *Actors) Exec(ctx context.Context, req api.ExecRequest, stdout, stderr i
 	// An exec is a use: the actor is not idle while one runs.
 	s.ports.Touch(a.ID)
 	defer s.ports.Touch(a.ID)
-	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, runtime.Process{Args: req.Args, Stdin: req.Stdin, Stdout: stdout, Stderr: stderr})
+	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, p)
 	if err != nil {
 		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
 	}
 	return api.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
+}
+
+// terminalSize is a terminal's first size: the request's, else 80x24.
+func terminalSize(w *api.WindowSize) runtime.WindowSize {
+	if w == nil || w.Rows == 0 || w.Cols == 0 {
+		return runtime.WindowSize{Rows: 24, Cols: 80}
+	}
+	return runtime.WindowSize{Rows: w.Rows, Cols: w.Cols}
+}
+
+// resizes passes a terminal's new sizes on as the runtime takes them,
+// until ctx ends; nil for none.
+func resizes(ctx context.Context, in <-chan api.WindowSize) <-chan runtime.WindowSize {
+	if in == nil {
+		return nil
+	}
+	out := make(chan runtime.WindowSize)
+	go func() {
+		for {
+			select {
+			case w, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- terminalSize(&w):
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }

@@ -137,9 +137,20 @@ func (s *Actors) watchExit(ctx context.Context, a journal.Actor) time.Time {
 	}
 	_, rerr := s.runner.Run(ctx, op.Request{Kind: op.Exit, Actor: a.ID,
 		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
-			st, serr := eng.Status(ctx, o.Actor.Sandbox)
-			if o.Actor.Sandbox != a.Sandbox || serr != nil || st != runtime.StatusStopped {
+			if o.Actor.Sandbox != a.Sandbox {
 				// Not this sandbox's end: as it was.
+				return op.Outcome{State: api.Running, Reason: o.Actor.Reason}, nil
+			}
+			st, serr := eng.Status(ctx, o.Actor.Sandbox)
+			switch {
+			case known && serr == nil && st != runtime.StatusStopped:
+				// The process ended and its sandbox runs on: a micro-VM,
+				// whose agent outlives the workload. It ends with its
+				// process, as a gVisor sandbox does.
+				if err := eng.Runtime.Stop(ctx, o.Actor.Sandbox); err != nil {
+					return op.Outcome{}, fmt.Errorf("its process ended; stopping its sandbox: %w", err)
+				}
+			case serr != nil || st != runtime.StatusStopped:
 				return op.Outcome{State: api.Running, Reason: o.Actor.Reason}, nil
 			}
 			out := exitOutcome(exit, known, time.Now())

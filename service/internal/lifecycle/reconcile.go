@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
@@ -318,9 +319,11 @@ func (s *Actors) check(ctx context.Context, a journal.Actor) error {
 			return s.journal.SetActor(ctx, a.ID, string(api.Running), reason)
 		}
 		_ = s.engines.Of(a).Remove(ctx, a.ID, a.Sandbox, s.runner.NoteObserver(a.ID))
-		reason := fmt.Sprintf("the sandbox vanished while the actor was running (runtime: %s)%s", st, op.Resumable(a))
+		reason := fmt.Sprintf("the sandbox vanished while the actor was running (runtime: %s): its process ended while stasisd was down, how is unknown%s", st, op.Resumable(a))
 		s.runner.Event(a.ID, "", "reconcile", reason, 0, nil)
-		return s.journal.SetActor(ctx, a.ID, string(api.Crashed), reason)
+		// An end, found rather than seen: its time is when it was found,
+		// and the template's restart policy applies to it as to one seen.
+		return s.journal.SetActorEnded(ctx, a.ID, string(api.Crashed), reason, api.ExitUnknown, time.Now())
 	case api.Paused, api.Suspended, api.Crashed, api.Exited:
 		if st == runtime.StatusPaused && api.State(a.State) == api.Paused && s.cfg.KeepPaused != nil {
 			return nil // kept in memory by its pause

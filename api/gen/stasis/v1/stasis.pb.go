@@ -1851,7 +1851,11 @@ type ExecRequest struct {
 	Args  []string               `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
 	// stdin is the command's standard input, whole (at most 512 KiB);
 	// empty: none.
-	Stdin         []byte `protobuf:"bytes,3,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	Stdin []byte `protobuf:"bytes,3,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// tty runs the command on a pseudo-terminal of the window's size (its
+	// output all in stdout); ExecAttach only. gVisor actors only.
+	Tty           bool        `protobuf:"varint,4,opt,name=tty,proto3" json:"tty,omitempty"`
+	Window        *WindowSize `protobuf:"bytes,5,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1907,6 +1911,145 @@ func (x *ExecRequest) GetStdin() []byte {
 	return nil
 }
 
+func (x *ExecRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecRequest) GetWindow() *WindowSize {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+// WindowSize is a terminal's size in characters.
+type WindowSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowSize) Reset() {
+	*x = WindowSize{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowSize) ProtoMessage() {}
+
+func (x *WindowSize) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
+func (*WindowSize) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *WindowSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *WindowSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+// ExecInput is one message of ExecAttach's request stream: the first holds
+// start (and nothing else); each later one some of the command's standard
+// input, its end (stdin_closed: the command reads end of file), or a new
+// window size.
+type ExecInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         *ExecRequest           `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	Stdin         []byte                 `protobuf:"bytes,2,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	StdinClosed   bool                   `protobuf:"varint,3,opt,name=stdin_closed,json=stdinClosed,proto3" json:"stdin_closed,omitempty"`
+	Resize        *WindowSize            `protobuf:"bytes,4,opt,name=resize,proto3" json:"resize,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecInput) Reset() {
+	*x = ExecInput{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecInput) ProtoMessage() {}
+
+func (x *ExecInput) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
+func (*ExecInput) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ExecInput) GetStart() *ExecRequest {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ExecInput) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
+	}
+	return nil
+}
+
+func (x *ExecInput) GetStdinClosed() bool {
+	if x != nil {
+		return x.StdinClosed
+	}
+	return false
+}
+
+func (x *ExecInput) GetResize() *WindowSize {
+	if x != nil {
+		return x.Resize
+	}
+	return nil
+}
+
 type ExecResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ExitCode      int32                  `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
@@ -1918,7 +2061,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2073,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[25]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2086,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{25}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExecResult) GetExitCode() int32 {
@@ -1980,7 +2123,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2135,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[26]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2148,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{26}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EventsRequest) GetId() string {
@@ -2035,7 +2178,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2190,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[27]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2203,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{27}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -2100,7 +2243,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2255,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[28]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2268,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{28}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogsRequest) GetId() string {
@@ -2166,7 +2309,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2321,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[29]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2334,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{29}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -2213,7 +2356,7 @@ type Events struct {
 
 func (x *Events) Reset() {
 	*x = Events{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2368,7 @@ func (x *Events) String() string {
 func (*Events) ProtoMessage() {}
 
 func (x *Events) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[30]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2381,7 @@ func (x *Events) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Events.ProtoReflect.Descriptor instead.
 func (*Events) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{30}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Events) GetEvents() []*Event {
@@ -2265,7 +2408,7 @@ type SnapshotsRequest struct {
 
 func (x *SnapshotsRequest) Reset() {
 	*x = SnapshotsRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2420,7 @@ func (x *SnapshotsRequest) String() string {
 func (*SnapshotsRequest) ProtoMessage() {}
 
 func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[31]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2433,7 @@ func (x *SnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{31}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotsRequest) GetActor() string {
@@ -2309,7 +2452,7 @@ type Snapshots struct {
 
 func (x *Snapshots) Reset() {
 	*x = Snapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2464,7 @@ func (x *Snapshots) String() string {
 func (*Snapshots) ProtoMessage() {}
 
 func (x *Snapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[32]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2477,7 @@ func (x *Snapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshots.ProtoReflect.Descriptor instead.
 func (*Snapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{32}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Snapshots) GetSnapshots() []*Snapshot {
@@ -2353,7 +2496,7 @@ type SnapshotID struct {
 
 func (x *SnapshotID) Reset() {
 	*x = SnapshotID{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2508,7 @@ func (x *SnapshotID) String() string {
 func (*SnapshotID) ProtoMessage() {}
 
 func (x *SnapshotID) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[33]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2521,7 @@ func (x *SnapshotID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotID.ProtoReflect.Descriptor instead.
 func (*SnapshotID) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{33}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotID) GetId() string {
@@ -2412,7 +2555,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2567,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[34]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2580,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{34}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LeaseRequest) GetHolder() string {
@@ -2490,7 +2633,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2645,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[35]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2658,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{35}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Lease) GetHolder() string {
@@ -2577,7 +2720,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2732,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[36]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2745,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{36}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Command) GetArgs() []string {
@@ -2634,7 +2777,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2789,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[37]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2802,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{37}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StoreStatus) GetLocation() string {
@@ -2742,7 +2885,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2897,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[38]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2910,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{38}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeStatus) GetStore() *StoreStatus {
@@ -2794,7 +2937,7 @@ type StageRequest struct {
 
 func (x *StageRequest) Reset() {
 	*x = StageRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2949,7 @@ func (x *StageRequest) String() string {
 func (*StageRequest) ProtoMessage() {}
 
 func (x *StageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[39]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2962,7 @@ func (x *StageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
 func (*StageRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{39}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StageRequest) GetName() string {
@@ -2847,7 +2990,7 @@ type StagedSnapshot struct {
 
 func (x *StagedSnapshot) Reset() {
 	*x = StagedSnapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +3002,7 @@ func (x *StagedSnapshot) String() string {
 func (*StagedSnapshot) ProtoMessage() {}
 
 func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[40]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +3015,7 @@ func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshot.ProtoReflect.Descriptor instead.
 func (*StagedSnapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{40}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StagedSnapshot) GetName() string {
@@ -2926,7 +3069,7 @@ type StagedSnapshots struct {
 
 func (x *StagedSnapshots) Reset() {
 	*x = StagedSnapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3081,7 @@ func (x *StagedSnapshots) String() string {
 func (*StagedSnapshots) ProtoMessage() {}
 
 func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3094,7 @@ func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshots.ProtoReflect.Descriptor instead.
 func (*StagedSnapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{41}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StagedSnapshots) GetStaged() []*StagedSnapshot {
@@ -3116,11 +3259,22 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\aActorID\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"2\n" +
 	"\x06Actors\x12(\n" +
-	"\x06actors\x18\x01 \x03(\v2\x10.stasis.v1.ActorR\x06actors\"G\n" +
+	"\x06actors\x18\x01 \x03(\v2\x10.stasis.v1.ActorR\x06actors\"\x88\x01\n" +
 	"\vExecRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x12\x14\n" +
-	"\x05stdin\x18\x03 \x01(\fR\x05stdin\"Y\n" +
+	"\x05stdin\x18\x03 \x01(\fR\x05stdin\x12\x10\n" +
+	"\x03tty\x18\x04 \x01(\bR\x03tty\x12-\n" +
+	"\x06window\x18\x05 \x01(\v2\x15.stasis.v1.WindowSizeR\x06window\"4\n" +
+	"\n" +
+	"WindowSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xa1\x01\n" +
+	"\tExecInput\x12,\n" +
+	"\x05start\x18\x01 \x01(\v2\x16.stasis.v1.ExecRequestR\x05start\x12\x14\n" +
+	"\x05stdin\x18\x02 \x01(\fR\x05stdin\x12!\n" +
+	"\fstdin_closed\x18\x03 \x01(\bR\vstdinClosed\x12-\n" +
+	"\x06resize\x18\x04 \x01(\v2\x15.stasis.v1.WindowSizeR\x06resize\"Y\n" +
 	"\n" +
 	"ExecResult\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -3198,7 +3352,7 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x06in_use\x18\x05 \x01(\x05R\x05inUse\x12\x18\n" +
 	"\aalready\x18\x06 \x01(\bR\aalready\"D\n" +
 	"\x0fStagedSnapshots\x121\n" +
-	"\x06staged\x18\x01 \x03(\v2\x19.stasis.v1.StagedSnapshotR\x06staged2\x8b\v\n" +
+	"\x06staged\x18\x01 \x03(\v2\x19.stasis.v1.StagedSnapshotR\x06staged2\xca\v\n" +
 	"\x06Stasis\x12:\n" +
 	"\x0eCreateTemplate\x12\x13.stasis.v1.Template\x1a\x13.stasis.v1.Template\x12;\n" +
 	"\x0eDeleteTemplate\x12\x17.stasis.v1.TemplateName\x1a\x10.stasis.v1.Empty\x12;\n" +
@@ -3214,7 +3368,9 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x06Delete\x12\x18.stasis.v1.DeleteRequest\x1a\x12.stasis.v1.Deleted\x125\n" +
 	"\x04Exec\x12\x16.stasis.v1.ExecRequest\x1a\x15.stasis.v1.ExecResult\x12=\n" +
 	"\n" +
-	"ExecStream\x12\x16.stasis.v1.ExecRequest\x1a\x15.stasis.v1.ExecOutput0\x01\x125\n" +
+	"ExecStream\x12\x16.stasis.v1.ExecRequest\x1a\x15.stasis.v1.ExecOutput0\x01\x12=\n" +
+	"\n" +
+	"ExecAttach\x12\x14.stasis.v1.ExecInput\x1a\x15.stasis.v1.ExecOutput(\x010\x01\x125\n" +
 	"\x06Events\x12\x18.stasis.v1.EventsRequest\x1a\x11.stasis.v1.Events\x12;\n" +
 	"\vWatchEvents\x12\x18.stasis.v1.EventsRequest\x1a\x10.stasis.v1.Event0\x01\x125\n" +
 	"\x04Logs\x12\x16.stasis.v1.LogsRequest\x1a\x13.stasis.v1.LogChunk0\x01\x12B\n" +
@@ -3243,7 +3399,7 @@ func file_stasis_v1_stasis_proto_rawDescGZIP() []byte {
 	return file_stasis_v1_stasis_proto_rawDescData
 }
 
-var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Empty)(nil),                 // 0: stasis.v1.Empty
 	(*Template)(nil),              // 1: stasis.v1.Template
@@ -3270,31 +3426,33 @@ var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*ActorID)(nil),               // 22: stasis.v1.ActorID
 	(*Actors)(nil),                // 23: stasis.v1.Actors
 	(*ExecRequest)(nil),           // 24: stasis.v1.ExecRequest
-	(*ExecResult)(nil),            // 25: stasis.v1.ExecResult
-	(*EventsRequest)(nil),         // 26: stasis.v1.EventsRequest
-	(*ExecOutput)(nil),            // 27: stasis.v1.ExecOutput
-	(*LogsRequest)(nil),           // 28: stasis.v1.LogsRequest
-	(*LogChunk)(nil),              // 29: stasis.v1.LogChunk
-	(*Events)(nil),                // 30: stasis.v1.Events
-	(*SnapshotsRequest)(nil),      // 31: stasis.v1.SnapshotsRequest
-	(*Snapshots)(nil),             // 32: stasis.v1.Snapshots
-	(*SnapshotID)(nil),            // 33: stasis.v1.SnapshotID
-	(*LeaseRequest)(nil),          // 34: stasis.v1.LeaseRequest
-	(*Lease)(nil),                 // 35: stasis.v1.Lease
-	(*Command)(nil),               // 36: stasis.v1.Command
-	(*StoreStatus)(nil),           // 37: stasis.v1.StoreStatus
-	(*NodeStatus)(nil),            // 38: stasis.v1.NodeStatus
-	(*StageRequest)(nil),          // 39: stasis.v1.StageRequest
-	(*StagedSnapshot)(nil),        // 40: stasis.v1.StagedSnapshot
-	(*StagedSnapshots)(nil),       // 41: stasis.v1.StagedSnapshots
-	nil,                           // 42: stasis.v1.Device.PropsEntry
-	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 44: google.protobuf.Struct
+	(*WindowSize)(nil),            // 25: stasis.v1.WindowSize
+	(*ExecInput)(nil),             // 26: stasis.v1.ExecInput
+	(*ExecResult)(nil),            // 27: stasis.v1.ExecResult
+	(*EventsRequest)(nil),         // 28: stasis.v1.EventsRequest
+	(*ExecOutput)(nil),            // 29: stasis.v1.ExecOutput
+	(*LogsRequest)(nil),           // 30: stasis.v1.LogsRequest
+	(*LogChunk)(nil),              // 31: stasis.v1.LogChunk
+	(*Events)(nil),                // 32: stasis.v1.Events
+	(*SnapshotsRequest)(nil),      // 33: stasis.v1.SnapshotsRequest
+	(*Snapshots)(nil),             // 34: stasis.v1.Snapshots
+	(*SnapshotID)(nil),            // 35: stasis.v1.SnapshotID
+	(*LeaseRequest)(nil),          // 36: stasis.v1.LeaseRequest
+	(*Lease)(nil),                 // 37: stasis.v1.Lease
+	(*Command)(nil),               // 38: stasis.v1.Command
+	(*StoreStatus)(nil),           // 39: stasis.v1.StoreStatus
+	(*NodeStatus)(nil),            // 40: stasis.v1.NodeStatus
+	(*StageRequest)(nil),          // 41: stasis.v1.StageRequest
+	(*StagedSnapshot)(nil),        // 42: stasis.v1.StagedSnapshot
+	(*StagedSnapshots)(nil),       // 43: stasis.v1.StagedSnapshots
+	nil,                           // 44: stasis.v1.Device.PropsEntry
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 46: google.protobuf.Struct
 }
 var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	9,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
 	10, // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
-	43, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	45, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
 	7,  // 3: stasis.v1.Template.vm:type_name -> stasis.v1.VM
 	3,  // 4: stasis.v1.Template.network:type_name -> stasis.v1.Network
 	4,  // 5: stasis.v1.Template.ports:type_name -> stasis.v1.Port
@@ -3302,86 +3460,91 @@ var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	2,  // 7: stasis.v1.Template.mounts:type_name -> stasis.v1.Mount
 	4,  // 8: stasis.v1.ActorNetwork.ports:type_name -> stasis.v1.Port
 	8,  // 9: stasis.v1.VM.devices:type_name -> stasis.v1.Device
-	42, // 10: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
+	44, // 10: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
 	13, // 11: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
 	12, // 12: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
-	43, // 13: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
-	43, // 14: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 13: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
+	45, // 14: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
 	6,  // 15: stasis.v1.Actor.network:type_name -> stasis.v1.ActorNetwork
-	43, // 16: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
-	43, // 17: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	43, // 18: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	43, // 19: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	43, // 20: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
+	45, // 16: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
+	45, // 17: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	45, // 18: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	45, // 19: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	45, // 20: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,  // 21: stasis.v1.RunRequest.network:type_name -> stasis.v1.Network
 	4,  // 22: stasis.v1.RunRequest.ports:type_name -> stasis.v1.Port
 	1,  // 23: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
 	11, // 24: stasis.v1.Actors.actors:type_name -> stasis.v1.Actor
-	43, // 25: stasis.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
-	14, // 26: stasis.v1.Events.events:type_name -> stasis.v1.Event
-	13, // 27: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
-	43, // 28: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
-	36, // 29: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
-	43, // 30: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
-	37, // 31: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
-	35, // 32: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
-	43, // 33: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
-	40, // 34: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
-	1,  // 35: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
-	20, // 36: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
-	19, // 37: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
-	0,  // 38: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
-	15, // 39: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
-	0,  // 40: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
-	22, // 41: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
-	16, // 42: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
-	16, // 43: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
-	16, // 44: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
-	17, // 45: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
-	24, // 46: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
-	24, // 47: stasis.v1.Stasis.ExecStream:input_type -> stasis.v1.ExecRequest
-	26, // 48: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
-	26, // 49: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
-	28, // 50: stasis.v1.Stasis.Logs:input_type -> stasis.v1.LogsRequest
-	31, // 51: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
-	33, // 52: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
-	39, // 53: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
-	0,  // 54: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
-	0,  // 55: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
-	0,  // 56: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
-	34, // 57: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
-	0,  // 58: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
-	0,  // 59: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
-	1,  // 60: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
-	0,  // 61: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
-	1,  // 62: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
-	21, // 63: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
-	11, // 64: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
-	23, // 65: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
-	11, // 66: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
-	11, // 67: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
-	11, // 68: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
-	11, // 69: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
-	18, // 70: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
-	25, // 71: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
-	27, // 72: stasis.v1.Stasis.ExecStream:output_type -> stasis.v1.ExecOutput
-	30, // 73: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
-	14, // 74: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
-	29, // 75: stasis.v1.Stasis.Logs:output_type -> stasis.v1.LogChunk
-	32, // 76: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
-	13, // 77: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
-	40, // 78: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
-	41, // 79: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
-	44, // 80: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
-	38, // 81: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
-	35, // 82: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
-	35, // 83: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
-	35, // 84: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
-	60, // [60:85] is the sub-list for method output_type
-	35, // [35:60] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	25, // 25: stasis.v1.ExecRequest.window:type_name -> stasis.v1.WindowSize
+	24, // 26: stasis.v1.ExecInput.start:type_name -> stasis.v1.ExecRequest
+	25, // 27: stasis.v1.ExecInput.resize:type_name -> stasis.v1.WindowSize
+	45, // 28: stasis.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	14, // 29: stasis.v1.Events.events:type_name -> stasis.v1.Event
+	13, // 30: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
+	45, // 31: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
+	38, // 32: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
+	45, // 33: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
+	39, // 34: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
+	37, // 35: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
+	45, // 36: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
+	42, // 37: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
+	1,  // 38: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
+	20, // 39: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
+	19, // 40: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
+	0,  // 41: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
+	15, // 42: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
+	0,  // 43: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
+	22, // 44: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
+	16, // 45: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
+	16, // 46: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
+	16, // 47: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
+	17, // 48: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
+	24, // 49: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
+	24, // 50: stasis.v1.Stasis.ExecStream:input_type -> stasis.v1.ExecRequest
+	26, // 51: stasis.v1.Stasis.ExecAttach:input_type -> stasis.v1.ExecInput
+	28, // 52: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
+	28, // 53: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
+	30, // 54: stasis.v1.Stasis.Logs:input_type -> stasis.v1.LogsRequest
+	33, // 55: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
+	35, // 56: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
+	41, // 57: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
+	0,  // 58: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
+	0,  // 59: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
+	0,  // 60: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
+	36, // 61: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
+	0,  // 62: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
+	0,  // 63: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
+	1,  // 64: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
+	0,  // 65: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
+	1,  // 66: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
+	21, // 67: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
+	11, // 68: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
+	23, // 69: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
+	11, // 70: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
+	11, // 71: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
+	11, // 72: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
+	11, // 73: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
+	18, // 74: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
+	27, // 75: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
+	29, // 76: stasis.v1.Stasis.ExecStream:output_type -> stasis.v1.ExecOutput
+	29, // 77: stasis.v1.Stasis.ExecAttach:output_type -> stasis.v1.ExecOutput
+	32, // 78: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
+	14, // 79: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
+	31, // 80: stasis.v1.Stasis.Logs:output_type -> stasis.v1.LogChunk
+	34, // 81: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
+	13, // 82: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
+	42, // 83: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
+	43, // 84: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
+	46, // 85: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
+	40, // 86: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
+	37, // 87: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
+	37, // 88: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
+	37, // 89: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
+	64, // [64:90] is the sub-list for method output_type
+	38, // [38:64] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_stasis_v1_stasis_proto_init() }
@@ -3389,15 +3552,15 @@ func file_stasis_v1_stasis_proto_init() {
 	if File_stasis_v1_stasis_proto != nil {
 		return
 	}
-	file_stasis_v1_stasis_proto_msgTypes[27].OneofWrappers = []any{}
-	file_stasis_v1_stasis_proto_msgTypes[28].OneofWrappers = []any{}
+	file_stasis_v1_stasis_proto_msgTypes[29].OneofWrappers = []any{}
+	file_stasis_v1_stasis_proto_msgTypes[30].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stasis_v1_stasis_proto_rawDesc), len(file_stasis_v1_stasis_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

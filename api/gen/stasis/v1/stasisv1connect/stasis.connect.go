@@ -81,6 +81,8 @@ const (
 	StasisExecProcedure = "/stasis.v1.Stasis/Exec"
 	// StasisExecStreamProcedure is the fully-qualified name of the Stasis's ExecStream RPC.
 	StasisExecStreamProcedure = "/stasis.v1.Stasis/ExecStream"
+	// StasisExecAttachProcedure is the fully-qualified name of the Stasis's ExecAttach RPC.
+	StasisExecAttachProcedure = "/stasis.v1.Stasis/ExecAttach"
 	// StasisEventsProcedure is the fully-qualified name of the Stasis's Events RPC.
 	StasisEventsProcedure = "/stasis.v1.Stasis/Events"
 	// StasisWatchEventsProcedure is the fully-qualified name of the Stasis's WatchEvents RPC.
@@ -136,6 +138,10 @@ type StasisClient interface {
 	// ExecStream runs a command in a running actor and sends its output as
 	// it comes; the last message holds its exit code.
 	ExecStream(context.Context, *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error)
+	// ExecAttach runs a command with its standard input streamed, and a
+	// terminal when asked: the first ExecInput holds the request, the later
+	// ones its input, its input's end and new window sizes. HTTP/2 only.
+	ExecAttach(context.Context) *connect.BidiStreamForClient[v1.ExecInput, v1.ExecOutput]
 	// Events returns a part of an actor's history.
 	Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.Events], error)
 	// WatchEvents sends an actor's history after a sequence number, then
@@ -259,6 +265,12 @@ func NewStasisClient(httpClient connect.HTTPClient, baseURL string, opts ...conn
 			connect.WithSchema(stasisMethods.ByName("ExecStream")),
 			connect.WithClientOptions(opts...),
 		),
+		execAttach: connect.NewClient[v1.ExecInput, v1.ExecOutput](
+			httpClient,
+			baseURL+StasisExecAttachProcedure,
+			connect.WithSchema(stasisMethods.ByName("ExecAttach")),
+			connect.WithClientOptions(opts...),
+		),
 		events: connect.NewClient[v1.EventsRequest, v1.Events](
 			httpClient,
 			baseURL+StasisEventsProcedure,
@@ -349,6 +361,7 @@ type stasisClient struct {
 	delete          *connect.Client[v1.DeleteRequest, v1.Deleted]
 	exec            *connect.Client[v1.ExecRequest, v1.ExecResult]
 	execStream      *connect.Client[v1.ExecRequest, v1.ExecOutput]
+	execAttach      *connect.Client[v1.ExecInput, v1.ExecOutput]
 	events          *connect.Client[v1.EventsRequest, v1.Events]
 	watchEvents     *connect.Client[v1.EventsRequest, v1.Event]
 	logs            *connect.Client[v1.LogsRequest, v1.LogChunk]
@@ -426,6 +439,11 @@ func (c *stasisClient) Exec(ctx context.Context, req *connect.Request[v1.ExecReq
 // ExecStream calls stasis.v1.Stasis.ExecStream.
 func (c *stasisClient) ExecStream(ctx context.Context, req *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecOutput], error) {
 	return c.execStream.CallServerStream(ctx, req)
+}
+
+// ExecAttach calls stasis.v1.Stasis.ExecAttach.
+func (c *stasisClient) ExecAttach(ctx context.Context) *connect.BidiStreamForClient[v1.ExecInput, v1.ExecOutput] {
+	return c.execAttach.CallBidiStream(ctx)
 }
 
 // Events calls stasis.v1.Stasis.Events.
@@ -517,6 +535,10 @@ type StasisHandler interface {
 	// ExecStream runs a command in a running actor and sends its output as
 	// it comes; the last message holds its exit code.
 	ExecStream(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecOutput]) error
+	// ExecAttach runs a command with its standard input streamed, and a
+	// terminal when asked: the first ExecInput holds the request, the later
+	// ones its input, its input's end and new window sizes. HTTP/2 only.
+	ExecAttach(context.Context, *connect.BidiStream[v1.ExecInput, v1.ExecOutput]) error
 	// Events returns a part of an actor's history.
 	Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.Events], error)
 	// WatchEvents sends an actor's history after a sequence number, then
@@ -636,6 +658,12 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 		connect.WithSchema(stasisMethods.ByName("ExecStream")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stasisExecAttachHandler := connect.NewBidiStreamHandler(
+		StasisExecAttachProcedure,
+		svc.ExecAttach,
+		connect.WithSchema(stasisMethods.ByName("ExecAttach")),
+		connect.WithHandlerOptions(opts...),
+	)
 	stasisEventsHandler := connect.NewUnaryHandler(
 		StasisEventsProcedure,
 		svc.Events,
@@ -736,6 +764,8 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 			stasisExecHandler.ServeHTTP(w, r)
 		case StasisExecStreamProcedure:
 			stasisExecStreamHandler.ServeHTTP(w, r)
+		case StasisExecAttachProcedure:
+			stasisExecAttachHandler.ServeHTTP(w, r)
 		case StasisEventsProcedure:
 			stasisEventsHandler.ServeHTTP(w, r)
 		case StasisWatchEventsProcedure:
@@ -819,6 +849,10 @@ func (UnimplementedStasisHandler) Exec(context.Context, *connect.Request[v1.Exec
 
 func (UnimplementedStasisHandler) ExecStream(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.ExecStream is not implemented"))
+}
+
+func (UnimplementedStasisHandler) ExecAttach(context.Context, *connect.BidiStream[v1.ExecInput, v1.ExecOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.ExecAttach is not implemented"))
 }
 
 func (UnimplementedStasisHandler) Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.Events], error) {

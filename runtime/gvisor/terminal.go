@@ -1,0 +1,104 @@
+package gvisor
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/stasis-run/stasis/internal/pty"
+	"github.com/stasis-run/stasis/runtime"
+)
+
+// terminalDrain bounds how long the rest of a terminal's output is read
+// after its command ended: a process the command left in the background
+// may hold the terminal open.
+const terminalDrain = 500 * time.Millisecond
+
+// execOnTerminal runs p on a pseudo-terminal stasisd opens. runsc exec is
+// given its replica end as its standard input, output and error and, told
+// by the process file that they are a terminal, hands them to the
+// sandbox's process as its controlling terminal (StdioIsPty); it is made
+// the session leader of that terminal, so that a resize's SIGWINCH reaches
+// it, and it forwards the signal to the process in the sandbox. runsc's
+// own messages go to a log file, so that its failures are told from the
+// process's output.
+func (r *Runsc) execOnTerminal(ctx context.Context, id string, p runtime.Process) (runtime.ExecResult, error) {
+	master, replica, err := pty.Open()
+	if err != nil {
+		return runtime.ExecResult{}, err
+	}
+	defer master.Close()
+	defer replica.Close()
+	if err := pty.SetSize(master, p.Terminal.Size.Rows, p.Terminal.Size.Cols); err != nil {
+		return runtime.ExecResult{}, err
+	}
+	dir, err := os.MkdirTemp("", "stasis-exec-")
+	if err != nil {
+		return runtime.ExecResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	process := specs.Process{Terminal: true, Args: p.Args, Env: p.Env, Cwd: cmp.Or(p.Cwd, "/")}
+	processFile := dir + "/process.json"
+	data, err := json.Marshal(process)
+	if err == nil {
+		err = os.WriteFile(processFile, data, 0o600)
+	}
+	if err != nil {
+		return runtime.ExecResult{}, fmt.Errorf("exec's process file: %w", err)
+	}
+	logFile := dir + "/runsc.log"
+	cmd, err := r.command(ctx, invocation{args: []string{"--log", logFile, "exec", "--process", processFile, id}})
+	if err != nil {
+		return runtime.ExecResult{}, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = replica, replica, replica
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		return runtime.ExecResult{}, fmt.Errorf("runsc exec: %w", err)
+	}
+	// Only runsc and the sandbox hold the replica now: the master end
+	// reads end of file (EIO) once both let it go.
+	replica.Close()
+	output := make(chan error, 1)
+	go func() { output <- copyTerminal(p.Stdout, master) }()
+	if p.Stdin != nil {
+		go func() { _, _ = io.Copy(master, p.Stdin) }()
+	}
+	stopResizing := make(chan struct{})
+	defer close(stopResizing)
+	go func() {
+		for {
+			select {
+			case size := <-p.Terminal.Resize:
+				_ = pty.SetSize(master, size.Rows, size.Cols)
+			case <-stopResizing:
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	_ = master.SetReadDeadline(time.Now().Add(terminalDrain))
+	<-output
+	return r.execEnded(ctx, id, p, runtime.ExecResult{}, err, runscLogErrors(logFile))
+}
+
+// copyTerminal copies a terminal's output from its master end to w until
+// the terminal is let go by all who held it (EIO) or the read deadline.
+func copyTerminal(w io.Writer, master *os.File) error {
+	if w == nil {
+		w = io.Discard
+	}
+	_, err := io.Copy(w, master)
+	if errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	return err
+}
