@@ -9,7 +9,7 @@ import (
 )
 
 // serveFields gives stasisd's template what the ActorTemplate says of its
-// actors' network, ports and idleness. Ports are published on every
+// actors' network, ports, idleness and restarts. Ports are published on every
 // address of the node: the endpoint names the node's.
 func serveFields(at *api.Template, spec stasisv1.ActorTemplateSpec) {
 	at.Network = api.Network{Mode: spec.Network}
@@ -20,6 +20,7 @@ func serveFields(at *api.Template, spec stasisv1.ActorTemplateSpec) {
 		at.Idle = &api.Idle{After: i.After, Then: i.Then}
 	}
 	at.WakeTimeout = spec.WakeTimeout
+	at.Restart = spec.Restart
 }
 
 // endpoint is where actor name, as stasisd has it here, serves: this

@@ -95,6 +95,14 @@ type ActorTemplateSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +optional
 	WakeTimeout string `json:"wakeTimeout,omitempty"`
+	// Restart is what stasisd does when an actor's process ends on its
+	// own, as docker's restart policies: never (the default; the actor
+	// is Failed), on-failure (an exit code other than 0, or a signal) or
+	// always; a restart boots the process again from the template on its
+	// node.
+	// +kubebuilder:validation:Enum=never;on-failure;always
+	// +optional
+	Restart string `json:"restart,omitempty"`
 }
 
 // Port is a port the actors serve on, published on their node.
