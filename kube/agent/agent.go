@@ -113,6 +113,9 @@ type Agent struct {
 	staged map[string]staging
 	// failpointReached says the Failpoint stopped the agent once already.
 	failpointReached bool
+	// outOfService: this node's Node, as the last renewal read it, is
+	// tainted fleet.OutOfServiceTaint: it runs none of its actors.
+	outOfService bool
 }
 
 // The points of a release (a drain's or a move's suspend to the store)
@@ -258,7 +261,30 @@ func (a *Agent) renew(ctx context.Context) error {
 	if err := a.renewLease(ctx, start); err != nil {
 		return err
 	}
+	if out, err := a.readOutOfService(ctx); err != nil || out {
+		// An operator said this node is down (or its Node cannot be
+		// read): stasisd's fleet lease is left to lapse, so that what
+		// the pass has not removed yet is frozen.
+		return err
+	}
 	return a.renewFleetLease(ctx, start)
+}
+
+// readOutOfService reads whether this node's Node is tainted out of
+// service, and keeps it for the passes; one read a renewal.
+func (a *Agent) readOutOfService(ctx context.Context) (bool, error) {
+	var node corev1.Node
+	if err := a.Kube.Get(ctx, types.NamespacedName{Name: a.Node}, &node); err != nil {
+		return false, fmt.Errorf("node %s, for its out-of-service taint: %w", a.Node, err)
+	}
+	out := fleet.OutOfService(&node)
+	a.mu.Lock()
+	if out && !a.outOfService {
+		a.Log.Warn("this node is tainted out of service: it runs none of its actors, and its copies are removed", "taint", fleet.OutOfServiceTaint)
+	}
+	a.outOfService = out
+	a.mu.Unlock()
+	return out, nil
 }
 
 // renewLease takes or renews the node's Lease, from start.
@@ -489,15 +515,24 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 	for _, l := range fleetActors(local) {
 		here[l.ID] = l
 	}
+	a.mu.Lock()
+	outOfService := a.outOfService
+	a.mu.Unlock()
 	names := map[string]bool{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.Workers)
-	do := func(name string, fn func(context.Context) error) {
+	// do runs fn for actor name, at most Workers at a time; bounded
+	// false runs it at once.
+	do := func(name string, bounded bool, fn func(context.Context) error) {
 		wg.Add(1)
-		sem <- struct{}{}
+		if bounded {
+			sem <- struct{}{}
+		}
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
+			if bounded {
+				defer func() { <-sem }()
+			}
 			if err := fn(ctx); err != nil && ctx.Err() == nil {
 				a.Log.Warn("actor", "actor", name, "err", err)
 			}
@@ -510,8 +545,13 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 			// listing does. A copy of one is seen to below.
 			continue
 		}
-		names[actor.Name] = true
 		l, ok := here[actor.Name]
+		if outOfService {
+			// An operator's word that this node is down: its actors run
+			// elsewhere, or will; nothing of them here (removed below).
+			continue
+		}
+		names[actor.Name] = true
 		if !serve || !a.boundHere(actor) {
 			// A binding of an older epoch is the controller's to move:
 			// neither served nor removed here meanwhile.
@@ -521,7 +561,13 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 		if ok {
 			lp = &l
 		}
-		do(actor.Name, func(ctx context.Context) error { return a.serve(ctx, actor, lp) })
+		// Releases (a drain's, or suspends asked for) are all handed to
+		// stasisd at once, which runs them to their end and stores them
+		// whatever becomes of this agent: one that hangs or dies a moment
+		// into a drain leaves every actor's suspend under way, not only
+		// the first Workers', and the controller finds them in the store.
+		release := actor.Status.Evict || wanted(actor) == stasisv1.PhaseSuspended
+		do(actor.Name, !release, func(ctx context.Context) error { return a.serve(ctx, actor, lp) })
 	}
 	a.mu.Lock()
 	for name := range a.retries {
@@ -532,7 +578,7 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 	a.mu.Unlock()
 	for id, l := range here {
 		if !names[id] {
-			do(id, func(ctx context.Context) error { return a.removeUnbound(ctx, id, l) })
+			do(id, true, func(ctx context.Context) error { return a.removeUnbound(ctx, id, l, outOfService) })
 		}
 	}
 	wg.Wait()
@@ -541,9 +587,10 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 
 // removeUnbound removes this node's copy of an actor the pass found not
 // bound here, once its Actor, read directly, says so: it was deleted, or it
-// is bound elsewhere or nowhere. What stasisd stored while this agent could
-// not record it is recorded before the copy goes.
-func (a *Agent) removeUnbound(ctx context.Context, id string, local api.Actor) error {
+// is bound elsewhere or nowhere; or, outOfService, whatever it says. What
+// stasisd stored while this agent could not record it is recorded before
+// the copy goes.
+func (a *Agent) removeUnbound(ctx context.Context, id string, local api.Actor, outOfService bool) error {
 	var actor stasisv1.Actor
 	err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: id}, &actor)
 	switch {
@@ -552,14 +599,17 @@ func (a *Agent) removeUnbound(ctx context.Context, id string, local api.Actor) e
 		return a.fence(ctx, id, "its Actor was deleted")
 	case err != nil:
 		return err
-	case actor.Status.Node == a.Node:
+	case actor.Status.Node == a.Node && !outOfService:
 		return nil // bound here: the watch has not shown it yet
 	}
 	if err := a.recordFinished(ctx, &actor, local); err != nil {
 		return err
 	}
 	why := "it is bound to node " + actor.Status.Node
-	if actor.Status.Node == "" {
+	switch {
+	case outOfService:
+		why = "this node is tainted " + fleet.OutOfServiceTaint + ": it runs none of its actors"
+	case actor.Status.Node == "":
 		why = "it is bound to no node"
 	}
 	return a.fence(ctx, id, why)

@@ -68,6 +68,16 @@ func Scheme() (*runtime.Scheme, error) {
 // without waiting for its Lease.
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
 
+// OutOfService says whether node n carries OutOfServiceTaint.
+func OutOfService(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == OutOfServiceTaint {
+			return true
+		}
+	}
+	return false
+}
+
 // Node is a node as placement sees it.
 type Node struct {
 	Name        string
@@ -101,10 +111,7 @@ func (n Node) Lost() bool { return n.OutOfService || !n.Alive && !n.LeaseExpired
 // (LeaseClock): the time the node wrote in it is never compared with the
 // reader's.
 func ReadNode(n *corev1.Node, lease *coordinationv1.Lease, renewed, now time.Time) Node {
-	out := Node{Name: n.Name, Draining: n.Annotations[DrainAnnotation] == "true"}
-	for _, t := range n.Spec.Taints {
-		out.OutOfService = out.OutOfService || t.Key == OutOfServiceTaint
-	}
+	out := Node{Name: n.Name, Draining: n.Annotations[DrainAnnotation] == "true", OutOfService: OutOfService(n)}
 	if raw := n.Annotations[FingerprintAnnotation]; raw == "" {
 		out.Problem = "its agent has not published a fingerprint (annotation " + FingerprintAnnotation + ")"
 	} else if f, err := fingerprint.Parse([]byte(raw)); err != nil {
