@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/errdefs"
-	"github.com/stasis-run/stasis/kube/fleet"
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	"github.com/stasis-run/stasis/kube/fleet"
 )
 
 // TestFleetOutOfServiceTaint: an operator taints a node
