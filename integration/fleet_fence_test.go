@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -268,6 +269,20 @@ func (m *monitor) stoppedRunning(node string, since time.Time) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.lastRunning[node].Sub(since)
+}
+
+// seen are the violations found so far.
+func (m *monitor) seen() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.violations)
+}
+
+// sampled is how many samples were taken.
+func (m *monitor) sampled() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.samples
 }
 
 // stop ends the sampling and returns the violations.

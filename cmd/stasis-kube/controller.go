@@ -67,7 +67,10 @@ its replicas elect one leader through a Lease.`,
 				return err
 			}
 			c := &controller.Controller{Kube: kube, Repo: repo, Namespace: g.namespace, LeaseNamespace: g.leaseNamespace,
-				Policy: compat.Policy{IgnoreCPUFlags: ignoreCPUFlags}, Log: logger()}
+				Policy: compat.Policy{IgnoreCPUFlags: ignoreCPUFlags}, Log: logger(),
+				// A test hook: the point of a rebind at which the controller
+				// stops itself (controller.Failpoint…).
+				Failpoint: os.Getenv("STASIS_KUBE_FAILPOINT")}
 			cs, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				return err

@@ -22,11 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -111,8 +108,8 @@ type Agent struct {
 	retries map[string]retry
 	// staged holds, per golden snapshot, whether stasisd staged it.
 	staged map[string]staging
-	// failpointReached says the Failpoint stopped the agent once already.
-	failpointReached bool
+	// stops is the Failpoint's.
+	stops *fleet.Failpoint
 	// outOfService: this node's Node, as the last renewal read it, is
 	// tainted fleet.OutOfServiceTaint: it runs none of its actors.
 	outOfService bool
@@ -131,27 +128,6 @@ const (
 	// snapshot; this node's copy is still here.
 	FailpointUnbound = "release:unbound"
 )
-
-// failpoint stops the agent, as a hung one, the first time it reaches the
-// configured Failpoint.
-func (a *Agent) failpoint(at string) {
-	a.mu.Lock()
-	reached := a.Failpoint != at || a.failpointReached
-	a.failpointReached = a.failpointReached || a.Failpoint == at
-	a.mu.Unlock()
-	if reached {
-		return
-	}
-	a.Log.Warn("failpoint reached: stopping the agent (SIGSTOP)", "failpoint", at)
-	// A signal is delivered when the kernel gets to it: this goroutine
-	// waits for the SIGCONT that ends the stop, so that it never goes on
-	// before the process stopped.
-	cont := make(chan os.Signal, 1)
-	signal.Notify(cont, syscall.SIGCONT)
-	defer signal.Stop(cont)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-	<-cont
-}
 
 // retry is when a failed start is tried again, and how many have failed;
 // never for a permanent failure.
@@ -177,6 +153,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.retries = map[string]retry{}
 	a.staged = map[string]staging{}
+	a.stops = &fleet.Failpoint{Point: a.Failpoint, Log: a.Log}
 	var err error
 	if a.fingerprint, err = a.Stasisd.NodeInfo(ctx); err != nil {
 		return fmt.Errorf("this node's fingerprint from stasisd: %w", err)
@@ -859,7 +836,7 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 				})
 			}
 			*local = suspended
-			a.failpoint(FailpointSuspended)
+			a.stops.Reach(FailpointSuspended)
 		}
 		if local.Snapshot == nil || local.Snapshot.Stored == "" {
 			return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
@@ -870,7 +847,7 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 		if err := a.recordSnapshot(ctx, actor, local.Snapshot); err != nil {
 			return err
 		}
-		a.failpoint(FailpointRecorded)
+		a.stops.Reach(FailpointRecorded)
 	}
 	// The binding is given up before the copy goes: a crash in between
 	// leaves a copy the next pass fences, never an actor bound nowhere
@@ -886,7 +863,7 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 	if err != nil || local == nil {
 		return err
 	}
-	a.failpoint(FailpointUnbound)
+	a.stops.Reach(FailpointUnbound)
 	a.Log.Info("released to the store", "actor", actor.Name, "snapshot", stored)
 	return a.remove(ctx, actor.Name)
 }

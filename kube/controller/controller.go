@@ -45,6 +45,11 @@ type Controller struct {
 	// Interval is how often it looks at every actor (500 ms when zero).
 	Interval time.Duration
 	Log      *slog.Logger
+	// Failpoint, one of the Failpoint… names, stops the controller
+	// (SIGSTOP) the first time it gets there: a test hook, to heal a
+	// partition at each point of a rebind.
+	Failpoint string
+	stops     *fleet.Failpoint
 	// manifests and lastManifests hold the stored manifests read in this
 	// pass and in the one before, by name: a stored snapshot never changes,
 	// and an actor waiting to be placed needs its manifest on every pass,
@@ -80,11 +85,24 @@ const (
 	waitMax  = 30 * time.Second
 )
 
+// The points of a rebind (a lost node's actor bound to another) where
+// Controller.Failpoint stops the controller.
+const (
+	// FailpointRevoked: the lost node's epoch is raised; its actors are
+	// still bound to it.
+	FailpointRevoked = "rebind:revoked"
+	// FailpointUnbound: an actor of the lost node is bound to no node.
+	FailpointUnbound = "rebind:unbound"
+	// FailpointBound: that actor is bound to another node.
+	FailpointBound = "rebind:bound"
+)
+
 // Run places and moves actors until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	if c.Interval <= 0 {
 		c.Interval = 500 * time.Millisecond
 	}
+	c.stops = &fleet.Failpoint{Point: c.Failpoint, Log: c.Log}
 	c.Log.Info("controller leading", "namespace", c.Namespace)
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
@@ -148,6 +166,12 @@ func (c *Controller) Pass(ctx context.Context) error {
 			load[before]--
 			load[a.Status.Node]++
 			c.Log.Info("bound", "actor", a.Name, "node", a.Status.Node, "from", before, "reason", a.Status.Reason)
+			switch {
+			case before != "" && nodes[before].Revoked:
+				c.stops.Reach(FailpointUnbound)
+			case before == "" && a.Status.Placement > 1:
+				c.stops.Reach(FailpointBound)
+			}
 		}
 	}
 	for uid := range c.waits {
@@ -475,6 +499,7 @@ func (c *Controller) revoke(ctx context.Context, lease *coordinationv1.Lease, no
 	case err == nil:
 		node.Epoch, node.Revoked = fleet.Epoch(revoked), true
 		c.Log.Info("node lost: its epoch raised, its actors move", "node", node.Name, "epoch", node.Epoch, "leaseExpired", node.LeaseExpired)
+		c.stops.Reach(FailpointRevoked)
 	case apierrors.IsConflict(err):
 		node.Alive, node.LeaseExpired = true, time.Time{} // it renewed meanwhile
 	default:
