@@ -627,6 +627,20 @@ func (a *Agent) remove(ctx context.Context, id string) error {
 func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Actor) error {
 	name := listed.Name
 	want := wanted(listed)
+	if local != nil && local.State == api.Crashed && a.startFailedHere(name) {
+		// A start here that failed for a reason that may pass (its probe
+		// timed out on a loaded node) left its copy CRASHED: when its retry
+		// is due the copy goes and the start is tried again, from what the
+		// store holds; until then the status says when.
+		if !a.retryDue(name) {
+			return nil
+		}
+		a.Log.Info("trying a failed start again", "actor", name, "reason", local.Reason)
+		if err := a.remove(ctx, name); err != nil {
+			return err
+		}
+		local = nil
+	}
 	switch {
 	case local == nil && listed.Status.Phase == stasisv1.PhaseFailed && listed.Status.ObservedGeneration == listed.Generation && !a.retryDue(name):
 		return nil // it failed here for good, or waits for its retry; a new spec tries again
@@ -766,6 +780,15 @@ func (a *Agent) failed(name string, err error) string {
 
 // retryDue says whether a failed actor's retry is due: its wait is over,
 // or this agent never saw it fail (it started since), so tries once.
+// startFailedHere says whether this agent's start of actor name failed
+// for a reason that may pass, and is to be tried again.
+func (a *Agent) startFailedHere(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.retries[name]
+	return ok && !r.permanent
+}
+
 func (a *Agent) retryDue(name string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -110,5 +111,49 @@ func TestPassReadsTheWatchAndUnwatchedCopiesDirectly(t *testing.T) {
 		if n := requests.Load(); n != 0 {
 			t.Fatalf("a pass at rest made %d requests of the API server; want none", n)
 		}
+	}
+}
+
+// TestFailedStartIsTriedAgain: a start here that failed for a reason that
+// may pass (a probe that timed out on a loaded node) left its copy
+// CRASHED; once its retry is due the copy is removed and the start tried
+// again, not reported Failed for ever. A copy whose retry is not due yet is
+// left as it is, and so is one that crashed after it ran (no failed start
+// of this agent's): its restart policy or its spec decides.
+func TestFailedStartIsTriedAgain(t *testing.T) {
+	ctx := context.Background()
+	scheme, err := fleet.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := func(name string) *stasisv1.Actor {
+		return &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+			Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Phase: stasisv1.PhaseFailed}}
+	}
+	due, later, ran := actor("due"), actor("later"), actor("ran")
+	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(due, later, ran).WithStatusSubresource(&stasisv1.Actor{}).Build()
+	stasisd := &fakeStasisd{actors: []*apiv1.Actor{
+		{Id: "due", Template: "t", State: "CRASHED", Reason: "the actor did not start: probe: not ready within 30s"},
+		{Id: "later", Template: "t", State: "CRASHED", Reason: "the actor did not start: probe: not ready within 30s"},
+		{Id: "ran", Template: "t", State: "CRASHED", Reason: "its process was killed by signal 9"},
+	}}
+	a := &Agent{Kube: kube, Stasisd: startFakeStasisd(t, stasisd), Node: "node-a", Namespace: "default",
+		Workers: 2, Log: slog.New(slog.DiscardHandler), retries: map[string]retry{
+			"due":   {next: time.Now().Add(-time.Second), failures: 1},
+			"later": {next: time.Now().Add(time.Hour), failures: 1},
+		}}
+	if err := a.pass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if deleted := stasisd.deletes(); !slices.Equal(deleted, []string{"due"}) {
+		t.Fatalf("copies removed: %v; want only due's, whose retry is due", deleted)
+	}
+	// The start was tried again (and failed here on the missing
+	// ActorTemplate): a second failure, the next retry later.
+	if r := a.retries["due"]; r.failures != 2 || !r.next.After(time.Now()) {
+		t.Fatalf("due's retries after the pass: %+v; want a second failed start", r)
+	}
+	if r := a.retries["later"]; r.failures != 1 {
+		t.Fatalf("later's retries: %+v; want it untouched", r)
 	}
 }
