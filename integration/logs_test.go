@@ -343,4 +343,14 @@ func TestExecStreams(t *testing.T) {
 	if exitCode(err) != 2 || !strings.Contains(string(out), "unknown command") || !strings.Contains(string(out), "/counter exited 2 in a1") {
 		t.Fatalf("exec of a failing command: exit %d\n%s", exitCode(err), out)
 	}
+	// An exec cut off at its deadline while the command inside runs on
+	// (holding the output runsc handed it) returns soon after the
+	// deadline, not when the command ends: a probe cannot hang on it.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = d.rt.Exec(ctx, api.SandboxID("a1"), runtime.Process{Args: []string{"/counter", "waitfile", "/never"}})
+	if took := time.Since(start); err == nil || took > 20*time.Second {
+		t.Fatalf("an exec past its 1 s deadline returned after %s: %v", took, err)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -107,10 +108,22 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 	if err != nil {
 		return runtime.ExecResult{}, err
 	}
+	// runsc hands its standard output and error to the process in the
+	// sandbox, which holds them as long as it runs: one killed at the
+	// deadline, frozen, or left in the background would keep Wait waiting
+	// on the pipes for ever (a probe stuck for minutes on a loaded node).
+	// Past execDrain after runsc ended, what came is what there is.
+	cmd.WaitDelay = execDrain
 	err = cmd.Start()
 	if err == nil {
 		stdin()
 		err = cmd.Wait()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			err = nil
+			if cmd.ProcessState != nil && !cmd.ProcessState.Success() {
+				err = &exec.ExitError{ProcessState: cmd.ProcessState}
+			}
+		}
 	}
 	res := runtime.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if p.Stderr != nil {
@@ -118,6 +131,9 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 	}
 	return r.execEnded(ctx, id, p, res, err, stderr.String())
 }
+
+// execDrain bounds how long an exec's output is read after runsc ended.
+const execDrain = 2 * time.Second
 
 // pipeStdin gives cmd its standard input from in, as the process reads
 // it: the returned function, called once cmd started, copies it and
