@@ -778,8 +778,6 @@ func (a *Agent) failed(name string, err error) string {
 	return fmt.Sprintf("tried again in %s (failure %d)", wait, r.failures)
 }
 
-// retryDue says whether a failed actor's retry is due: its wait is over,
-// or this agent never saw it fail (it started since), so tries once.
 // startFailedHere says whether this agent's start of actor name failed
 // for a reason that may pass, and is to be tried again.
 func (a *Agent) startFailedHere(name string) bool {
@@ -789,6 +787,8 @@ func (a *Agent) startFailedHere(name string) bool {
 	return ok && !r.permanent
 }
 
+// retryDue says whether a failed actor's retry is due: its wait is over,
+// or this agent never saw it fail (it started since), so tries once.
 func (a *Agent) retryDue(name string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
