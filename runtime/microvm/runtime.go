@@ -326,9 +326,9 @@ const agentStart = 30 * time.Second
 // kernel never ran /init, which says so on the console at once); when it
 // prints for three times SilentBoot without a word from stasis-agent (its
 // /init is something else; a kernel under TCG on a loaded host may print
-// warnings for a while before it runs /init); and when the agent said it started but did not open
-// its port within agentStart: each at its own bound, not at the boot
-// timeout. It returns when ctx ends.
+// warnings for a while before it runs /init); and when the agent said it
+// started but did not open its port within agentStart: each at its own
+// bound, not at the boot timeout. It returns when ctx ends.
 func (r *Runtime) watchBoot(ctx context.Context, console string, giveUp context.CancelCauseFunc) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
