@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -212,8 +213,26 @@ func (c *Client) ExecStream(ctx context.Context, r ExecRequest, stdout, stderr i
 		return 0, c.explain(err)
 	}
 	defer stream.Close()
-	for stream.Receive() {
-		m := stream.Msg()
+	return c.execOutput(r.ID, stdout, stderr, func() (*stasisv1.ExecOutput, error) {
+		if stream.Receive() {
+			return stream.Msg(), nil
+		}
+		return nil, cmp.Or(stream.Err(), io.EOF)
+	})
+}
+
+// execOutput writes the output an exec's stream brings (receive gives its
+// messages, io.EOF at its end) to stdout and stderr, and returns the
+// command's exit code, which the last message holds.
+func (c *Client) execOutput(id string, stdout, stderr io.Writer, receive func() (*stasisv1.ExecOutput, error)) (int, error) {
+	for {
+		m, err := receive()
+		if errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("exec in %s: the stream ended without the command's exit code", id)
+		}
+		if err != nil {
+			return 0, c.explain(err)
+		}
 		if _, err := stdout.Write(m.GetStdout()); err != nil {
 			return 0, err
 		}
@@ -224,10 +243,6 @@ func (c *Client) ExecStream(ctx context.Context, r ExecRequest, stdout, stderr i
 			return int(m.GetExitCode()), nil
 		}
 	}
-	if err := stream.Err(); err != nil {
-		return 0, c.explain(err)
-	}
-	return 0, fmt.Errorf("exec in %s: the stream ended without the command's exit code", r.ID)
 }
 
 // ExecAttach runs r's command with its standard input read from streams'
@@ -302,24 +317,7 @@ func (c *Client) ExecAttach(ctx context.Context, r ExecRequest, streams ExecStre
 			}
 		}
 	}()
-	for {
-		m, err := stream.Receive()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return 0, fmt.Errorf("exec in %s: the stream ended without the command's exit code", r.ID)
-			}
-			return 0, c.explain(err)
-		}
-		if _, err := streams.Stdout.Write(m.GetStdout()); err != nil {
-			return 0, err
-		}
-		if _, err := streams.Stderr.Write(m.GetStderr()); err != nil {
-			return 0, err
-		}
-		if m.ExitCode != nil {
-			return int(m.GetExitCode()), nil
-		}
-	}
+	return c.execOutput(r.ID, streams.Stdout, streams.Stderr, stream.Receive)
 }
 
 // Watch passes each event of actor id's history after seq after to see,

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
@@ -39,9 +38,7 @@ func TestFleetNodeClockOffset(t *testing.T) {
 		for _, id := range ids {
 			var a stasisv1.Actor
 			if err := f.cp.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: id}, &a); err != nil {
-				if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: id}, Spec: stasisv1.ActorSpec{Template: "counter", Node: "node-b"}}); err != nil {
-					t.Fatal(err)
-				}
+				f.createOn(id, "node-b")
 			} else {
 				f.edit(id, func(s *stasisv1.ActorSpec) { s.Node = "node-b" })
 			}

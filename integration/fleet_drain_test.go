@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/api"
@@ -48,9 +47,7 @@ func TestFleetDrainWithAHungAgent(t *testing.T) {
 		for j := range perPoint {
 			id := fmt.Sprintf("h%d.x%d", i, j)
 			ids = append(ids, id)
-			if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: id}, Spec: stasisv1.ActorSpec{Template: "counter", Node: "node-a"}}); err != nil {
-				t.Fatal(err)
-			}
+			f.createOn(id, "node-a")
 		}
 		for j, id := range ids {
 			f.await(id, "running on node-a", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-a" })

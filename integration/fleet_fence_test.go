@@ -51,9 +51,7 @@ func TestFleetFencing(t *testing.T) {
 	f.template("counter")
 	ids := []string{"x1", "x10", "x2"}
 	for _, id := range ids {
-		if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: id}, Spec: stasisv1.ActorSpec{Template: "counter", Node: "node-b"}}); err != nil {
-			t.Fatal(err)
-		}
+		f.createOn(id, "node-b")
 	}
 	for _, id := range ids {
 		f.await(id, "running on node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })

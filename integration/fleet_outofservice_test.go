@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/errdefs"
@@ -29,11 +28,7 @@ func TestFleetOutOfServiceTaint(t *testing.T) {
 	a := f.addNode("node-a")
 	f.addNode("node-b")
 	f.template("counter")
-	if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "o1"}, Spec: stasisv1.ActorSpec{Template: "counter", Node: "node-a"}}); err != nil {
-		t.Fatal(err)
-	}
-	f.await("o1", "running on node-a", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
-	f.edit("o1", func(s *stasisv1.ActorSpec) { s.Node = "" })
+	f.startOn("o1", "node-a") // free to move, still bound to node-a
 	f.counter("o1", "incr")
 
 	taint := func(on bool) {
@@ -72,9 +67,7 @@ func TestFleetOutOfServiceTaint(t *testing.T) {
 	// runs none of them, and nothing new is placed there.
 	a.agent.kill()
 	a.agent.start()
-	if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "o2"}, Spec: stasisv1.ActorSpec{Template: "counter", Node: "node-a"}}); err != nil {
-		t.Fatal(err)
-	}
+	f.createOn("o2", "node-a")
 	f.await("o2", "refused on node-a", func(s stasisv1.ActorStatus) bool {
 		return s.Node == "" && strings.Contains(s.Reason, fleet.OutOfServiceTaint)
 	})

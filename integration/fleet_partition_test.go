@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/stasis-run/stasis/api"
@@ -42,11 +41,7 @@ func TestFleetPartitionFencesTheCutOffNode(t *testing.T) {
 	proxy := startTCPProxy(t, f.cp.server)
 	cut := f.addNodeVia("node-b", proxyConfig(t, f.cp.agentConfig, proxy.addr))
 	f.template("counter")
-	if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p1"}, Spec: stasisv1.ActorSpec{Template: "counter", Node: "node-b"}}); err != nil {
-		t.Fatal(err)
-	}
-	f.await("p1", "running on node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
-	f.edit("p1", func(s *stasisv1.ActorSpec) { s.Node = "" }) // free to move, still bound to node-b
+	f.startOn("p1", "node-b") // free to move, still bound to node-b
 	f.counter("p1", "incr")
 	want := f.counter("p1", "incr")
 	stateOf := func(n *fleetNode, id string) api.State {
@@ -226,22 +221,20 @@ func TestFleetPartitionHealsMidRebind(t *testing.T) {
 	proxy := startTCPProxy(t, f.cp.server)
 	cut := f.addNodeVia("node-b", proxyConfig(t, f.cp.agentConfig, proxy.addr))
 	f.template("counter")
-	if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p1"}, Spec: stasisv1.ActorSpec{Template: "counter", Node: "node-b"}}); err != nil {
-		t.Fatal(err)
-	}
-	f.await("p1", "running on node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
-	f.edit("p1", func(s *stasisv1.ActorSpec) { s.Node = "" })
+	f.startOn("p1", "node-b") // free to move, still bound to node-b
 	m := f.watch([]string{"p1"})
 	for i := range iterations {
 		for _, point := range []string{controller.FailpointRevoked, controller.FailpointUnbound, controller.FailpointBound} {
-			stops := strings.Count(f.controller.logText(), `"failpoint":"`+point+`"`) + strings.Count(f.controller.logText(), "failpoint="+point)
+			// The point is named in the controller's log only as it stops.
+			stopsAt := func() int { return strings.Count(f.controller.logText(), point) }
+			stops := stopsAt()
 			placed := f.actor("p1").Status.Placement
 			f.controller.kill()
 			f.controller.env = []string{"STASIS_KUBE_FAILPOINT=" + point}
 			f.controller.start()
 			proxy.cut()
 			waitForLong(t, fmt.Sprintf("try %d: the controller to stop at %s", i, point), time.Minute, func() bool {
-				return strings.Count(f.controller.logText(), `"failpoint":"`+point+`"`)+strings.Count(f.controller.logText(), "failpoint="+point) > stops
+				return stopsAt() > stops
 			})
 			healed := time.Now()
 			proxy.heal()

@@ -152,6 +152,24 @@ func (f *fleetEnv) template(name string) {
 	}
 }
 
+// createOn creates counter actor name bound to node (spec.node).
+func (f *fleetEnv) createOn(name, node string) {
+	f.t.Helper()
+	a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: stasisv1.ActorSpec{Template: "counter", Node: node}}
+	if err := f.cp.kube.Create(context.Background(), a); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// startOn creates counter actor name on node, waits until it runs there,
+// and frees it to move (spec.node cleared), still bound there.
+func (f *fleetEnv) startOn(name, node string) {
+	f.t.Helper()
+	f.createOn(name, node)
+	f.await(name, "running on "+node, func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == node })
+	f.edit(name, func(s *stasisv1.ActorSpec) { s.Node = "" })
+}
+
 func (f *fleetEnv) actor(name string) *stasisv1.Actor {
 	f.t.Helper()
 	var a stasisv1.Actor

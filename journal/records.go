@@ -277,12 +277,13 @@ func (j *Journal) Actors(ctx context.Context) ([]Actor, error) {
 // SetActor records where an actor stands, outside any operation (the
 // reconciler's corrections).
 func (j *Journal) SetActor(ctx context.Context, id, state, reason string) error {
-	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, idle = 0, exit_code = 0, exited_at = '', updated_at = ? WHERE id = ?`, state, reason, now(), id)
+	return j.SetActorEnded(ctx, id, state, reason, 0, time.Time{})
 }
 
-// SetActorEnded records that actor id's process ended at at, found so
-// rather than seen (code api.ExitUnknown when how is not known): state
-// EXITED or CRASHED, as a restart policy reads it.
+// SetActorEnded is SetActor recording that actor id's process ended at at,
+// found so rather than seen (code api.ExitUnknown when how is not known):
+// state EXITED or CRASHED, as a restart policy reads it. A zero at records
+// no end.
 func (j *Journal) SetActorEnded(ctx context.Context, id, state, reason string, code int, at time.Time) error {
 	return j.update(ctx, settles, "actor", id, `UPDATE actors SET state = ?, reason = ?, idle = 0, exit_code = ?, exited_at = ?, updated_at = ? WHERE id = ?`, state, reason, code, optionalTime(at), now(), id)
 }

@@ -543,8 +543,7 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 		// whatever becomes of this agent: one that hangs or dies a moment
 		// into a drain leaves every actor's suspend under way, not only
 		// the first Workers', and the controller finds them in the store.
-		release := actor.Status.Evict || wanted(actor) == stasisv1.PhaseSuspended
-		do(actor.Name, !release, func(ctx context.Context) error { return a.serve(ctx, actor, lp) })
+		do(actor.Name, !releasing(actor), func(ctx context.Context) error { return a.serve(ctx, actor, lp) })
 	}
 	a.mu.Lock()
 	for name := range a.retries {
@@ -659,7 +658,7 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 	if local != nil && local.State == api.Fenced {
 		return a.report(ctx, &actor, *local) // not released while frozen
 	}
-	if actor.Status.Evict || want == stasisv1.PhaseSuspended {
+	if releasing(&actor) {
 		return a.release(ctx, &actor, local, want)
 	}
 	if local == nil {
@@ -689,6 +688,12 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 		return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) { s.Reason = err.Error() })
 	}
 	return a.report(ctx, &actor, *local)
+}
+
+// releasing says whether an Actor is to be released from its node to the
+// store: evicted (a drain, a move), or suspended by its spec.
+func releasing(actor *stasisv1.Actor) bool {
+	return actor.Status.Evict || wanted(actor) == stasisv1.PhaseSuspended
 }
 
 // wanted is the phase an Actor's spec asks for.
