@@ -455,9 +455,11 @@ func TestSilentGuestFailsFast(t *testing.T) {
 // TestGuestWithAnotherInitFailsFast: a guest whose /init is not
 // stasis-agent (here a shell, which prints its prompt on the console and
 // waits) is given up on three SilentBoots after it first printed, with
-// the console's last lines, not at the two-minute boot timeout.
+// the console's last lines, not at the two-minute boot timeout. SilentBoot
+// is 10 s: under TCG on a loaded host (CI runs this beside the integration
+// tests) a kernel may print its first line more than 5 s after QEMU starts.
 func TestGuestWithAnotherInitFailsFast(t *testing.T) {
-	f := newFixture(t, microvm.Config{SilentBoot: 5 * time.Second})
+	f := newFixture(t, microvm.Config{SilentBoot: 10 * time.Second})
 	dir := vmtest.Bundle(t, t.TempDir(), vmtest.Options{Cmdline: "console=ttyS0 rdinit=/bin/sh"})
 	ctx := context.Background()
 	t.Cleanup(func() { _ = f.rt.Delete(context.Background(), "other") })
@@ -467,11 +469,11 @@ func TestGuestWithAnotherInitFailsFast(t *testing.T) {
 	}
 	start := time.Now()
 	err := f.rt.Start(ctx, "other")
-	if err == nil || !strings.Contains(err.Error(), "without a word from stasis-agent") || !strings.Contains(err.Error(), "for 15s") {
+	if err == nil || !strings.Contains(err.Error(), "without a word from stasis-agent") || !strings.Contains(err.Error(), "for 30s") {
 		printed, _ := os.ReadFile(console)
 		t.Fatalf("start of a guest whose /init is a shell: %v; its console:\n%s", err, printed)
 	}
-	if took := time.Since(start); took > time.Minute {
+	if took := time.Since(start); took > 90*time.Second {
 		t.Fatalf("given up on after %s", took)
 	}
 	t.Logf("given up on after %s: %v", time.Since(start).Round(time.Millisecond), err)

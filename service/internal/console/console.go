@@ -23,6 +23,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,6 +291,37 @@ type Cursor struct {
 // span is a range of one generation of a console.
 type span struct {
 	gen, from, to int64
+}
+
+// Remove removes the console at path with its marks and older copies, and
+// forgets it. Under the keeper's lock, so that no look under way writes a
+// mark beside it afterwards: the folder that held it can then be removed
+// whole (a mark appended meanwhile would leave it not empty).
+func (k *Keeper) Remove(path string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.marked, path)
+	delete(k.gens, path)
+	// The console first: a look that finds it gone writes nothing.
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove console: %w", err)
+	}
+	dir, base := filepath.Split(path)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove console: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), base+".") {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove console: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // nameOf is the file that holds generation gen of the console at path now.

@@ -246,3 +246,49 @@ func TestFollowEnds(t *testing.T) {
 		t.Errorf("a follow of a removed console: %v", err)
 	}
 }
+
+// TestRemoveLeavesNothingToMark: a console removed while looks run (as
+// stasisd's keeper looks every second while an actor is deleted) leaves its
+// folder empty, with no mark written after it, and is forgotten; its
+// rotated copies and marks go with it, and nothing beside them.
+func TestRemoveLeavesNothingToMark(t *testing.T) {
+	for round := range 50 {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "console.log")
+		k := NewKeeper(Limits{MaxSize: 64, Files: 3})
+		w := writer(t, path)
+		lines(t, w, 0, 10)
+		if err := k.Look([]string{path}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		lines(t, w, 10, 12)
+		if err := os.WriteFile(filepath.Join(dir, "console.logger"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		looked := make(chan error)
+		go func() {
+			// A look that found the console before the removal.
+			looked <- k.Look([]string{path}, time.Now())
+		}()
+		if err := k.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-looked; err != nil {
+			t.Fatalf("round %d: a look racing the removal: %v", round, err)
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 1 || entries[0].Name() != "console.logger" {
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Fatalf("round %d: the folder holds %v after the removal, want only console.logger", round, names)
+		}
+		if _, known := k.marked[path]; known {
+			t.Fatalf("round %d: the removed console is still known", round)
+		}
+	}
+}

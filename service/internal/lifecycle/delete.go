@@ -90,6 +90,9 @@ func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) ([]string, e
 				return "", err
 			}
 		}
+		if err := s.consoles.Remove(s.consolePath(o.Actor.ID)); err != nil {
+			return "", err
+		}
 		if err := os.RemoveAll(s.templates.ActorDir(o.Actor.ID)); err != nil {
 			return "", err
 		}
