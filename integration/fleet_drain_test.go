@@ -21,12 +21,12 @@ import (
 // with SIGSTOP, at a failpoint) at each point of a release after stasisd
 // suspended an actor and stored its snapshot: before anything is recorded
 // in the cluster, after the Snapshot object, after the binding is given
-// up. Every release the hung pass had seen was handed to stasisd at
-// once, so those suspends are all stored though the agent hung at the
-// first; the node's lease lapses and each such actor resumes on the other
-// node from its stored snapshot, its counter kept. An actor whose eviction
-// the hung pass had not seen yet was never suspended: it starts from its
-// template (what a lost node loses). The agent, let go, records the
+// up. Every release the agent had seen was handed to stasisd at once, and
+// the passes do not wait for them, so those suspends are all stored though
+// the agent hung at the first; the node's lease lapses and each such actor
+// resumes on the other node from its stored snapshot, its counter kept. An
+// actor whose eviction the controller made after the agent hung was never
+// suspended: it starts from its template (what a lost node loses). The agent, let go, records the
 // Snapshots and removes its copies without running them.
 func TestFleetDrainWithAHungAgent(t *testing.T) {
 	// A lease of 6 s, not the tests' 2 s: ten suspends and ten resumes at
@@ -69,11 +69,10 @@ func TestFleetDrainWithAHungAgent(t *testing.T) {
 			}
 			copyA, err := a.d.api.InspectActor(ctx, id)
 			if err != nil || copyA.State != api.Suspended || copyA.Snapshot == nil || copyA.Snapshot.Stored == "" {
-				// Its release was never handed to stasisd: the pass that
-				// hung had not seen its eviction (a pass sees to the
-				// releases it found before the next begins). Frozen by
-				// the fence, it starts from what the store holds of it:
-				// nothing, so its template.
+				// Its release was never handed to stasisd: its eviction
+				// came after the agent hung. Frozen by the fence, it
+				// starts from what the store holds of it: nothing, so its
+				// template.
 				if got != "0" && got != want[id] {
 					t.Errorf("%s: %s, never suspended, counts %s on node-b; want %s, or 0 from its template", point, id, got, want[id])
 				}

@@ -45,6 +45,10 @@ commands stasisd gave it.`,
 			if err != nil {
 				return err
 			}
+			wake, err := agent.ReleaseAsked(cmd.Context(), watch)
+			if err != nil {
+				return err
+			}
 			// The renewals have a client of their own, as the kubelet's
 			// heartbeats do: the passes' requests never queue them.
 			leaseKube, _, err := g.client()
@@ -58,7 +62,7 @@ commands stasisd gave it.`,
 					return fmt.Errorf("STASIS_KUBE_CLOCK_OFFSET=%q: %w", v, err)
 				}
 			}
-			a := &agent.Agent{Kube: kube, LeaseKube: leaseKube, Watched: watch, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
+			a := &agent.Agent{Kube: kube, LeaseKube: leaseKube, Watched: watch, Wake: wake, Stasisd: api.Dial(socket), Node: node, Namespace: g.namespace,
 				LeaseNamespace: g.leaseNamespace, LeaseDuration: g.leaseDuration, Log: logger(),
 				// The fault tests' way to hang the agent between the steps
 				// of a release (agent.Failpoint…).

@@ -10,6 +10,13 @@ import (
 // Every calls fn every interval, in a goroutine of its own, until ctx ends
 // or the returned stop is called; stop waits for the last call to end.
 func Every(ctx context.Context, interval time.Duration, fn func()) (stop func()) {
+	return EveryOr(ctx, interval, nil, fn)
+}
+
+// EveryOr is Every that also calls fn as soon as wake receives (a nil wake
+// never does): fn's calls never overlap, and a wake during one is a call
+// right after it.
+func EveryOr(ctx context.Context, interval time.Duration, wake <-chan struct{}, fn func()) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() {
@@ -21,6 +28,8 @@ func Every(ctx context.Context, interval time.Duration, fn func()) (stop func())
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				fn()
+			case <-wake:
 				fn()
 			}
 		}

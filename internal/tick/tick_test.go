@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestEveryStopWaitsForTheLastCall: stop returns only once the call in
@@ -40,4 +41,16 @@ func TestEveryStopWaitsForTheLastCall(t *testing.T) {
 	stop = Every(ctx, 1, func() {})
 	cancel()
 	stop() // returns: the loop ended with the context
+}
+
+// TestEveryOrWakes: a wake calls fn at once, long before the interval.
+func TestEveryOrWakes(t *testing.T) {
+	wake := make(chan struct{})
+	called := make(chan struct{}, 1)
+	stop := EveryOr(context.Background(), time.Hour, wake, func() { called <- struct{}{} })
+	defer stop()
+	for range 3 {
+		wake <- struct{}{}
+		<-called
+	}
 }

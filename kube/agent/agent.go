@@ -33,6 +33,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/api"
@@ -77,6 +79,11 @@ type Agent struct {
 	// in its actors' endpoints; the Node's InternalIP (or ExternalIP) when
 	// empty.
 	Address string
+	// Wake, when set, starts a pass at once rather than at the next
+	// Interval (ReleaseAsked makes one from the watch): a drain's
+	// evictions are handed to stasisd as they are made, not up to an
+	// Interval later, when the agent may have hung.
+	Wake <-chan struct{}
 	// Failpoint, one of the Failpoint… names, makes the agent stop itself
 	// (SIGSTOP) the first time it gets there, as a hung agent would: the
 	// tests' way into the windows between the steps of a release.
@@ -113,6 +120,11 @@ type Agent struct {
 	// outOfService: this node's Node, as the last renewal read it, is
 	// tainted fleet.OutOfServiceTaint: it runs none of its actors.
 	outOfService bool
+	// releases holds the actors whose release a pass handed to stasisd
+	// and that has not ended: the passes go on beside them (released
+	// waits for them as the agent stops).
+	releases map[string]bool
+	released sync.WaitGroup
 }
 
 // The points of a release (a drain's or a move's suspend to the store)
@@ -180,13 +192,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	tick.Every(ctx, a.LeaseDuration/10, func() { a.fenceWithoutStasisd(ctx) })
 	// Golden snapshots are staged beside the passes, never holding one up.
 	tick.Every(ctx, a.Interval, func() { a.stageGoldens(ctx) })
-	stop := tick.Every(ctx, a.Interval, func() {
+	stop := tick.EveryOr(ctx, a.Interval, a.Wake, func() {
 		if err := a.pass(ctx, true); err != nil && ctx.Err() == nil {
 			a.Log.Warn("pass over the actors", "err", err)
 		}
 	})
 	<-ctx.Done()
 	stop() // the pass in flight ends first
+	a.released.Wait()
 	return nil
 }
 
@@ -471,7 +484,7 @@ func fleetActors(local []api.Actor) []api.Actor {
 // pass looks at every Actor of the namespace and every actor of the local
 // stasisd once, acting on up to Workers at a time: it removes the copies of
 // actors not bound here and, with serve, brings those bound here to what
-// their spec asks.
+// their spec asks. Releases are handed on and not waited for (release).
 func (a *Agent) pass(ctx context.Context, serve bool) error {
 	// Nothing is run or resumed here on a Lease about to lapse: it is
 	// renewed first, or the actors stay as they are (fenced by stasisd).
@@ -498,21 +511,14 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 	names := map[string]bool{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.Workers)
-	// do runs fn for actor name, at most Workers at a time; bounded
-	// false runs it at once.
-	do := func(name string, bounded bool, fn func(context.Context) error) {
+	// do runs fn for actor name, at most Workers at a time.
+	do := func(name string, fn func(context.Context) error) {
 		wg.Add(1)
-		if bounded {
-			sem <- struct{}{}
-		}
+		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
-			if bounded {
-				defer func() { <-sem }()
-			}
-			if err := fn(ctx); err != nil && ctx.Err() == nil {
-				a.Log.Warn("actor", "actor", name, "err", err)
-			}
+			defer func() { <-sem }()
+			a.logFailure(ctx, name, fn(ctx))
 		}()
 	}
 	for i := range list.Items {
@@ -538,12 +544,11 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 		if ok {
 			lp = &l
 		}
-		// Releases (a drain's, or suspends asked for) are all handed to
-		// stasisd at once, which runs them to their end and stores them
-		// whatever becomes of this agent: one that hangs or dies a moment
-		// into a drain leaves every actor's suspend under way, not only
-		// the first Workers', and the controller finds them in the store.
-		do(actor.Name, !releasing(actor), func(ctx context.Context) error { return a.serve(ctx, actor, lp) })
+		if releasing(actor) {
+			a.release(ctx, actor, lp)
+			continue
+		}
+		do(actor.Name, func(ctx context.Context) error { return a.serve(ctx, actor, lp) })
 	}
 	a.mu.Lock()
 	for name := range a.retries {
@@ -553,12 +558,98 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 	}
 	a.mu.Unlock()
 	for id, l := range here {
-		if !names[id] {
-			do(id, true, func(ctx context.Context) error { return a.removeUnbound(ctx, id, l, outOfService) })
+		if !names[id] && !a.releaseUnderWay(id) {
+			do(id, func(ctx context.Context) error { return a.removeUnbound(ctx, id, l, outOfService) })
 		}
 	}
 	wg.Wait()
 	return nil
+}
+
+// release hands the release of an Actor bound here (a drain's eviction, a
+// suspend its spec asks for) to stasisd, unless one is under way, and does
+// not wait for it. Every release a pass sees starts at once, none waiting
+// for a worker, and the next pass starts on time beside them, so that an
+// eviction the controller makes a moment later is seen a pass later: an
+// agent that hangs or dies a moment into a drain leaves every suspend it
+// has seen under way in stasisd, which runs each to its end and stores it
+// whatever becomes of the agent, and the controller finds them in the
+// store.
+func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.Actor) {
+	a.mu.Lock()
+	if a.releases[actor.Name] {
+		a.mu.Unlock()
+		return
+	}
+	if a.releases == nil {
+		a.releases = map[string]bool{}
+	}
+	a.releases[actor.Name] = true
+	a.mu.Unlock()
+	a.released.Add(1)
+	go func() {
+		defer a.released.Done()
+		defer func() {
+			a.mu.Lock()
+			delete(a.releases, actor.Name)
+			a.mu.Unlock()
+		}()
+		a.logFailure(ctx, actor.Name, a.serve(ctx, actor, local))
+	}()
+}
+
+// ReleaseAsked is a Wake for the agent: it receives when the watch of
+// this node's Actors (the informer of the cache its passes read) shows one
+// asked to be released that was not before: evicted, or its spec asking
+// for a suspend.
+func ReleaseAsked(ctx context.Context, watched cache.Cache) (<-chan struct{}, error) {
+	informer, err := watched.GetInformer(ctx, &stasisv1.Actor{})
+	if err != nil {
+		return nil, fmt.Errorf("the watch of the Actors: %w", err)
+	}
+	wake := make(chan struct{}, 1)
+	asked := func(actor any) bool {
+		a, ok := actor.(*stasisv1.Actor)
+		return ok && releasing(a)
+	}
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default: // a pass is due already
+		}
+	}
+	_, err = informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if asked(obj) {
+				signal()
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if asked(obj) && !asked(old) {
+				signal()
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the watch of the Actors: %w", err)
+	}
+	return wake, nil
+}
+
+// releaseUnderWay says whether a pass handed actor name's release on and
+// it has not ended.
+func (a *Agent) releaseUnderWay(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.releases[name]
+}
+
+// logFailure logs what went wrong serving actor name, unless the agent is
+// stopping.
+func (a *Agent) logFailure(ctx context.Context, name string, err error) {
+	if err != nil && ctx.Err() == nil {
+		a.Log.Warn("actor", "actor", name, "err", err)
+	}
 }
 
 // removeUnbound removes this node's copy of an actor the pass found not
@@ -659,7 +750,7 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 		return a.report(ctx, &actor, *local) // not released while frozen
 	}
 	if releasing(&actor) {
-		return a.release(ctx, &actor, local, want)
+		return a.releaseToStore(ctx, &actor, local, want)
 	}
 	if local == nil {
 		if actor.Status.Phase == stasisv1.PhaseFailed && actor.Status.ObservedGeneration == actor.Generation && !a.retryDue(name) {
@@ -847,9 +938,9 @@ func (a *Agent) ensureTemplate(ctx context.Context, name string) (*stasisv1.Acto
 	return &t, nil
 }
 
-// release suspends the actor to the store, records the snapshot, removes
-// this node's copy and gives the binding up.
-func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.Actor, want stasisv1.Phase) error {
+// releaseToStore suspends the actor to the store, records the snapshot,
+// gives the binding up and removes this node's copy.
+func (a *Agent) releaseToStore(ctx context.Context, actor *stasisv1.Actor, local *api.Actor, want stasisv1.Phase) error {
 	stored := actor.Status.Snapshot
 	if local != nil {
 		if local.State != api.Suspended || local.Snapshot == nil || local.Snapshot.Stored == "" {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -22,8 +23,14 @@ type fakeStasisd struct {
 	stasisv1connect.UnimplementedStasisHandler
 	actors []*apiv1.Actor
 
-	mu      sync.Mutex
-	deleted []string
+	// suspendGate, when set, holds each Suspend until it is closed;
+	// suspendAsked, when set, hears of each as it comes.
+	suspendGate  chan struct{}
+	suspendAsked chan string
+
+	mu        sync.Mutex
+	deleted   []string
+	suspended []string
 }
 
 // startFakeStasisd serves f on a socket in a folder of the test's and
@@ -44,13 +51,17 @@ func startFakeStasisd(t *testing.T, f *fakeStasisd) *api.Client {
 }
 
 func (f *fakeStasisd) ListActors(context.Context, *connect.Request[apiv1.Empty]) (*connect.Response[apiv1.Actors], error) {
-	return connect.NewResponse(&apiv1.Actors{Actors: f.actors}), nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&apiv1.Actors{Actors: slices.Clone(f.actors)}), nil
 }
 
+// Delete records the delete and removes the actor from those listed.
 func (f *fakeStasisd) Delete(_ context.Context, req *connect.Request[apiv1.DeleteRequest]) (*connect.Response[apiv1.Deleted], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.deleted = append(f.deleted, req.Msg.Id)
+	f.actors = slices.DeleteFunc(f.actors, func(a *apiv1.Actor) bool { return a.Id == req.Msg.Id })
 	return connect.NewResponse(&apiv1.Deleted{Id: req.Msg.Id, Deleted: true}), nil
 }
 
@@ -58,4 +69,30 @@ func (f *fakeStasisd) deletes() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.deleted...)
+}
+
+// Suspend records the suspend asked, waits for suspendGate, and answers a
+// suspend stored under the actor's name.
+func (f *fakeStasisd) Suspend(ctx context.Context, req *connect.Request[apiv1.OpRequest]) (*connect.Response[apiv1.Actor], error) {
+	f.mu.Lock()
+	f.suspended = append(f.suspended, req.Msg.Id)
+	f.mu.Unlock()
+	if f.suspendAsked != nil {
+		f.suspendAsked <- req.Msg.Id
+	}
+	if f.suspendGate != nil {
+		select {
+		case <-f.suspendGate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return connect.NewResponse(&apiv1.Actor{Id: req.Msg.Id, Template: "t", State: "SUSPENDED",
+		Snapshot: &apiv1.Snapshot{Id: "snap-" + req.Msg.Id, Actor: req.Msg.Id, Stored: req.Msg.Id + ".snap-000000000001"}}), nil
+}
+
+func (f *fakeStasisd) suspends() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.suspended...)
 }
