@@ -195,6 +195,9 @@ func (e *Engine) gpuPath() (GPUPath, error) {
 
 // SuspendOptions tune Suspend.
 type SuspendOptions struct {
+	// Name is the caller's operation (a pause, a commit), named in its
+	// errors; "suspend" when empty.
+	Name string
 	// Dir receives the snapshot. It must be empty or absent.
 	Dir   string
 	Scope snapshot.Scope
@@ -319,8 +322,8 @@ func (o op) step(name string, fn func() (string, error)) error {
 	return o.run(name, fn)
 }
 
-// undo runs a step that puts back what a failed step took: it runs even
-// when its Before fails.
+// undo runs a step that puts back what a failed step took, or finishes
+// what cannot be taken back: it runs even when its Before fails.
 func (o op) undo(name string, fn func() (string, error)) error {
 	if o.obs.Before != nil {
 		_ = o.obs.Before(Step{Actor: o.actor, Op: o.name, Name: name})

@@ -31,7 +31,11 @@ const imageDir = "image"
 // snapshot, and the error names the step and the cause. A committed
 // snapshot is returned even when a later step failed.
 func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*snapshot.Manifest, error) {
-	o := op{actor: a.name(), name: "suspend", obs: opts.Observer}
+	name := opts.Name
+	if name == "" {
+		name = "suspend"
+	}
+	o := op{actor: a.name(), name: name, obs: opts.Observer}
 	switch opts.Scope {
 	case snapshot.ScopeFull, "":
 		return e.suspendFull(ctx, o, a, opts.Dir, opts.Keep)
@@ -145,7 +149,11 @@ func (e *Engine) freeze(ctx context.Context, o op, id string, holdsGPU bool, kee
 
 // stop kills the sandbox, which frees its memory and GPU, then deletes the
 // container. They are two steps because the second can take a while: runsc
-// delete waits until the host's init has reaped the dead sandbox.
+// delete waits until the host's init has reaped the dead sandbox. Once the
+// sandbox is killed the delete runs whatever its Before says (a journal
+// that cannot record it, its disk full): the kill cannot be taken back, a
+// delete is safe to run again after a crash, and one left undone would
+// fail the operation with its sandbox already gone.
 func (e *Engine) stop(ctx context.Context, o op, id string) error {
 	err := o.step(StepStop, func() (string, error) {
 		err := e.Runtime.Stop(ctx, id)
@@ -157,7 +165,7 @@ func (e *Engine) stop(ctx context.Context, o op, id string) error {
 	if err != nil {
 		return err
 	}
-	return o.step(StepDelete, func() (string, error) { return "", e.Runtime.Delete(ctx, id) })
+	return o.undo(StepDelete, func() (string, error) { return "", e.Runtime.Delete(ctx, id) })
 }
 
 // undoSuspend puts back what a failed suspend took from the running

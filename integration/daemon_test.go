@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -261,4 +262,18 @@ func (d *daemon) requireNoSandbox(id string) {
 	if _, err := d.rt.State(context.Background(), api.SandboxID(id)); !errors.Is(err, runtime.ErrNotFound) {
 		d.t.Fatalf("sandbox %s still exists: %v", id, err)
 	}
+}
+
+// envInt is the positive number in environment variable key, def when it
+// is unset: the tests' knobs (iterations, sizes).
+func envInt(t *testing.T, key string, def int) int {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive number", key, v)
+	}
+	return n
 }

@@ -6,9 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -208,13 +206,7 @@ func proxyConfig(t *testing.T, path, addr string) string {
 // point is tried STASIS_PARTITION_ITERATIONS times (once by default; 50 for
 // the full run), the actor moved back to node-b between tries.
 func TestFleetPartitionHealsMidRebind(t *testing.T) {
-	iterations := 1
-	if v := os.Getenv("STASIS_PARTITION_ITERATIONS"); v != "" {
-		var err error
-		if iterations, err = strconv.Atoi(v); err != nil || iterations <= 0 {
-			t.Fatalf("STASIS_PARTITION_ITERATIONS=%q: want a positive number", v)
-		}
-	}
+	iterations := envInt(t, "STASIS_PARTITION_ITERATIONS", 1)
 	f := newFleet(t)
 	ctx := context.Background()
 	f.addNode("node-a")

@@ -128,18 +128,6 @@ func TestServiceLoad(t *testing.T) {
 	}
 }
 
-func envInt(t *testing.T, key string, def int) int {
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive number", key, v)
-	}
-	return n
-}
-
 func getenvOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v

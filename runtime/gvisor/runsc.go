@@ -240,6 +240,10 @@ func (r *Runsc) commandError(ctx context.Context, args []string, err error, said
 		// The bundle's process is not in its root filesystem (or not
 		// executable there): the template's mistake, not stasisd's.
 		err = errdefs.Mark(fmt.Errorf("the process the bundle names cannot be started from its root filesystem (check the template's args and rootfs): %w", err), errdefs.ErrInvalidArgument)
+	case strings.Contains(said, "no space left on device"):
+		// runsc writes its state (--root), a checkpoint's image and the
+		// sandbox's files: one of their disks is full.
+		err = errdefs.Mark(fmt.Errorf("a disk runsc writes to is full (make room on it): %w", err), errdefs.ErrResourceExhausted)
 	}
 	if said == "" {
 		return fmt.Errorf("runsc %s: %w", strings.Join(args, " "), err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/conformance"
 	"github.com/stasis-run/stasis/testkit/testactor"
@@ -169,6 +170,17 @@ func TestHalfDeletedContainerIsGone(t *testing.T) {
 	other := r.commandError(context.Background(), []string{"state", "k1"}, errors.New("exit status 128"), "loading container: permission denied")
 	if errors.Is(other, runtime.ErrNotFound) {
 		t.Fatalf("another failure read as not found: %v", other)
+	}
+}
+
+// TestFullDiskIsResourceExhausted: runsc failing on a full disk (its
+// state file, a checkpoint's image) is resource_exhausted, the cause kept.
+func TestFullDiskIsResourceExhausted(t *testing.T) {
+	r := &Runsc{path: "runsc"}
+	said := "creating container: saving container metadata: writing json file: write /var/lib/stasis/runsc/+a1+_sandbox:+a1+.state: no space left on device"
+	err := r.commandError(context.Background(), []string{"restore", "+a1+"}, errors.New("exit status 128"), said)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "make room") {
+		t.Fatalf("got %v; want resource_exhausted naming the full disk", err)
 	}
 }
 

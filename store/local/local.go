@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/store"
 )
@@ -57,16 +58,25 @@ func (b *Backend) Put(_ context.Context, key string, r io.Reader, size int64) er
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
+		return b.full(err)
 	}
 	write := fsutil.WriteAtomic
 	if size >= directMin {
 		write = fsutil.WriteAtomicDirect
 	}
 	if err := write(p, r, size); err != nil {
-		return fmt.Errorf("local store: put %s: %w", key, err)
+		return b.full(fmt.Errorf("local store: put %s: %w", key, err))
 	}
 	return nil
+}
+
+// full marks a write that failed on a full disk (or quota) as such: not a
+// store out of reach, to be tried again, but room to be made.
+func (b *Backend) full(err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return errdefs.Mark(fmt.Errorf("the disk of store %s is full (make room on it): %w", b.root, err), errdefs.ErrResourceExhausted)
+	}
+	return err
 }
 
 // directMin is the size from which objects (packs) are written around the

@@ -26,9 +26,16 @@ func Tmpfs(t testing.TB, dir, size string) {
 // MiB, then of a page, then of a byte.
 func Fill(t testing.TB, path string) {
 	t.Helper()
+	if err := Filler(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Filler is Fill for a goroutine of a test's: it returns what went wrong.
+func Filler(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer f.Close()
 	for _, size := range []int{1 << 20, 4 << 10, 1} {
@@ -39,4 +46,5 @@ func Fill(t testing.TB, path string) {
 			}
 		}
 	}
+	return nil
 }

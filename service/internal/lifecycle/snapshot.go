@@ -170,7 +170,7 @@ func (s *Actors) take(ctx context.Context, o *op.Operation, t api.Template, scop
 	// stops, rather than wait on a process that is gone.
 	s.ports.Disconnect(o.Actor.ID)
 	a := s.templates.EngineActor(t, o.Actor)
-	m, err := s.engines.Of(o.Actor).Suspend(ctx, a, engine.SuspendOptions{Dir: o.Args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.Observer()})
+	m, err := s.engines.Of(o.Actor).Suspend(ctx, a, engine.SuspendOptions{Name: o.Kind.Name, Dir: o.Args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.Observer()})
 	if m == nil {
 		_ = s.removeDir(o.Args.Dir)
 		return journal.Snapshot{}, nil, err

@@ -45,7 +45,7 @@ func (s *Actors) Warm(ctx context.Context, req api.WarmRequest) (api.Template, e
 }
 
 func (s *Actors) takeGolden(ctx context.Context, o *op.Operation, t api.Template) (op.Outcome, error) {
-	m, err := s.engines.Of(o.Actor).Suspend(ctx, s.templates.EngineActor(t, o.Actor), engine.SuspendOptions{Dir: o.Args.Dir, Scope: "Full", Observer: o.Observer()})
+	m, err := s.engines.Of(o.Actor).Suspend(ctx, s.templates.EngineActor(t, o.Actor), engine.SuspendOptions{Name: o.Kind.Name, Dir: o.Args.Dir, Scope: "Full", Observer: o.Observer()})
 	if m == nil {
 		_ = s.removeDir(o.Args.Dir)
 		return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
