@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -31,12 +32,13 @@ import (
 
 // TestFleetAtScale is the fleet at scale (scripts/bench-kube.sh), as users
 // run it: STASIS_FLEET_ACTORS (100) counter actors created at once on
-// three nodes with the default 15 s lease; the API server's requests and
-// each component's CPU at rest; node-a drained while its agent hangs at a
+// three nodes with the default 15 s lease; the API server's requests at
+// rest; node-a drained while its agent hangs at a
 // release point picked at random (STASIS_FLEET_FAILPOINT to choose one),
 // the controller SIGKILLed and started again as soon as the agent hangs;
-// then node-c's stasisd SIGKILLed. It fails when an actor whose state was
-// stored comes back with less than it had, and prints the figures.
+// then node-c's stasisd SIGKILLed; each component's CPU over each phase.
+// It fails when an actor whose state was stored comes back with less than
+// it had, and prints the figures.
 func TestFleetAtScale(t *testing.T) {
 	n := 100
 	if v := os.Getenv("STASIS_FLEET_ACTORS"); v != "" {
@@ -59,7 +61,7 @@ func TestFleetAtScale(t *testing.T) {
 		f.addNode(name)
 	}
 	f.template("counter")
-	start := time.Now()
+	start, placeCPU := time.Now(), f.meterCPU()
 	for i := range n {
 		a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("b%03d", i)}, Spec: stasisv1.ActorSpec{Template: "counter"}}
 		if err := f.cp.kube.Create(ctx, a); err != nil {
@@ -67,7 +69,7 @@ func TestFleetAtScale(t *testing.T) {
 		}
 	}
 	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) }, 20*time.Minute)
-	placed := time.Since(start)
+	placed, placeCPUs := time.Since(start), placeCPU.percent()
 
 	rest := f.atRest(30 * time.Second)
 
@@ -82,14 +84,15 @@ func TestFleetAtScale(t *testing.T) {
 	nodeA.agent.env = []string{"STASIS_KUBE_FAILPOINT=" + point}
 	nodeA.agent.start()
 	waitForLong(t, "node-a's agent to serve again", time.Minute, func() bool { return nodeA.agent.logHas("agent serving") })
-	start = time.Now()
+	start, drainCPU := time.Now(), f.meterCPU()
 	f.drain("node-a", true)
 	waitForLong(t, "node-a's agent to hang at "+point, 5*time.Minute, func() bool { return nodeA.agent.logHas(point) })
 	hungAfter := time.Since(start)
+	drainCPU.look()
 	f.controller.kill()
 	f.controller.start()
 	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) && a.Status.Node != "node-a" }, 20*time.Minute)
-	drained := time.Since(start)
+	drained, drainCPUs := time.Since(start), drainCPU.percent()
 	var stored, fromTemplate []string
 	for _, id := range onA {
 		got := f.counter(id, "get")
@@ -101,9 +104,9 @@ func TestFleetAtScale(t *testing.T) {
 			}
 			continue
 		}
-		// Its release was never handed to stasisd (the pass that hung had
-		// not seen its eviction): it starts from what the store holds of
-		// it, here nothing, so from its template (what a lost node loses).
+		// Its release was never handed to stasisd (its eviction came after
+		// the agent hung): it starts from what the store holds of it,
+		// here nothing, so from its template (what a lost node loses).
 		fromTemplate = append(fromTemplate, id)
 		if got != want[id] && got != "0" {
 			t.Errorf("%s: counter %s elsewhere; want %s or, started from its template, 0", id, got, want[id])
@@ -120,19 +123,20 @@ func TestFleetAtScale(t *testing.T) {
 	// elsewhere.
 	nodeC := f.nodes["node-c"]
 	onC := f.boundTo("node-c")
-	start = time.Now()
+	start, lostCPU := time.Now(), f.meterCPU()
 	if err := nodeC.d.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-nodeC.d.exited
 	nodeC.d.cmd = nil
 	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) && a.Status.Node != "node-c" }, 20*time.Minute)
-	lostC := time.Since(start)
+	lostC, lostCPUs := time.Since(start), lostCPU.percent()
 
 	res := map[string]any{"actors": n, "nodes": 3, "lease": f.lease, "placeAllS": placed.Seconds(),
 		"restRequestsPerS": rest.requestsPerS, "restRequests": rest.byKind, "restCPUPercent": rest.cpu,
 		"failpoint": point, "drainedActors": len(onA), "agentHungAfterS": hungAfter.Seconds(), "drainS": drained.Seconds(),
-		"keptFromStore": len(stored), "fromTemplate": len(fromTemplate), "lostNodeActors": len(onC), "lostNodeRecoveryS": lostC.Seconds()}
+		"keptFromStore": len(stored), "fromTemplate": len(fromTemplate), "lostNodeActors": len(onC), "lostNodeRecoveryS": lostC.Seconds(),
+		"placeCPUPercent": placeCPUs, "drainCPUPercent": drainCPUs, "lostNodeCPUPercent": lostCPUs}
 	data, _ := json.Marshal(res)
 	t.Logf("RESULT %s", data)
 	fmt.Printf("| actors | nodes | lease | place all | requests/s at rest | drained (hung at %s) | agent hung after | all running elsewhere (controller killed at the hang) | state kept from the store / started from template | node-c's stasisd killed: actors | all running elsewhere |\n", point)
@@ -143,9 +147,11 @@ func TestFleetAtScale(t *testing.T) {
 	for _, k := range sortedByValue(rest.byKind) {
 		fmt.Printf("| %s | %.2f |\n", k, rest.byKind[k])
 	}
-	fmt.Printf("\nCPU at rest (percent of one core):\n\n| component | CPU |\n|---|---|\n")
-	for _, k := range sortedByValue(rest.cpu) {
-		fmt.Printf("| %s | %.1f %% |\n", k, rest.cpu[k])
+	fmt.Printf("\nCPU of each component, in percent of one core, over each phase (a process killed in a phase counts until just before it was):\n\n")
+	fmt.Printf("| component | placing %d (%.0f s) | at rest (%s) | the drain, agent hung, controller killed (%.0f s) | node-c's stasisd killed (%.0f s) |\n|---|---|---|---|---|\n",
+		n, placed.Seconds(), rest.window, drained.Seconds(), lostC.Seconds())
+	for _, k := range sortedByValue(placeCPUs) {
+		fmt.Printf("| %s | %.1f %% | %.1f %% | %.1f %% | %.1f %% |\n", k, placeCPUs[k], rest.cpu[k], drainCPUs[k], lostCPUs[k])
 	}
 }
 
@@ -179,45 +185,86 @@ func (f *fleetEnv) atRest(window time.Duration) restFigures {
 		}
 		return requestTotals(raw)
 	}
-	cpu := func() map[string]uint64 {
-		procs, err := procfs.List("/proc")
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		pids := map[int]string{f.controller.cmd.Process.Pid: "controller"}
-		for name, node := range f.nodes {
-			pids[node.agent.cmd.Process.Pid] = "agent " + name
-			pids[node.d.cmd.Process.Pid] = "stasisd " + name
-		}
-		out := map[string]uint64{}
-		for _, p := range procs {
-			switch {
-			case pids[p.PID] != "":
-				out[pids[p.PID]] += p.CPUTicks
-			case p.Comm == "kube-apiserver" || p.Comm == "etcd":
-				out[p.Comm] += p.CPUTicks
-			case strings.HasPrefix(p.Comm, "runsc"):
-				out["runsc (every sandbox, gofer and wait)"] += p.CPUTicks
-			}
-		}
-		return out
-	}
-	req0, cpu0, t0 := requests(), cpu(), time.Now()
+	req0, cpu := requests(), f.meterCPU()
 	time.Sleep(window) // a measuring window, not a wait for anything
-	req1, cpu1, elapsed := requests(), cpu(), time.Since(t0)
-	r := restFigures{window: window, byKind: map[string]float64{}, cpu: map[string]float64{}}
+	req1, elapsed := requests(), time.Since(cpu.t0)
+	r := restFigures{window: window, byKind: map[string]float64{}, cpu: cpu.percent()}
 	for k, v := range req1 {
 		if d := (v - req0[k]) / elapsed.Seconds(); d > 0 {
 			r.byKind[k] = d
 			r.requestsPerS += d
 		}
 	}
-	const ticksPerS = 100 // USER_HZ
-	for k, v := range cpu1 {
-		r.cpu[k] = float64(v-min(v, cpu0[k])) / ticksPerS / elapsed.Seconds() * 100
-	}
 	return r
 }
+
+// cpuMeter adds up the CPU of each component of the fleet over a phase of
+// the run, process by process: one started during the phase counts from
+// its start, one killed during it up to the last look (look just before a
+// kill).
+type cpuMeter struct {
+	f  *fleetEnv
+	t0 time.Time
+	// start and last are each process's ticks at the phase's start and
+	// at the last look; component names it at the last look.
+	start, last map[int]uint64
+	component   map[int]string
+}
+
+func (f *fleetEnv) meterCPU() *cpuMeter {
+	m := &cpuMeter{f: f, t0: time.Now(), last: map[int]uint64{}, component: map[int]string{}}
+	m.look()
+	m.start = maps.Clone(m.last)
+	return m
+}
+
+// look reads the ticks of the fleet's processes now.
+func (m *cpuMeter) look() {
+	procs, err := procfs.List("/proc")
+	if err != nil {
+		m.f.t.Fatal(err)
+	}
+	names := map[int]string{}
+	if c := m.f.controller.cmd; c != nil {
+		names[c.Process.Pid] = "controller"
+	}
+	for name, node := range m.f.nodes {
+		if c := node.agent.cmd; c != nil {
+			names[c.Process.Pid] = "agent " + name
+		}
+		if c := node.d.cmd; c != nil {
+			names[c.Process.Pid] = "stasisd " + name
+		}
+	}
+	for _, p := range procs {
+		name := names[p.PID]
+		switch {
+		case name != "":
+		case p.Comm == "kube-apiserver" || p.Comm == "etcd":
+			name = p.Comm
+		case strings.HasPrefix(p.Comm, "runsc"):
+			name = "runsc (every sandbox, gofer and wait)"
+		default:
+			continue
+		}
+		m.last[p.PID], m.component[p.PID] = p.CPUTicks, name
+	}
+}
+
+// percent looks once more and gives each component's CPU since the start,
+// in percent of one core.
+func (m *cpuMeter) percent() map[string]float64 {
+	m.look()
+	elapsed := time.Since(m.t0).Seconds()
+	out := map[string]float64{}
+	for pid, ticks := range m.last {
+		out[m.component[pid]] += float64(ticks-min(ticks, m.start[pid])) / ticksPerS / elapsed * 100
+	}
+	return out
+}
+
+// ticksPerS is USER_HZ, the unit of /proc's CPU times.
+const ticksPerS = 100
 
 // requestTotals sums the API server's apiserver_request_total by verb and
 // resource, watches left out.

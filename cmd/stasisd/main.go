@@ -41,6 +41,7 @@ import (
 type options struct {
 	compose.Options
 	socketMode, helper, logFormat, logFile string
+	metricsAddr                            string
 	hugePages, keepPaused, keepReserve     string
 	stageBudget, consoleMaxSize            string
 	consoleFiles                           int
@@ -102,6 +103,7 @@ line win).`,
 	o.Options.Register(f)
 	o.microVM.RegisterMicroVM(f)
 	f.StringVar(&config, "config", "", "config file of \"name = value\" lines, one per flag (see packaging/stasisd.conf)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics and /healthz (only those) over TCP at this address, such as :9464 or 127.0.0.1:9464, for Prometheus and health checks; off when empty (both are on the socket too)")
 	f.StringVar(&o.socketMode, "socket-mode", "0600", "permissions of the socket (octal); whoever can open it can run sandboxes (docs/service.md, trust model)")
 	f.BoolVar(&o.noStore, "no-store", false, "keep every snapshot on this node; suspend stores nothing")
 	f.StringVar(&o.helper, "helper", "", "stasis-cuda on this host, mounted into GPU actors (default: stasis-cuda next to stasisd)")
@@ -330,6 +332,11 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	metricsSrv, err := serveMetrics(o.metricsAddr, svc, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	srv := &http.Server{Handler: server.Handler(svc), Protocols: server.Protocols(), ReadHeaderTimeout: 10 * time.Second}
 	// Watches of actors' histories have no end of their own.
 	srv.RegisterOnShutdown(svc.StopWatching)
@@ -342,6 +349,9 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		log.Info("stasisd stopping: no new requests; operations in flight run to their end")
 		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
+		if metricsSrv != nil {
+			_ = metricsSrv.Close()
+		}
 		_ = srv.Shutdown(shutdown)
 	}()
 	log.Info("stasisd serving", "socket", o.Socket, "data", o.DataDir, "runsc", runscPath, "runtime", eng.Runtime.Info(), "runscRoot", o.RunscRoot(), "store", svc.StoreStatus().Location, "hostPaths", policy.Paths, "version", buildinfo.Version())
@@ -351,6 +361,26 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	<-stopped
 	log.Info("stasisd stopped")
 	return nil
+}
+
+// serveMetrics serves /metrics and /healthz alone over TCP at addr, when
+// set, until the returned server is closed.
+func serveMetrics(addr string, svc *service.Service, log *slog.Logger) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w (give a free host:port, or leave it unset)", addr, err)
+	}
+	srv := &http.Server{Handler: server.MetricsHandler(svc), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener stopped", "addr", addr, "error", err.Error())
+		}
+	}()
+	log.Info("metrics served over TCP", "addr", ln.Addr().String(), "paths", "/metrics /healthz")
+	return srv, nil
 }
 
 // keepPolicy reads --keep-paused and --keep-paused-reserve.

@@ -45,8 +45,23 @@ func Handler(s *service.Service) http.Handler {
 	reflector := grpcreflect.NewStaticReflector(stasisv1connect.StasisName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(api.MaxRequestBytes)))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(api.MaxRequestBytes)))
-	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics().Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	monitoring(mux, s)
+	return http.MaxBytesHandler(mux, maxBodyBytes)
+}
+
+// MetricsHandler serves /metrics and /healthz alone: for a TCP listener
+// that Prometheus and health checks reach (stasisd --metrics-addr), where
+// the procedures, which run sandboxes, must not be.
+func MetricsHandler(s *service.Service) http.Handler {
+	mux := http.NewServeMux()
+	monitoring(mux, s)
+	return http.MaxBytesHandler(mux, 4<<10)
+}
+
+// monitoring adds /metrics and /healthz to mux.
+func monitoring(mux *http.ServeMux, s *service.Service) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics().Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// stasisd serves whatever state its store is in; the detail says.
 		st := s.StoreStatus()
 		detail := "store: none (--no-store)\n"
@@ -58,7 +73,6 @@ func Handler(s *service.Service) http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n" + detail))
 	})
-	return http.MaxBytesHandler(mux, maxBodyBytes)
 }
 
 // Protocols are those Handler is served with: HTTP/1.1 for Connect and

@@ -30,7 +30,7 @@ type Config struct {
 	// itself with SIGKILL there (Failpoint).
 	Failpoint string
 	// Observe, when set, is told how each operation ended, for metrics.
-	Observe func(kind, result string, d time.Duration)
+	Observe func(actor, kind, result string, d time.Duration)
 	// Ended, when set, is given the actor as each operation left it (not
 	// a deleted one).
 	Ended func(journal.Actor)
@@ -173,7 +173,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (journal.Actor, error) {
 		endErr = nil
 	}
 	if r.cfg.Observe != nil {
-		r.cfg.Observe(k.Name, end.State, time.Since(began))
+		r.cfg.Observe(req.Actor, k.Name, end.State, time.Since(began))
 	}
 	level := slog.LevelInfo
 	if opErr != nil {

@@ -46,7 +46,7 @@ func create(t *testing.T, r *op.Runner, id, requestID string, body func(context.
 
 func TestRunRecordsTheOutcomeAndAnswersARetryAsTheFirst(t *testing.T) {
 	var ended atomic.Int32
-	r, j := newRunner(t, op.Config{Observe: func(kind, result string, _ time.Duration) {
+	r, j := newRunner(t, op.Config{Observe: func(_, kind, result string, _ time.Duration) {
 		if kind == op.KindRun && result == journal.OpDone {
 			ended.Add(1)
 		}
