@@ -2,7 +2,9 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
@@ -229,5 +231,44 @@ func TestRenewalOfAnOlderEpochThawsNothing(t *testing.T) {
 	}
 	if l, err := renew(1, 600); err != nil || l.Epoch != 1 {
 		t.Fatalf("renewal of epoch 1 after a release: %+v, %v; a release gives the epoch up", l, err)
+	}
+}
+
+// TestAnOperationFrozenUnderItEndsFenced: the fence's commands (the
+// watchdog's, the agent's) freeze the sandboxes of operations under way
+// too; a suspend whose sandbox was frozen under it fails, and the actor is
+// FENCED, its memory whole, not CRASHED with a live frozen sandbox; the
+// renewal that binds it here thaws it, and it counts on.
+func TestAnOperationFrozenUnderItEndsFenced(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.run("f1")
+	inst, _, _ := strings.Cut(e.counter("f1", "incr"), " ")
+	e.renew(600, "f1")
+	var frozen atomic.Bool
+	e.rt.Hook = func(ctx context.Context, method, id string) error {
+		if method != "Checkpoint" || frozen.Swap(true) {
+			return nil
+		}
+		// The watchdog's command lands first.
+		if err := e.rt.Pause(ctx, id); err != nil {
+			return err
+		}
+		return errors.New("checkpointing container: the container is paused")
+	}
+	if _, err := e.svc.Suspend(ctx, api.OpRequest{ID: "f1"}); err == nil {
+		t.Fatal("a suspend of a sandbox frozen under it succeeded")
+	}
+	if a := e.actor("f1"); a.State != api.Fenced || !strings.Contains(a.Reason, "frozen") || e.status("f1") != runtime.StatusPaused {
+		t.Fatalf("after the suspend failed with its sandbox frozen: %+v, sandbox %s; want FENCED", a, e.status("f1"))
+	}
+	e.renew(600, "f1")
+	e.enforce()
+	if a := e.actor("f1"); a.State != api.Running || e.status("f1") != runtime.StatusRunning {
+		t.Fatalf("after the renewal: %+v, sandbox %s; want RUNNING", a, e.status("f1"))
+	}
+	if got := e.counter("f1", "incr"); got != inst+" 2" {
+		t.Fatalf("f1 counts %q after its thaw", got)
 	}
 }

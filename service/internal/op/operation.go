@@ -106,7 +106,11 @@ type Outcome struct {
 // run by eng, should be running: RUNNING when it is, CRASHED when it is
 // gone. A runtime that cannot say where the sandbox stands (it does not
 // answer, or cannot tell the sandbox from another) has not said it is
-// gone: the actor stays RUNNING, the reason saying so.
+// gone: the actor stays RUNNING, the reason saying so. A fleet actor's
+// sandbox found frozen was frozen by the fence (the watchdog's and the
+// agent's commands cover operations under way) when the fleet lease
+// lapsed: the actor is FENCED, its memory whole, and a renewal that binds
+// it here thaws it as it thaws any other.
 func (o *Operation) AfterFailure(ctx context.Context, eng *engine.Engine, err error) Outcome {
 	sctx, cancel := o.r.Settle(ctx)
 	defer cancel()
@@ -116,6 +120,8 @@ func (o *Operation) AfterFailure(ctx context.Context, eng *engine.Engine, err er
 		return Outcome{State: api.Running, Reason: fmt.Sprintf("last operation failed: %v; and the runtime could not say where sandbox %s stands (%v), so it is taken to run on", err, o.Actor.Sandbox, serr)}
 	case st == runtime.StatusRunning:
 		return Outcome{State: api.Running, Reason: fmt.Sprintf("last operation failed, the actor keeps running: %v", err)}
+	case st == runtime.StatusPaused && api.FleetActorID(o.Actor.ID):
+		return Outcome{State: api.Fenced, Reason: fmt.Sprintf("last operation failed and its sandbox was found frozen (the fence freezes a fleet actor's sandbox when the fleet lease lapses, an operation's under way too): %v; a renewal that binds it here thaws it, as does a resume without a lease", err)}
 	}
 	return Outcome{State: api.Crashed, Reason: fmt.Sprintf("the sandbox is %s after a failed operation: %v%s", st, err, Resumable(o.Actor))}
 }
