@@ -23,6 +23,7 @@ scripts/install-microvm.sh
 scripts/install-kube.sh
 scripts/install-buf.sh
 scripts/install-cni.sh
+scripts/install-python-client.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l .)
