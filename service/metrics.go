@@ -23,8 +23,9 @@ type Metrics struct {
 }
 
 // newMetrics counts the operations (observe), and at each scrape the
-// actors in j by state and where the store stands (store).
-func newMetrics(j *journal.Journal, store func() api.StoreStatus) *Metrics {
+// actors in j by state, where the store stands (store) and the fleet lease
+// (lease).
+func newMetrics(j *journal.Journal, store func() api.StoreStatus, lease func(context.Context) (api.Lease, error)) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -36,7 +37,7 @@ func newMetrics(j *journal.Journal, store func() api.StoreStatus) *Metrics {
 		}, []string{"kind"}),
 	}
 	m.last = &lastOperations{byActor: map[string]map[string]lastOperation{}}
-	m.Registry.MustRegister(m.operations, m.durations, &actorStates{journal: j, last: m.last}, &storeMetrics{status: store},
+	m.Registry.MustRegister(m.operations, m.durations, &actorStates{journal: j, last: m.last}, &storeMetrics{status: store}, &leaseMetrics{lease: lease},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -185,4 +186,39 @@ func (c *storeMetrics) Collect(ch chan<- prometheus.Metric) {
 	for d, v := range map[*prometheus.Desc]int64{storeRetriesDesc: st.Retries, storeResumedDesc: st.ResumedReads, storeStallsDesc: st.Stalls, storeRereadDesc: st.BytesReread} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), st.Location)
 	}
+}
+
+// leaseMetrics says at each scrape where the fleet lease stands: when it
+// lapses and whether it has (absent while none is held, as on a node of no
+// fleet), so that a node whose agent stopped renewing is seen before its
+// actors move.
+type leaseMetrics struct {
+	lease func(context.Context) (api.Lease, error)
+}
+
+var (
+	leaseExpiryDesc = prometheus.NewDesc("stasis_fleet_lease_expiry_timestamp_seconds", "When this node's fleet lease lapses unless renewed (absent while none is held).", []string{"holder"}, nil)
+	leaseLapsedDesc = prometheus.NewDesc("stasis_fleet_lease_lapsed", "1 while this node's fleet lease has lapsed (its fleet actors are fenced), 0 while it holds (absent while none is held).", []string{"holder"}, nil)
+)
+
+func (c *leaseMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- leaseExpiryDesc
+	ch <- leaseLapsedDesc
+}
+
+func (c *leaseMetrics) Collect(ch chan<- prometheus.Metric) {
+	l, err := c.lease(context.Background())
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(leaseLapsedDesc, err)
+		return
+	}
+	if l.Holder == "" {
+		return
+	}
+	lapsed := 0.0
+	if l.Lapsed {
+		lapsed = 1
+	}
+	ch <- prometheus.MustNewConstMetric(leaseExpiryDesc, prometheus.GaugeValue, unixSeconds(l.Until), l.Holder)
+	ch <- prometheus.MustNewConstMetric(leaseLapsedDesc, prometheus.GaugeValue, lapsed, l.Holder)
 }

@@ -102,3 +102,27 @@ func dump(series map[string]float64) string {
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }
+
+// TestLeaseMetrics: no series without a fleet lease; with one, when it
+// lapses and whether it has.
+func TestLeaseMetrics(t *testing.T) {
+	e := newEnv(t, nil)
+	for name := range gather(t, e) {
+		if strings.HasPrefix(name, "stasis_fleet_lease") {
+			t.Fatalf("a lease series with no lease held: %s", name)
+		}
+	}
+	e.renew(600)
+	series := gather(t, e)
+	const holder = `{holder="agent on node-a"}`
+	if v, ok := series["stasis_fleet_lease_lapsed"+holder]; !ok || v != 0 {
+		t.Fatalf("lapsed under a lease that holds: %v (present %v)", v, ok)
+	}
+	if until := series["stasis_fleet_lease_expiry_timestamp_seconds"+holder]; until < float64(time.Now().Add(500*time.Second).Unix()) {
+		t.Fatalf("the lease's expiry %v is not 600 s ahead", until)
+	}
+	e.lapse()
+	if v := gather(t, e)["stasis_fleet_lease_lapsed"+holder]; v != 1 {
+		t.Fatalf("lapsed after the lapse: %v", v)
+	}
+}
