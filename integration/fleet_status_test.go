@@ -114,7 +114,7 @@ func TestAgentRefusesCRDsOfAnOlderRelease(t *testing.T) {
 		out, err = cmd.CombinedOutput()
 		return err != nil && strings.Contains(string(out), "status.node")
 	})
-	if !strings.Contains(string(out), "watch Actors") || !strings.Contains(string(out), "deploy/kube/crds") {
+	if !strings.Contains(string(out), "watch Actors") || !strings.Contains(string(out), "deploy/helm/stasis") {
 		t.Fatalf("the agent's refusal: %v\n%s; want it to name the watch of Actors and the CRDs to apply", err, out)
 	}
 }

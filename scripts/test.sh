@@ -25,12 +25,15 @@ scripts/install-buf.sh
 scripts/install-cni.sh
 scripts/install-python-client.sh
 scripts/install-prometheus.sh
+scripts/install-helm.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l .)
 [[ -z "$unformatted" ]] || { echo "not gofmt'ed: $unformatted" >&2; exit 1; }
 echo "== buf lint, buf breaking, api/gen and the Python client current"
 scripts/gen-api.sh --check
+echo "== helm lint, deploy/kube what the chart renders"
+scripts/gen-kube.sh --check
 echo "== promtool: the alert rules checked and unit-tested"
 promtool check rules deploy/prometheus/stasis-alerts.yaml
 promtool test rules deploy/prometheus/stasis-alerts_test.yaml

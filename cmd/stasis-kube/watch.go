@@ -46,7 +46,7 @@ func watched(ctx context.Context, cfg *rest.Config, direct client.Client, opts c
 			return nil, err
 		}
 		if err := direct.List(ctx, list.(client.ObjectList), append(sel, client.Limit(1))...); err != nil {
-			return nil, fmt.Errorf("watch %s: %w (the CRDs of deploy/kube/crds and the roles of deploy/kube/rbac.yaml of this release let it)", names[i], err)
+			return nil, fmt.Errorf("watch %s: %w (the CRDs and roles of this release's chart, deploy/helm/stasis or deploy/kube, let it)", names[i], err)
 		}
 	}
 	go func() { _ = c.Start(ctx) }()

@@ -1,6 +1,6 @@
 // Package v1alpha1 is Stasis's Kubernetes API, group stasis.dev: actor
 // templates, actors and their stored snapshots as resources
-// (docs/kubernetes.md). The CRDs under deploy/kube/crds are generated from
+// (docs/kubernetes.md). The CRDs under deploy/helm/stasis/crds are generated from
 // these types by controller-gen (scripts/gen-kube.sh).
 //
 // +kubebuilder:object:generate=true
