@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stasis-run/stasis/internal/fsutil"
+	"github.com/stasis-run/stasis/internal/pauselock"
 )
 
 // File is what stasisd hands over.
@@ -87,7 +88,11 @@ func Remove(path string) error {
 }
 
 // Run runs the fence commands at once, each for up to 10 s, and logs
-// those that fail (a sandbox already frozen, or gone, is no news).
+// those that fail (a sandbox already frozen, or gone, is no news). A runsc
+// pause runs under the sandbox's pause lock (package pauselock), so that
+// it never pauses a sandbox another party pauses at the same moment; a
+// lock not had within lockWait (its holder hung mid-way: its own runsc has
+// ended) is gone past, as the fence must land.
 func Run(ctx context.Context, cmds [][]string, log *slog.Logger) {
 	var wg sync.WaitGroup
 	for _, argv := range cmds {
@@ -97,6 +102,16 @@ func Run(ctx context.Context, cmds [][]string, log *slog.Logger) {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
+			if root, id, ok := pauselock.Of(argv); ok {
+				lctx, cancel := context.WithTimeout(cctx, lockWait)
+				release, err := pauselock.Hold(lctx, root, id)
+				cancel()
+				if err != nil {
+					log.Warn("a fence command runs without its pause lock", "command", strings.Join(argv, " "), "err", err)
+				} else {
+					defer release()
+				}
+			}
 			if out, err := exec.CommandContext(cctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
 				log.Warn("a fence command failed", "command", strings.Join(argv, " "), "err", err, "output", strings.TrimSpace(string(out)))
 			}
@@ -104,3 +119,8 @@ func Run(ctx context.Context, cmds [][]string, log *slog.Logger) {
 	}
 	wg.Wait()
 }
+
+// lockWait bounds the wait for a sandbox's pause lock: a pause or resume
+// takes well under a second; one held longer is held by a process that
+// hung or stopped after its runsc ended.
+const lockWait = 5 * time.Second

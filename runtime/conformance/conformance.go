@@ -13,14 +13,17 @@ package conformance
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/fencefile"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -61,7 +64,7 @@ func Cases(h Harness) []Case {
 		cases = append(cases, Case{"GPUAgentWithoutAGPU", gpuAgentWithoutAGPU})
 	}
 	if _, ok := h.Runtime.(runtime.PauseCommander); ok {
-		cases = append(cases, Case{"PauseCommand", pauseCommand})
+		cases = append(cases, Case{"PauseCommand", pauseCommand}, Case{"PausesThatMeet", pausesThatMeet})
 	}
 	return cases
 }
@@ -288,6 +291,34 @@ func pauseCommand(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	counter(t, h, id, "incr", inst+" 2")
+}
+
+// pausesThatMeet: the runtime's pauses and the fence's pause commands (as
+// the watchdog and the fleet agent run them, package fencefile) of one
+// sandbox at the same moment leave it paused once: one unpause lets it run
+// again and answer. (runsc counts pauses that meet: without the pause
+// lock the sandbox stayed frozen while runsc said it ran.)
+func pausesThatMeet(t *testing.T, h Harness) {
+	p := h.Runtime.(runtime.PauseCommander)
+	id, _, inst := start(t, h, "pauses-meet")
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { _ = h.Runtime.Pause(ctx, id) }) // the losers find it paused
+		wg.Go(func() { fencefile.Run(ctx, [][]string{p.PauseCommand(id)}, slog.New(slog.DiscardHandler)) })
+	}
+	wg.Wait()
+	status(t, h.Runtime, id, runtime.StatusPaused)
+	if err := h.Runtime.Unpause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	status(t, h.Runtime, id, runtime.StatusRunning)
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := h.Runtime.Exec(tctx, id, runtime.Process{Args: h.Counter("incr")})
+	if err != nil || res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != inst+" 2" {
+		t.Fatalf("after pauses that met and one unpause, counter incr: %q exit %d, %v: %s (a sandbox still frozen does not answer)", res.Stdout, res.ExitCode, err, res.Stderr)
+	}
 }
 
 func status(t *testing.T, rt runtime.Runtime, id string, want runtime.Status) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/pauselock"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -206,9 +207,11 @@ func execFailed(stderr string) bool {
 	return false
 }
 
+// Pause freezes container id, under its pause lock (package pauselock):
+// the fence watchdog and the fleet agent pause sandboxes too, and runsc
+// counts pauses that meet, leaving a sandbox frozen that it says runs.
 func (r *Runsc) Pause(ctx context.Context, id string) error {
-	_, err := r.run(ctx, invocation{args: []string{"pause", id}})
-	return err
+	return r.locked(ctx, id, "pause")
 }
 
 // PauseCommand is runsc pause of container id, with this runtime's
@@ -219,8 +222,19 @@ func (r *Runsc) PauseCommand(id string) []string {
 
 var _ runtime.PauseCommander = (*Runsc)(nil)
 
+// Unpause lets container id run again, under its pause lock.
 func (r *Runsc) Unpause(ctx context.Context, id string) error {
-	_, err := r.run(ctx, invocation{args: []string{"resume", id}})
+	return r.locked(ctx, id, "resume")
+}
+
+// locked runs runsc subcommand on container id holding its pause lock.
+func (r *Runsc) locked(ctx context.Context, id, subcommand string) error {
+	release, err := pauselock.Hold(ctx, r.cfg.Root, id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	_, err = r.run(ctx, invocation{args: []string{subcommand, id}})
 	return err
 }
 
