@@ -272,3 +272,41 @@ func TestAnOperationFrozenUnderItEndsFenced(t *testing.T) {
 		t.Fatalf("f1 counts %q after its thaw", got)
 	}
 }
+
+// TestAStartFrozenUnderItEndsFenced: a run whose sandbox the fence froze
+// while it started (its probe answered first) ends FENCED, not RUNNING
+// with a frozen sandbox that no renewal would thaw; the renewal that binds
+// it here thaws it, and it counts.
+func TestAStartFrozenUnderItEndsFenced(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.template("t", nil)
+	e.renew(600, "f1")
+	var probed, frozen atomic.Bool
+	e.rt.Hook = func(ctx context.Context, method, id string) error {
+		switch {
+		case method == "Exec":
+			probed.Store(true)
+		case method == "State" && probed.Load() && !frozen.Swap(true):
+			// The probe answered; the watchdog's command lands before
+			// the run ends.
+			return e.rt.Pause(ctx, id)
+		}
+		return nil
+	}
+	a, err := e.svc.Run(ctx, api.RunRequest{Template: "t", ID: "f1"})
+	e.rt.Hook = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.State != api.Fenced || !strings.Contains(a.Reason, "frozen by the fence") || e.status("f1") != runtime.StatusPaused {
+		t.Fatalf("the run whose sandbox was frozen under it: %+v, sandbox %s; want FENCED", a, e.status("f1"))
+	}
+	e.enforce()
+	if got := e.actor("f1"); got.State != api.Running || e.status("f1") != runtime.StatusRunning {
+		t.Fatalf("after the renewal: %+v, sandbox %s; want RUNNING", got, e.status("f1"))
+	}
+	if got := e.counter("f1", "incr"); !strings.HasSuffix(got, " 1") {
+		t.Fatalf("f1 counts %q", got)
+	}
+}

@@ -66,8 +66,9 @@ its replicas elect one leader through a Lease.`,
 			if err != nil {
 				return err
 			}
+			log := logger()
 			c := &controller.Controller{Kube: kube, Repo: repo, Namespace: g.namespace, LeaseNamespace: g.leaseNamespace,
-				Policy: compat.Policy{IgnoreCPUFlags: ignoreCPUFlags}, Log: logger(),
+				Policy: compat.Policy{IgnoreCPUFlags: ignoreCPUFlags}, Log: log,
 				// A test hook: the point of a rebind at which the controller
 				// stops itself (controller.Failpoint…).
 				Failpoint: os.Getenv("STASIS_KUBE_FAILPOINT")}
@@ -82,18 +83,30 @@ its replicas elect one leader through a Lease.`,
 				Client:     cs.CoordinationV1(),
 				LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 			}
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			var runErr error
-			leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-				Lock: lock, ReleaseOnCancel: true,
-				LeaseDuration: g.leaseDuration, RenewDeadline: g.leaseDuration * 2 / 3, RetryPeriod: max(g.leaseDuration/8, 100*time.Millisecond),
-				Callbacks: leaderelection.LeaderCallbacks{
-					OnStartedLeading: func(ctx context.Context) { runErr = c.Run(ctx); cancel() },
-					OnStoppedLeading: cancel,
-				},
-			})
-			return runErr
+			// A replica that loses the lead (its renewal too slow on a
+			// loaded API server) stops acting at once and campaigns again,
+			// rather than exit and wait to be restarted; its passes read
+			// everything afresh in each term.
+			for {
+				ctx, cancel := context.WithCancel(cmd.Context())
+				var runErr error
+				leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+					Lock: lock, ReleaseOnCancel: true,
+					LeaseDuration: g.leaseDuration, RenewDeadline: g.leaseDuration * 2 / 3, RetryPeriod: max(g.leaseDuration/8, 100*time.Millisecond),
+					Callbacks: leaderelection.LeaderCallbacks{
+						OnStartedLeading: func(ctx context.Context) { runErr = c.Run(ctx); cancel() },
+						OnStoppedLeading: cancel,
+					},
+				})
+				cancel()
+				switch {
+				case cmd.Context().Err() != nil:
+					return nil
+				case runErr != nil && !errors.Is(runErr, context.Canceled):
+					return runErr
+				}
+				log.Warn("the controller lost the lead; campaigning again", "lease", g.leaseNamespace+"/"+leaderLease)
+			}
 		},
 	}
 	cmd.Flags().StringVar(&storeLoc, "store", "", "the shared snapshot store (a folder or s3://BUCKET/PREFIX?endpoint=...; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")

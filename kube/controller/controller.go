@@ -102,7 +102,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.Interval <= 0 {
 		c.Interval = 500 * time.Millisecond
 	}
-	c.stops = &fleet.Failpoint{Point: c.Failpoint, Log: c.Log}
+	if c.stops == nil {
+		// Once for the process: a term after a lost lead stops no more.
+		c.stops = &fleet.Failpoint{Point: c.Failpoint, Log: c.Log}
+	}
 	c.Log.Info("controller leading", "namespace", c.Namespace)
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()

@@ -32,7 +32,7 @@ func (s *Actors) Resume(ctx context.Context, req api.OpRequest) (api.Actor, erro
 			}
 			return op.Args{Previous: api.State(before.State), Snapshot: before.Snapshot}, nil
 		},
-		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+		Body: s.runningOrFenced(func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			back := op.Outcome{State: o.Args.Previous, Reason: o.Actor.Reason}
 			t, err := s.templates.Get(ctx, o.Actor.Template)
 			if err != nil {
@@ -67,7 +67,7 @@ func (s *Actors) Resume(ctx context.Context, req api.OpRequest) (api.Actor, erro
 				return back, err
 			}
 			return op.Outcome{State: api.Running}, nil
-		}})
+		})})
 	return op.ActorOf(a), err
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/journal"
+	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/service/internal/op"
 	"github.com/stasis-run/stasis/service/internal/templates"
 	"github.com/stasis-run/stasis/store"
@@ -71,7 +72,7 @@ func (s *Actors) run(ctx context.Context, req api.RunRequest, publish bool) (api
 	a, err := s.runner.Run(ctx, op.Request{Kind: op.Run, Actor: req.ID, RequestID: req.RequestID,
 		Create:  &journal.Actor{ID: req.ID, Template: t.Name, Runtime: t.Runtime, Sandbox: api.SandboxID(req.ID), Network: net.Encode()},
 		Prepare: func(journal.Actor) (op.Args, error) { return op.Args{Snapshot: t.Golden}, nil },
-		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+		Body: s.runningOrFenced(func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			began = true
 			ea, err := s.prepareSandbox(ctx, o, t)
 			if err != nil {
@@ -96,7 +97,7 @@ func (s *Actors) run(ctx context.Context, req api.RunRequest, publish bool) (api
 				return didNotStart(err), err
 			}
 			return op.Outcome{State: api.Running, Reason: reason}, nil
-		}})
+		})})
 	if !began {
 		// Refused (or answered as an earlier request was): what this call
 		// published is not its actor's.
@@ -151,4 +152,24 @@ func (s *Actors) fromStored(ctx context.Context, o *op.Operation, t api.Template
 	}
 	snap.Dir, snap.Scope, snap.Size = dir, string(m.Scope), m.Size()
 	return s.adopt(ctx, snap)
+}
+
+// runningOrFenced is body, whose success leaves the actor RUNNING (a run,
+// a resume), made to end FENCED instead when the fence froze its sandbox
+// under it: the fence commands (the watchdog's, the agent's) cover
+// operations under way when the fleet lease lapses, and stasisd thaws only
+// FENCED actors when the lease is renewed, so a RUNNING one left frozen
+// would never run again. It costs one read of the sandbox's state per start
+// of a fleet actor while a fleet lease is held.
+func (s *Actors) runningOrFenced(body func(context.Context, *op.Operation) (op.Outcome, error)) func(context.Context, *op.Operation) (op.Outcome, error) {
+	return func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
+		out, err := body(ctx, o)
+		if err != nil || out.State != api.Running || !api.FleetActorID(o.Actor.ID) || !s.lease.Held() {
+			return out, err
+		}
+		if st, serr := s.engines.Of(o.Actor).Status(ctx, o.Actor.Sandbox); serr == nil && st == runtime.StatusPaused {
+			return op.Outcome{State: api.Fenced, Reason: "its sandbox was frozen by the fence while it started (the fleet lease lapsed meanwhile); a renewal that binds it here thaws it"}, nil
+		}
+		return out, nil
+	}
 }
