@@ -25,7 +25,7 @@ type Metrics struct {
 // newMetrics counts the operations (observe), and at each scrape the
 // actors in j by state, where the store stands (store) and the fleet lease
 // (lease).
-func newMetrics(j *journal.Journal, store func() api.StoreStatus, lease func(context.Context) (api.Lease, error)) *Metrics {
+func newMetrics(j *journal.Journal, store func() api.StoreStatus, lease func() api.Lease) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -193,7 +193,7 @@ func (c *storeMetrics) Collect(ch chan<- prometheus.Metric) {
 // fleet), so that a node whose agent stopped renewing is seen before its
 // actors move.
 type leaseMetrics struct {
-	lease func(context.Context) (api.Lease, error)
+	lease func() api.Lease
 }
 
 var (
@@ -207,11 +207,7 @@ func (c *leaseMetrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *leaseMetrics) Collect(ch chan<- prometheus.Metric) {
-	l, err := c.lease(context.Background())
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(leaseLapsedDesc, err)
-		return
-	}
+	l := c.lease()
 	if l.Holder == "" {
 		return
 	}

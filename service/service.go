@@ -174,8 +174,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, journal: j, store: storeconn.New(cfg.StoreLocation, cfg.Repo, cfg.OpenStore)}
-	// The lease is read at each scrape, once the service holds one.
-	s.metrics = newMetrics(j, s.store.Status, s.Lease)
+	// The lease is read at each scrape; s.lease is made below.
+	s.metrics = newMetrics(j, s.store.Status, func() api.Lease { return s.lease.Status() })
 	s.runner = op.NewRunner(ctx, op.Config{Journal: j, Log: cfg.Log, Deadlines: cfg.Deadlines, CleanupTimeout: cfg.CleanupTimeout, Failpoint: cfg.Failpoint, Observe: s.metrics.observe,
 		// An actor an operation left RUNNING is waited on from then.
 		Ended: func(a journal.Actor) { s.actors.Ended(a) }})

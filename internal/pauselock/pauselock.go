@@ -27,12 +27,18 @@ import (
 // every party that pauses a sandbox reaches (the agent mounts it).
 const dir = "stasis-pause-locks"
 
-// validID is what runsc takes as a container id.
-var validID = regexp.MustCompile(`^[\w+.-]+$`)
+// ValidID says whether id is what runsc takes as a container id, and so
+// names a file or folder of its own in a folder of runsc's (neither . nor
+// .., no slash): the pause locks, the bundles of restores.
+func ValidID(id string) bool {
+	return containerID.MatchString(id) && id != "." && id != ".."
+}
+
+var containerID = regexp.MustCompile(`^[\w+.-]+$`)
 
 // Path is the lock of sandbox id in runsc's state folder root.
 func Path(root, id string) (string, error) {
-	if !validID.MatchString(id) || id == "." || id == ".." {
+	if !ValidID(id) {
 		return "", fmt.Errorf("pause lock: %q is not a runsc container id", id)
 	}
 	return filepath.Join(root, dir, id+".lock"), nil

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/internal/fsutil"
+	"github.com/stasis-run/stasis/internal/pauselock"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -109,14 +109,11 @@ func (r *Runsc) restoreBundle(id, bundleDir string, env []string) (string, error
 // restoreBundleDir is where restoreBundle writes id's bundle; "" for an id
 // runsc would refuse anyway (so no path is built from it).
 func (r *Runsc) restoreBundleDir(id string) string {
-	if !validID.MatchString(id) || id == "." || id == ".." {
+	if !pauselock.ValidID(id) {
 		return ""
 	}
 	return filepath.Join(r.cfg.Root, "stasis-restore", id)
 }
-
-// validID is what runsc takes as a container id.
-var validID = regexp.MustCompile(`^[\w+.-]+$`)
 
 // emptyDir makes dir if it is absent and refuses it if it holds anything.
 func emptyDir(dir string) error {

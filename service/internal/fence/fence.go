@@ -57,12 +57,6 @@ func (s *Lease) Allows(id string) error {
 		errdefs.ErrUnavailable, rec.Holder, rec.Until.UTC().Format(time.RFC3339), id)
 }
 
-// Held says whether a fleet lease is held, lapsed or not.
-func (s *Lease) Held() bool {
-	_, held, _ := s.lease.state()
-	return held
-}
-
 // KeepFencing compares the actors with the fleet lease every interval, and
 // at once after a renewal, until ctx ends.
 func (s *Lease) KeepFencing(ctx context.Context, interval time.Duration) {

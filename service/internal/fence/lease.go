@@ -169,19 +169,27 @@ func (s *Lease) Get(ctx context.Context) (api.Lease, error) {
 	return s.leaseOf(actors), nil
 }
 
-// leaseOf is the lease now, with what actors say of it.
-func (s *Lease) leaseOf(actors []journal.Actor) api.Lease {
+// Status is the lease as held now (its holder, until when, the actors it
+// binds, its epoch, whether it lapsed; zero while none is held), without
+// what the actors say of it (Get): no read of the journal.
+func (s *Lease) Status() api.Lease {
 	rec, held, lapsed := s.lease.state()
 	out := api.Lease{Lapsed: lapsed}
 	if held {
 		out.Holder, out.Until, out.Bound, out.Epoch = rec.Holder, rec.Until, rec.Bound, rec.Epoch
 	}
+	return out
+}
+
+// leaseOf is the lease now, with what actors say of it.
+func (s *Lease) leaseOf(actors []journal.Actor) api.Lease {
+	out := s.Status()
 	for _, a := range actors {
 		if api.State(a.State) == api.Fenced {
 			out.Fenced = append(out.Fenced, a.ID)
 		}
 	}
-	if held {
+	if out.Holder != "" {
 		out.FenceCommands = s.fenceCommands(actors)
 	}
 	return out

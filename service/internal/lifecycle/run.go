@@ -164,7 +164,7 @@ func (s *Actors) fromStored(ctx context.Context, o *op.Operation, t api.Template
 func (s *Actors) runningOrFenced(body func(context.Context, *op.Operation) (op.Outcome, error)) func(context.Context, *op.Operation) (op.Outcome, error) {
 	return func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 		out, err := body(ctx, o)
-		if err != nil || out.State != api.Running || !api.FleetActorID(o.Actor.ID) || !s.lease.Held() {
+		if err != nil || out.State != api.Running || !api.FleetActorID(o.Actor.ID) || s.lease.Status().Holder == "" {
 			return out, err
 		}
 		if st, serr := s.engines.Of(o.Actor).Status(ctx, o.Actor.Sandbox); serr == nil && st == runtime.StatusPaused {
