@@ -64,6 +64,9 @@ type daemon struct {
 	api    *api.Client
 	rt     *gvisor.Runsc
 	extra  []string
+	// args, when set, are stasisd's whole command line (the one a Helm
+	// rendering gives), in place of the tests' own.
+	args []string
 }
 
 func newDaemon(t *testing.T, extra ...string) *daemon {
@@ -102,6 +105,9 @@ func (d *daemon) logText() string {
 func (d *daemon) command(failpoint string) *exec.Cmd {
 	// The test actors' bundles are made under the temporary folder.
 	args := append([]string{"--data", d.data, "--socket", d.socket, "--network", "none", "--log-format", "text", "--host-path", os.TempDir()}, d.extra...)
+	if d.args != nil {
+		args = d.args
+	}
 	cmd := exec.Command(stasisd.path(d.t), args...)
 	cmd.Env = append(os.Environ(), "STASIS_FAILPOINT="+failpoint)
 	return cmd

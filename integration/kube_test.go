@@ -131,7 +131,10 @@ func startControlPlane(t *testing.T) *controlPlane {
 		"--secure-port", fmt.Sprint(apiPort), "--cert-dir", filepath.Join(dir, "certs"), "--token-auth-file", tokens,
 		"--authorization-mode", "RBAC", "--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", keyFile, "--service-account-signing-key-file", keyFile,
-		"--service-cluster-ip-range", "10.96.0.0/24")
+		"--service-cluster-ip-range", "10.96.0.0/24",
+		// As kubeadm's and the managed clusters' API servers: the chart's
+		// node pod runs stasisd privileged.
+		"--allow-privileged=true")
 	server := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 	ready := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 2 * time.Second}
 	waitForLong(t, "kube-apiserver to be ready", 2*time.Minute, func() bool {

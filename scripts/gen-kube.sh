@@ -10,6 +10,8 @@
 #   scripts/gen-kube.sh           write them
 #   scripts/gen-kube.sh --check   lint the chart and check that
 #                                 deploy/kube/stasis.yaml is what it renders
+#                                 and that the kustomization patches the
+#                                 store's arguments (kustomize, pinned)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v helm >/dev/null || { echo "gen-kube: helm is needed: scripts/install-helm.sh" >&2; exit 1; }
@@ -34,12 +36,22 @@ case "${1:-}" in
 	;;
 --check)
 	helm lint --strict "$chart" --set store.location=s3://b/p
+	helm lint --strict "$chart" --set store.location=gs://b/p --set store.gcs.keyJSON='{}' \
+		--set stasisd.run=host --set metrics.serviceMonitor.enabled=true >/dev/null
 	if ! diff deploy/kube/stasis.yaml <(render) >/dev/null; then
 		echo "gen-kube: deploy/kube/stasis.yaml is not what the chart renders: run scripts/gen-kube.sh and commit what it writes" >&2
 		diff deploy/kube/stasis.yaml <(render) | head -20 >&2
 		exit 1
 	fi
-	echo "the chart lints and deploy/kube/stasis.yaml is what it renders"
+	# The kustomization patches the store's location by the arguments'
+	# places: each must land on the argument it means, leaving every
+	# argument as rendered (the patches write the placeholder again).
+	args() { grep -o -- '- --.*' | sort; }
+	if ! diff <(args <deploy/kube/stasis.yaml) <(go run "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION:-v5.7.1}" build deploy/kube | args) >&2; then
+		echo "gen-kube: deploy/kube/kustomization.yaml's patches replace other arguments than the store's: fix their paths" >&2
+		exit 1
+	fi
+	echo "the chart lints, deploy/kube/stasis.yaml is what it renders and the kustomization patches the store's arguments"
 	;;
 *)
 	echo "usage: scripts/gen-kube.sh [--check]" >&2
