@@ -57,8 +57,9 @@ func expectLine(t *testing.T, lines <-chan string, want string) {
 // TestExecAttach: `stasis actor exec -i` gives the command its input as
 // it comes (each answer read before the next line is written), its end the
 // command's end of file; `-it` runs it on a terminal of the caller's
-// size, with the caller's resizes passed on (SIGWINCH inside) and the
-// caller's terminal raw meanwhile; -it from a pipe is refused.
+// size, with the container's environment, the caller's resizes passed on
+// (SIGWINCH inside) and the caller's terminal raw meanwhile; -it from a
+// pipe is refused.
 func TestExecAttach(t *testing.T) {
 	d := newDaemon(t)
 	d.start("")
@@ -104,7 +105,9 @@ func TestExecAttach(t *testing.T) {
 		if err := pty.SetSize(master, 30, 100); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(cli, "--socket", d.socket, "actor", "exec", "-it", "a1", "/counter", "tty")
+		// Named without its path: found on the container's PATH, which the
+		// terminal's process has as any exec's.
+		cmd := exec.Command(cli, "--socket", d.socket, "actor", "exec", "-it", "a1", "counter", "tty")
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = replica, replica, replica
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 		if err := cmd.Start(); err != nil {

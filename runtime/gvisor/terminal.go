@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,7 +48,10 @@ func (r *Runsc) execOnTerminal(ctx context.Context, id string, p runtime.Process
 		return runtime.ExecResult{}, err
 	}
 	defer os.RemoveAll(dir)
-	process := specs.Process{Terminal: true, Args: p.Args, Env: p.Env, Cwd: cmp.Or(p.Cwd, "/")}
+	process, err := r.execProcess(ctx, id, p)
+	if err != nil {
+		return runtime.ExecResult{}, err
+	}
 	processFile := dir + "/process.json"
 	data, err := json.Marshal(process)
 	if err == nil {
@@ -88,6 +94,44 @@ func (r *Runsc) execOnTerminal(ctx context.Context, id string, p runtime.Process
 	_ = master.SetReadDeadline(time.Now().Add(terminalDrain))
 	<-output
 	return r.execEnded(ctx, id, p, runtime.ExecResult{}, err, runscLogErrors(logFile))
+}
+
+// execProcess is the process runsc exec runs for p on a terminal: the
+// container's own (its user, capabilities, limits, working folder and
+// environment, as runsc exec gives a command on its command line) with p's
+// command, p's environment over the container's and p's working folder
+// where it names one. A process file replaces all of it, so without the
+// container's environment a command named without its path is not found.
+func (r *Runsc) execProcess(ctx context.Context, id string, p runtime.Process) (specs.Process, error) {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return specs.Process{}, err
+	}
+	var spec specs.Spec
+	data, err := os.ReadFile(filepath.Join(st.Bundle, "config.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &spec)
+	}
+	if err != nil || spec.Process == nil {
+		return specs.Process{}, fmt.Errorf("exec on a terminal: the container's process in %s: %v", st.Bundle, cmp.Or(err, errors.New("the spec has none")))
+	}
+	process := *spec.Process
+	process.Terminal, process.ConsoleSize = true, nil
+	process.Args = p.Args
+	process.Env = mergeEnv(process.Env, p.Env)
+	process.Cwd = cmp.Or(p.Cwd, process.Cwd, "/")
+	return process, nil
+}
+
+// mergeEnv is base with each NAME=VALUE of over in place of base's NAME.
+func mergeEnv(base, over []string) []string {
+	out := slices.Clone(base)
+	for _, kv := range over {
+		name, _, _ := strings.Cut(kv, "=")
+		out = slices.DeleteFunc(out, func(b string) bool { return strings.HasPrefix(b, name+"=") })
+		out = append(out, kv)
+	}
+	return out
 }
 
 // copyTerminal copies a terminal's output from its master end to w until
