@@ -51,6 +51,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"actor", "exec", "nosuch", "true"}, 3, "nosuch"},
 		{[]string{"actor", "exec", "a1"}, 2, "exec needs an actor and a command"},
 		{[]string{"actor", "ps", "extra"}, 2, "extra"},
+		{[]string{"actor", "run", "counter", "a2"}, 2, "usage: stasis actor run TEMPLATE [--id ID]"},
 		{[]string{"actor"}, 2, "needs a subcommand"},
 		{[]string{"actor", "lgos"}, 2, "did you mean"},
 		{[]string{"snapshot", "inspect", "nosuch"}, 3, "nosuch"},

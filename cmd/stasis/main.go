@@ -167,7 +167,13 @@ func strict(cmd *cobra.Command) {
 	}
 	if check := cmd.Args; check != nil {
 		cmd.Args = func(c *cobra.Command, args []string) error {
-			return errdefs.Mark(check(c, args), errdefs.ErrInvalidArgument)
+			err := check(c, args)
+			if err == nil {
+				return nil
+			}
+			// cobra's words ("accepts 1 arg(s), received 2") name neither
+			// the command nor what it takes.
+			return errdefs.Mark(fmt.Errorf("%s: %w (usage: %s)", strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" "), err, c.UseLine()), errdefs.ErrInvalidArgument)
 		}
 	}
 }
