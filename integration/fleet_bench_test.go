@@ -27,7 +27,7 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/internal/procfs"
 	"github.com/stasis-run/stasis/kube/agent"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
 // TestFleetAtScale is the fleet at scale (scripts/bench-kube.sh), as users
@@ -63,12 +63,12 @@ func TestFleetAtScale(t *testing.T) {
 	f.template("counter")
 	start, placeCPU := time.Now(), f.meterCPU()
 	for i := range n {
-		a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("b%03d", i)}, Spec: stasisv1.ActorSpec{Template: "counter"}}
+		a := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("b%03d", i)}, Spec: stasisv1alpha1.ActorSpec{Template: "counter"}}
 		if err := f.cp.kube.Create(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) }, 20*time.Minute)
+	f.awaitAll(n, func(a stasisv1alpha1.Actor) bool { return running(a.Status) }, 20*time.Minute)
 	placed, placeCPUs := time.Since(start), placeCPU.percent()
 
 	rest := f.atRest(30 * time.Second)
@@ -91,7 +91,7 @@ func TestFleetAtScale(t *testing.T) {
 	drainCPU.look()
 	f.controller.kill()
 	f.controller.start()
-	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) && a.Status.Node != "node-a" }, 20*time.Minute)
+	f.awaitAll(n, func(a stasisv1alpha1.Actor) bool { return running(a.Status) && a.Status.Node != "node-a" }, 20*time.Minute)
 	drained, drainCPUs := time.Since(start), drainCPU.percent()
 	var stored, fromTemplate []string
 	for _, id := range onA {
@@ -129,7 +129,7 @@ func TestFleetAtScale(t *testing.T) {
 	}
 	<-nodeC.d.exited
 	nodeC.d.cmd = nil
-	f.awaitAll(n, func(a stasisv1.Actor) bool { return running(a.Status) && a.Status.Node != "node-c" }, 20*time.Minute)
+	f.awaitAll(n, func(a stasisv1alpha1.Actor) bool { return running(a.Status) && a.Status.Node != "node-c" }, 20*time.Minute)
 	lostC, lostCPUs := time.Since(start), lostCPU.percent()
 
 	res := map[string]any{"actors": n, "nodes": 3, "lease": f.lease, "placeAllS": placed.Seconds(),
@@ -312,10 +312,10 @@ func sortedByValue(m map[string]float64) []string {
 }
 
 // awaitAll waits until n actors satisfy cond.
-func (f *fleetEnv) awaitAll(n int, cond func(stasisv1.Actor) bool, limit time.Duration) {
+func (f *fleetEnv) awaitAll(n int, cond func(stasisv1alpha1.Actor) bool, limit time.Duration) {
 	f.t.Helper()
 	waitForLong(f.t, fmt.Sprintf("%d actors", n), limit, func() bool {
-		var list stasisv1.ActorList
+		var list stasisv1alpha1.ActorList
 		if err := f.cp.kube.List(context.Background(), &list, client.InNamespace("default")); err != nil {
 			return false
 		}

@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
 // TestFleetNodeClockOffset gives node-b a clock half a lease behind, then
@@ -36,21 +36,21 @@ func TestFleetNodeClockOffset(t *testing.T) {
 		b.agent.env = []string{fmt.Sprintf("STASIS_KUBE_CLOCK_OFFSET=%s", offset)}
 		b.agent.start()
 		for _, id := range ids {
-			var a stasisv1.Actor
+			var a stasisv1alpha1.Actor
 			if err := f.cp.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: id}, &a); err != nil {
 				f.createOn(id, "node-b")
 			} else {
-				f.edit(id, func(s *stasisv1.ActorSpec) { s.Node = "node-b" })
+				f.edit(id, func(s *stasisv1alpha1.ActorSpec) { s.Node = "node-b" })
 			}
 		}
 		for _, id := range ids {
-			f.await(id, "running on node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
-			f.edit(id, func(s *stasisv1.ActorSpec) { s.Node = "" })
+			f.await(id, "running on node-b", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
+			f.edit(id, func(s *stasisv1alpha1.ActorSpec) { s.Node = "" })
 		}
 		start := time.Now()
 		b.agent.signal(syscall.SIGSTOP)
 		for _, id := range ids {
-			f.await(id, "running on node-a", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
+			f.await(id, "running on node-a", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
 		}
 		if took := time.Since(start); took < lease {
 			t.Fatalf("clock off by %s: the actors ran on node-a %s after node-b's agent stopped, before its lease of %s ran out", offset, took, lease)

@@ -13,7 +13,7 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/kube/agent"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
 // TestFleetDrainWithAHungAgent drains a node of more actors than its agent
@@ -50,8 +50,8 @@ func TestFleetDrainWithAHungAgent(t *testing.T) {
 			f.createOn(id, "node-a")
 		}
 		for j, id := range ids {
-			f.await(id, "running on node-a", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
-			f.edit(id, func(s *stasisv1.ActorSpec) { s.Node = "" })
+			f.await(id, "running on node-a", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
+			f.edit(id, func(s *stasisv1alpha1.ActorSpec) { s.Node = "" })
 			for range i + j%3 + 1 {
 				want[id] = f.counter(id, "incr")
 			}
@@ -59,10 +59,10 @@ func TestFleetDrainWithAHungAgent(t *testing.T) {
 
 		f.drain("node-a", true)
 		waitForLong(t, "node-a's agent to hang at "+point, time.Minute, func() bool { return a.agent.logHas(point) })
-		status := map[string]stasisv1.ActorStatus{}
+		status := map[string]stasisv1alpha1.ActorStatus{}
 		var kept []string
 		for _, id := range ids {
-			s := f.await(id, "running on node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
+			s := f.await(id, "running on node-b", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
 			got := f.counter(id, "get")
 			if _, err := b.d.api.InspectActor(ctx, id); err != nil {
 				t.Error(err)
@@ -99,7 +99,7 @@ func TestFleetDrainWithAHungAgent(t *testing.T) {
 				return errors.Is(err, errdefs.ErrNotFound)
 			})
 			a.d.requireNoSandbox(id)
-			var snaps stasisv1.SnapshotList
+			var snaps stasisv1alpha1.SnapshotList
 			if err := f.cp.kube.List(ctx, &snaps, client.InNamespace("default"), client.MatchingLabels{"stasis.dev/actor": id}); err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/stasis-run/stasis/api"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -54,8 +54,8 @@ func TestFleetFencing(t *testing.T) {
 		f.createOn(id, "node-b")
 	}
 	for _, id := range ids {
-		f.await(id, "running on node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
-		f.edit(id, func(s *stasisv1.ActorSpec) { s.Node = "" }) // free to move
+		f.await(id, "running on node-b", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
+		f.edit(id, func(s *stasisv1alpha1.ActorSpec) { s.Node = "" }) // free to move
 	}
 	mon := f.watch(ids)
 	defer mon.stop()
@@ -134,14 +134,14 @@ func TestFleetFencing(t *testing.T) {
 		if strings.HasPrefix(c.name, "stasisd") {
 			// While stasisd does not answer, the agent says so in the status.
 			for _, id := range ids {
-				f.await(id, "its status to say that stasisd does not answer", func(s stasisv1.ActorStatus) bool {
-					cond := meta.FindStatusCondition(s.Conditions, stasisv1.ConditionStasisd)
+				f.await(id, "its status to say that stasisd does not answer", func(s stasisv1alpha1.ActorStatus) bool {
+					cond := meta.FindStatusCondition(s.Conditions, stasisv1alpha1.ConditionStasisd)
 					return s.Node == to || cond != nil && cond.Status == metav1.ConditionFalse && strings.Contains(s.Reason, "does not answer")
 				})
 			}
 		}
 		for _, id := range ids {
-			f.await(id, "running on "+to, func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == to })
+			f.await(id, "running on "+to, func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == to })
 		}
 		recovered := time.Since(start)
 		fenced := mon.stoppedRunning(from, start)

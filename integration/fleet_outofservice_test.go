@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/errdefs"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -50,7 +50,7 @@ func TestFleetOutOfServiceTaint(t *testing.T) {
 	}
 	start := time.Now()
 	taint(true)
-	s := f.await("o1", "running on node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
+	s := f.await("o1", "running on node-b", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
 	if took := time.Since(start); took > 45*time.Second {
 		t.Fatalf("o1 was moved %s after the taint, not at once (the lease is 60s)", took)
 	}
@@ -68,7 +68,7 @@ func TestFleetOutOfServiceTaint(t *testing.T) {
 	a.agent.kill()
 	a.agent.start()
 	f.createOn("o2", "node-a")
-	f.await("o2", "refused on node-a", func(s stasisv1.ActorStatus) bool {
+	f.await("o2", "refused on node-a", func(s stasisv1alpha1.ActorStatus) bool {
 		return s.Node == "" && strings.Contains(s.Reason, fleet.OutOfServiceTaint)
 	})
 	if local, err := a.d.api.ListActors(ctx); err != nil || len(local) != 0 {
@@ -80,5 +80,5 @@ func TestFleetOutOfServiceTaint(t *testing.T) {
 
 	// Untainted, it takes actors again.
 	taint(false)
-	f.await("o2", "running on node-a", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
+	f.await("o2", "running on node-a", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
 }

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/stasis-run/stasis/api"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/controller"
 )
 
@@ -76,7 +76,7 @@ func TestFleetPartitionFencesTheCutOffNode(t *testing.T) {
 	// node-b's copy runs.
 	f.controller.start()
 	proxy.cut()
-	f.await("p1", "running on node-a", func(s stasisv1.ActorStatus) bool {
+	f.await("p1", "running on node-a", func(s stasisv1alpha1.ActorStatus) bool {
 		if st := state(cut); st == api.Running && s.Node == "node-a" {
 			t.Fatalf("p1 bound to node-a while node-b's copy still runs (%+v)", s)
 		}
@@ -238,7 +238,7 @@ func TestFleetPartitionHealsMidRebind(t *testing.T) {
 			// It runs where the controller places it: node-a, or node-b
 			// again once healed (which then thaws its frozen copy, the
 			// newest state there is); the other node holds no copy.
-			s := f.await("p1", "running again, rebound", func(s stasisv1.ActorStatus) bool { return running(s) && s.Placement > placed })
+			s := f.await("p1", "running again, rebound", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Placement > placed })
 			other := cut
 			if s.Node == "node-b" {
 				other = f.nodes["node-a"]
@@ -253,9 +253,9 @@ func TestFleetPartitionHealsMidRebind(t *testing.T) {
 			t.Logf("try %d, healed at %s: p1 runs on %s (%s)", i, point, s.Node, s.Reason)
 			if s.Node != "node-b" {
 				// Back to node-b for the next try.
-				f.edit("p1", func(s *stasisv1.ActorSpec) { s.Node = "node-b" })
-				f.await("p1", "running on node-b again", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
-				f.edit("p1", func(s *stasisv1.ActorSpec) { s.Node = "" })
+				f.edit("p1", func(s *stasisv1alpha1.ActorSpec) { s.Node = "node-b" })
+				f.await("p1", "running on node-b again", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-b" })
+				f.edit("p1", func(s *stasisv1alpha1.ActorSpec) { s.Node = "" })
 			}
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 	"github.com/stasis-run/stasis/testkit/testactor"
 )
@@ -29,16 +29,16 @@ func TestFleetServe(t *testing.T) {
 	for _, n := range []string{"node-a", "node-b"} {
 		f.addNode(n, "--network", "sandbox")
 	}
-	at := &stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: stasisv1.ActorTemplateSpec{Bundle: testactor.Bundle(t, t.TempDir(), testactor.Options{Listen: ":8000"}),
-			Probe:   &stasisv1.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30},
-			Network: "cni", Ports: []stasisv1.Port{{ContainerPort: 8000}}, Idle: &stasisv1.Idle{After: "3s", Then: "suspend"}}}
+	at := &stasisv1alpha1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: stasisv1alpha1.ActorTemplateSpec{Bundle: testactor.Bundle(t, t.TempDir(), testactor.Options{Listen: ":8000"}),
+			Probe:   &stasisv1alpha1.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30},
+			Network: "cni", Ports: []stasisv1alpha1.Port{{ContainerPort: 8000}}, Idle: &stasisv1alpha1.Idle{After: "3s", Then: "suspend"}}}
 	if err := f.cp.kube.Create(ctx, at); err != nil {
 		t.Fatal(err)
 	}
 	// A dot: its Service gets a name made of its own.
 	const name = "web.1"
-	if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: stasisv1.ActorSpec{Template: "web"}}); err != nil {
+	if err := f.cp.kube.Create(ctx, &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: stasisv1alpha1.ActorSpec{Template: "web"}}); err != nil {
 		t.Fatal(err)
 	}
 	service := fleet.ServiceName(name)
@@ -64,7 +64,7 @@ func TestFleetServe(t *testing.T) {
 		return node, addr
 	}
 
-	st := f.await(name, "running with its endpoint", func(s stasisv1.ActorStatus) bool {
+	st := f.await(name, "running with its endpoint", func(s stasisv1alpha1.ActorStatus) bool {
 		return running(s) && s.Endpoint != nil && len(s.Endpoint.Ports) == 1 && s.Endpoint.Service == service
 	})
 	first, addr := slice("its node", func(node string, port int32) bool {
@@ -76,8 +76,8 @@ func TestFleetServe(t *testing.T) {
 	}
 
 	// Idle: suspended on its node, still bound there and ready.
-	st = f.await(name, "suspended by its idle policy", func(s stasisv1.ActorStatus) bool {
-		return s.Phase == stasisv1.PhaseSuspended && s.Idle && s.Node == first
+	st = f.await(name, "suspended by its idle policy", func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Phase == stasisv1alpha1.PhaseSuspended && s.Idle && s.Node == first
 	})
 	if _, again := slice("its node while it idles", func(node string, _ int32) bool { return node == first }); again != addr {
 		t.Fatalf("idle: the slice names %s, before %s", again, addr)
@@ -85,12 +85,12 @@ func TestFleetServe(t *testing.T) {
 	if p, n := mustAsk(t, addr, "incr"); p != process || n != 2 {
 		t.Fatalf("woken by a connection: process %s count %d; want %s counting 2", p, n, process)
 	}
-	f.await(name, "running again after its wake", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == first })
+	f.await(name, "running again after its wake", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == first })
 
 	// Drained: it answers at the port its new node picked.
 	f.drain(first, true)
-	st = f.await(name, "moved off "+first, func(s stasisv1.ActorStatus) bool {
-		return s.Node != "" && s.Node != first && s.Endpoint != nil && s.Endpoint.Address != "" && (s.Phase == stasisv1.PhaseRunning || s.Idle)
+	st = f.await(name, "moved off "+first, func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Node != "" && s.Node != first && s.Endpoint != nil && s.Endpoint.Address != "" && (s.Phase == stasisv1alpha1.PhaseRunning || s.Idle)
 	})
 	moved, addr2 := slice("its new node", func(node string, port int32) bool {
 		return node == st.Node && port == st.Endpoint.Ports[0].Port

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
 // TestFleetRefusalsInTheStatus: what the fleet cannot do is said in the
@@ -31,14 +31,14 @@ func TestFleetRefusalsInTheStatus(t *testing.T) {
 	ctx := context.Background()
 	n := f.addNode("node-a")
 
-	actor := func(name, template string) *stasisv1.Actor {
-		return &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: stasisv1.ActorSpec{Template: template}}
+	actor := func(name, template string) *stasisv1alpha1.Actor {
+		return &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: stasisv1alpha1.ActorSpec{Template: template}}
 	}
 	if err := f.cp.kube.Create(ctx, actor("r1", "later")); err != nil {
 		t.Fatal(err)
 	}
-	f.await("r1", "a reason naming the missing template", func(s stasisv1.ActorStatus) bool {
-		return s.Phase == stasisv1.PhasePending && strings.Contains(s.Reason, "ActorTemplate later does not exist")
+	f.await("r1", "a reason naming the missing template", func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Phase == stasisv1alpha1.PhasePending && strings.Contains(s.Reason, "ActorTemplate later does not exist")
 	})
 	f.template("later")
 	f.await("r1", "running once its template exists", running)
@@ -57,15 +57,15 @@ func TestFleetRefusalsInTheStatus(t *testing.T) {
 
 	// A template whose bundle no node has: stasisd refuses the run, for
 	// good until the spec changes.
-	bad := &stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "nowhere"},
-		Spec: stasisv1.ActorTemplateSpec{Bundle: "/nonexistent/bundle"}}
+	bad := &stasisv1alpha1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "nowhere"},
+		Spec: stasisv1alpha1.ActorTemplateSpec{Bundle: "/nonexistent/bundle"}}
 	if err := f.cp.kube.Create(ctx, bad); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.cp.kube.Create(ctx, actor("r4", "nowhere")); err != nil {
 		t.Fatal(err)
 	}
-	s := f.await("r4", "Failed with the reason", func(s stasisv1.ActorStatus) bool { return s.Phase == stasisv1.PhaseFailed })
+	s := f.await("r4", "Failed with the reason", func(s stasisv1alpha1.ActorStatus) bool { return s.Phase == stasisv1alpha1.PhaseFailed })
 	if !strings.Contains(s.Reason, "change the Actor's spec to try again") {
 		t.Fatalf("r4's status: %+v", s)
 	}

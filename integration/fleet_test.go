@@ -19,7 +19,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/errdefs"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 	"github.com/stasis-run/stasis/store/location"
 	"github.com/stasis-run/stasis/testkit/s3test"
@@ -145,8 +145,8 @@ func hostAddress(t *testing.T) string {
 func (f *fleetEnv) template(name string) {
 	f.t.Helper()
 	dir := testactor.Bundle(f.t, f.t.TempDir(), testactor.Options{})
-	at := &stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: stasisv1.ActorTemplateSpec{Bundle: dir, Durable: []string{"/state"}, Probe: &stasisv1.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}}
+	at := &stasisv1alpha1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: stasisv1alpha1.ActorTemplateSpec{Bundle: dir, Durable: []string{"/state"}, Probe: &stasisv1alpha1.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}}
 	if err := f.cp.kube.Create(context.Background(), at); err != nil {
 		f.t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func (f *fleetEnv) template(name string) {
 // createOn creates counter actor name bound to node (spec.node).
 func (f *fleetEnv) createOn(name, node string) {
 	f.t.Helper()
-	a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: stasisv1.ActorSpec{Template: "counter", Node: node}}
+	a := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: stasisv1alpha1.ActorSpec{Template: "counter", Node: node}}
 	if err := f.cp.kube.Create(context.Background(), a); err != nil {
 		f.t.Fatal(err)
 	}
@@ -166,13 +166,13 @@ func (f *fleetEnv) createOn(name, node string) {
 func (f *fleetEnv) startOn(name, node string) {
 	f.t.Helper()
 	f.createOn(name, node)
-	f.await(name, "running on "+node, func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == node })
-	f.edit(name, func(s *stasisv1.ActorSpec) { s.Node = "" })
+	f.await(name, "running on "+node, func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == node })
+	f.edit(name, func(s *stasisv1alpha1.ActorSpec) { s.Node = "" })
 }
 
-func (f *fleetEnv) actor(name string) *stasisv1.Actor {
+func (f *fleetEnv) actor(name string) *stasisv1alpha1.Actor {
 	f.t.Helper()
-	var a stasisv1.Actor
+	var a stasisv1alpha1.Actor
 	if err := f.cp.kube.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &a); err != nil {
 		f.t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func (f *fleetEnv) actor(name string) *stasisv1.Actor {
 }
 
 // edit changes an Actor's spec, retrying on conflicts.
-func (f *fleetEnv) edit(name string, fn func(*stasisv1.ActorSpec)) {
+func (f *fleetEnv) edit(name string, fn func(*stasisv1alpha1.ActorSpec)) {
 	f.t.Helper()
 	for range 10 {
 		a := f.actor(name)
@@ -193,9 +193,9 @@ func (f *fleetEnv) edit(name string, fn func(*stasisv1.ActorSpec)) {
 }
 
 // await waits until actor name's status satisfies cond.
-func (f *fleetEnv) await(name, what string, cond func(stasisv1.ActorStatus) bool) stasisv1.ActorStatus {
+func (f *fleetEnv) await(name, what string, cond func(stasisv1alpha1.ActorStatus) bool) stasisv1alpha1.ActorStatus {
 	f.t.Helper()
-	var last stasisv1.ActorStatus
+	var last stasisv1alpha1.ActorStatus
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		last = f.actor(name).Status
 		if cond(last) {
@@ -206,7 +206,9 @@ func (f *fleetEnv) await(name, what string, cond func(stasisv1.ActorStatus) bool
 	return last
 }
 
-func running(s stasisv1.ActorStatus) bool { return s.Phase == stasisv1.PhaseRunning && s.Node != "" }
+func running(s stasisv1alpha1.ActorStatus) bool {
+	return s.Phase == stasisv1alpha1.PhaseRunning && s.Node != ""
+}
 
 // counter reads or bumps an actor's in-memory counter where it runs.
 func (f *fleetEnv) counter(name, verb string) string {
@@ -233,7 +235,7 @@ func TestFleet(t *testing.T) {
 	// run -> placed on a fitting node, spread over the two.
 	names := []string{"w1", "w2", "w3", "w4"}
 	for _, n := range names {
-		if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: n}, Spec: stasisv1.ActorSpec{Template: "counter"}}); err != nil {
+		if err := f.cp.kube.Create(ctx, &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: n}, Spec: stasisv1alpha1.ActorSpec{Template: "counter"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -253,38 +255,40 @@ func TestFleet(t *testing.T) {
 	// suspend -> resume on the other node, the counter kept.
 	from := f.actor("w1").Status.Node
 	to := map[string]string{"node-a": "node-b", "node-b": "node-a"}[from]
-	f.edit("w1", func(s *stasisv1.ActorSpec) { s.Phase = stasisv1.PhaseSuspended })
-	s := f.await("w1", "suspended to the store", func(s stasisv1.ActorStatus) bool {
-		return s.Phase == stasisv1.PhaseSuspended && s.Node == "" && s.Snapshot != ""
+	f.edit("w1", func(s *stasisv1alpha1.ActorSpec) { s.Phase = stasisv1alpha1.PhaseSuspended })
+	s := f.await("w1", "suspended to the store", func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Phase == stasisv1alpha1.PhaseSuspended && s.Node == "" && s.Snapshot != ""
 	})
-	var snaps stasisv1.SnapshotList
+	var snaps stasisv1alpha1.SnapshotList
 	if err := f.cp.kube.List(ctx, &snaps, client.InNamespace("default"), client.MatchingLabels{"stasis.dev/actor": "w1"}); err != nil || len(snaps.Items) != 1 ||
 		snaps.Items[0].Spec.StoreName != s.Snapshot || snaps.Items[0].Spec.Node != from {
 		t.Fatalf("the Snapshot of w1's suspend: %+v %v (status %+v)", snaps.Items, err, s)
 	}
-	f.edit("w1", func(s *stasisv1.ActorSpec) { s.Phase, s.Node = stasisv1.PhaseRunning, to })
-	f.await("w1", "running on "+to, func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == to })
+	f.edit("w1", func(s *stasisv1alpha1.ActorSpec) { s.Phase, s.Node = stasisv1alpha1.PhaseRunning, to })
+	f.await("w1", "running on "+to, func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == to })
 	if got := f.counter("w1", "get"); got != want["w1"] {
 		t.Fatalf("w1's counter after moving from %s to %s: %s, want %s", from, to, got, want["w1"])
 	}
 	if _, err := f.nodes[from].d.api.InspectActor(ctx, "w1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("node %s still holds w1 after it left: %v", from, err)
 	}
-	f.edit("w1", func(s *stasisv1.ActorSpec) { s.Node = "" })
+	f.edit("w1", func(s *stasisv1alpha1.ActorSpec) { s.Node = "" })
 
 	// A node whose fingerprint does not fit (another runsc build) is never
 	// chosen, and the status says why.
 	f.addNode("node-c", "--runsc", otherRunsc(t))
-	f.edit("w2", func(s *stasisv1.ActorSpec) { s.Phase = stasisv1.PhaseSuspended })
-	f.await("w2", "suspended", func(s stasisv1.ActorStatus) bool { return s.Phase == stasisv1.PhaseSuspended && s.Snapshot != "" })
-	f.edit("w2", func(s *stasisv1.ActorSpec) { s.Phase, s.Node = stasisv1.PhaseRunning, "node-c" })
-	s = f.await("w2", "a reason why node-c cannot take it", func(s stasisv1.ActorStatus) bool {
-		return s.Phase == stasisv1.PhasePending && strings.Contains(s.Reason, "no node can restore") && strings.Contains(s.Reason, "node-c")
+	f.edit("w2", func(s *stasisv1alpha1.ActorSpec) { s.Phase = stasisv1alpha1.PhaseSuspended })
+	f.await("w2", "suspended", func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Phase == stasisv1alpha1.PhaseSuspended && s.Snapshot != ""
+	})
+	f.edit("w2", func(s *stasisv1alpha1.ActorSpec) { s.Phase, s.Node = stasisv1alpha1.PhaseRunning, "node-c" })
+	s = f.await("w2", "a reason why node-c cannot take it", func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Phase == stasisv1alpha1.PhasePending && strings.Contains(s.Reason, "no node can restore") && strings.Contains(s.Reason, "node-c")
 	})
 	if s.Node != "" || !strings.Contains(s.Reason, "build") {
 		t.Fatalf("w2 pinned to the node that does not fit: %+v", s)
 	}
-	f.edit("w2", func(s *stasisv1.ActorSpec) { s.Node = "" })
+	f.edit("w2", func(s *stasisv1alpha1.ActorSpec) { s.Node = "" })
 	s = f.await("w2", "running again", running)
 	if s.Node == "node-c" {
 		t.Fatal("w2 was placed on node-c, which cannot restore it")
@@ -305,7 +309,7 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("the golden snapshot is not stored: %+v %v", goldenSnap, err)
 	}
 	golden := goldenSnap.Stored
-	var at stasisv1.ActorTemplate
+	var at stasisv1alpha1.ActorTemplate
 	if err := f.cp.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "counter"}, &at); err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +330,7 @@ func TestFleet(t *testing.T) {
 		}
 	}
 	for _, g := range []string{"g1", "g2", "g3"} {
-		if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: g}, Spec: stasisv1.ActorSpec{Template: "counter"}}); err != nil {
+		if err := f.cp.kube.Create(ctx, &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: g}, Spec: stasisv1alpha1.ActorSpec{Template: "counter"}}); err != nil {
 			t.Fatal(err)
 		}
 		s := f.await(g, "running from the golden snapshot", running)
@@ -354,11 +358,11 @@ func TestFleet(t *testing.T) {
 		t.Fatal("no actor on node-a to drain")
 	}
 	f.drain("node-a", true)
-	f.await(onA[0], "the drain to start", func(s stasisv1.ActorStatus) bool { return s.Evict || s.Node != "node-a" })
+	f.await(onA[0], "the drain to start", func(s stasisv1alpha1.ActorStatus) bool { return s.Evict || s.Node != "node-a" })
 	f.controller.kill()
 	f.controller.start()
 	for _, n := range onA {
-		s := f.await(n, "running off node-a", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node != "node-a" })
+		s := f.await(n, "running off node-a", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node != "node-a" })
 		if s.Node != "node-b" {
 			t.Fatalf("%s drained to %s, want node-b (node-c does not fit)", n, s.Node)
 		}
@@ -387,13 +391,13 @@ func TestFleet(t *testing.T) {
 		if !stored[n] {
 			// Never stored: it starts afresh from its template (now from
 			// its golden snapshot), anywhere it fits.
-			s := f.await(n, "running off node-b", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node != "node-b" })
+			s := f.await(n, "running off node-b", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node != "node-b" })
 			if s.Snapshot != "" && s.Snapshot != golden {
 				t.Fatalf("%s, never stored, came back with snapshot %s", n, s.Snapshot)
 			}
 			continue
 		}
-		f.await(n, "running on node-a after node-b was lost", func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
+		f.await(n, "running on node-a after node-b was lost", func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == "node-a" })
 		if got := f.counter(n, "get"); got != want[n] {
 			t.Fatalf("%s's counter after node-b was lost: %s, want %s (its last stored snapshot)", n, got, want[n])
 		}
@@ -419,7 +423,7 @@ func TestFleet(t *testing.T) {
 
 func (f *fleetEnv) boundTo(node string) []string {
 	f.t.Helper()
-	var list stasisv1.ActorList
+	var list stasisv1alpha1.ActorList
 	if err := f.cp.kube.List(context.Background(), &list, client.InNamespace("default")); err != nil {
 		f.t.Fatal(err)
 	}

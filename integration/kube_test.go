@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -191,9 +191,9 @@ current-context: test
 	}
 	applyYAML(t, kube, "../deploy/kube/stasis.yaml")
 	waitFor(t, "the CRDs to serve", func() bool {
-		return kube.List(ctx, &stasisv1.ActorList{}, client.InNamespace("default")) == nil &&
-			kube.List(ctx, &stasisv1.SnapshotList{}, client.InNamespace("default")) == nil &&
-			kube.List(ctx, &stasisv1.ActorTemplateList{}, client.InNamespace("default")) == nil
+		return kube.List(ctx, &stasisv1alpha1.ActorList{}, client.InNamespace("default")) == nil &&
+			kube.List(ctx, &stasisv1alpha1.SnapshotList{}, client.InNamespace("default")) == nil &&
+			kube.List(ctx, &stasisv1alpha1.ActorTemplateList{}, client.InNamespace("default")) == nil
 	})
 	return &controlPlane{kubeconfig: kubeconfig, agentConfig: writeConfig("agent.kubeconfig", agentToken),
 		controllerConfig: writeConfig("controller.kubeconfig", controllerToken), server: server, kube: kube}

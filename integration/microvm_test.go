@@ -15,7 +15,7 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/fingerprint"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/testkit/testdisk"
@@ -341,18 +341,18 @@ func TestFleetMicroVM(t *testing.T) {
 	ctx := context.Background()
 	f.addNode("node-c", "--microvm", "off")
 	kernel, initrd := vmtest.Guest(t)
-	at := &stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm"},
-		Spec: stasisv1.ActorTemplateSpec{Runtime: api.RuntimeMicroVM, Args: []string{"/counter", "serve"}, MemoryBytes: 192 << 20,
-			VM:    &stasisv1.VM{Kernel: kernel, Initramfs: initrd, Devices: []stasisv1.Device{{ID: "serial1", Driver: "virtio-serial-pci"}}},
-			Probe: &stasisv1.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 60}}}
+	at := &stasisv1alpha1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm"},
+		Spec: stasisv1alpha1.ActorTemplateSpec{Runtime: api.RuntimeMicroVM, Args: []string{"/counter", "serve"}, MemoryBytes: 192 << 20,
+			VM:    &stasisv1alpha1.VM{Kernel: kernel, Initramfs: initrd, Devices: []stasisv1alpha1.Device{{ID: "serial1", Driver: "virtio-serial-pci"}}},
+			Probe: &stasisv1alpha1.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 60}}}
 	if err := f.cp.kube.Create(ctx, at); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.cp.kube.Create(ctx, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "v1"}, Spec: stasisv1.ActorSpec{Template: "vm"}}); err != nil {
+	if err := f.cp.kube.Create(ctx, &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "v1"}, Spec: stasisv1alpha1.ActorSpec{Template: "vm"}}); err != nil {
 		t.Fatal(err)
 	}
-	f.await("v1", "a reason why node-c cannot take it", func(s stasisv1.ActorStatus) bool {
-		return s.Phase == stasisv1.PhasePending && strings.Contains(s.Reason, "node-c: runs no microvm actors (turned off on this node")
+	f.await("v1", "a reason why node-c cannot take it", func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Phase == stasisv1alpha1.PhasePending && strings.Contains(s.Reason, "node-c: runs no microvm actors (turned off on this node")
 	})
 	f.addNode("node-a", microVMFlags(t)...)
 	f.addNode("node-b", microVMFlags(t)...)
@@ -371,20 +371,22 @@ func TestFleetMicroVM(t *testing.T) {
 
 	// Pinned to node-c: its snapshot cannot go there, and the status says
 	// why; then a drain of its node moves it to the other micro-VM node.
-	f.edit("v1", func(s *stasisv1.ActorSpec) { s.Phase = stasisv1.PhaseSuspended })
-	f.await("v1", "suspended", func(s stasisv1.ActorStatus) bool { return s.Phase == stasisv1.PhaseSuspended && s.Snapshot != "" })
-	f.edit("v1", func(s *stasisv1.ActorSpec) { s.Phase, s.Node = stasisv1.PhaseRunning, "node-c" })
-	f.await("v1", "a reason why node-c cannot restore it", func(s stasisv1.ActorStatus) bool {
-		return s.Phase == stasisv1.PhasePending && strings.Contains(s.Reason, "node-c: runtime qemu-microvm needed")
+	f.edit("v1", func(s *stasisv1alpha1.ActorSpec) { s.Phase = stasisv1alpha1.PhaseSuspended })
+	f.await("v1", "suspended", func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Phase == stasisv1alpha1.PhaseSuspended && s.Snapshot != ""
 	})
-	f.edit("v1", func(s *stasisv1.ActorSpec) { s.Node = "" })
+	f.edit("v1", func(s *stasisv1alpha1.ActorSpec) { s.Phase, s.Node = stasisv1alpha1.PhaseRunning, "node-c" })
+	f.await("v1", "a reason why node-c cannot restore it", func(s stasisv1alpha1.ActorStatus) bool {
+		return s.Phase == stasisv1alpha1.PhasePending && strings.Contains(s.Reason, "node-c: runtime qemu-microvm needed")
+	})
+	f.edit("v1", func(s *stasisv1alpha1.ActorSpec) { s.Node = "" })
 	s = f.await("v1", "running again", running)
 	if got := vmCount("v1", "get"); got != want {
 		t.Fatalf("v1's counter after its suspend and resume on %s: %s, want %s", s.Node, got, want)
 	}
 	other := map[string]string{"node-a": "node-b", "node-b": "node-a"}[s.Node]
 	f.drain(s.Node, true)
-	s = f.await("v1", "running on "+other, func(s stasisv1.ActorStatus) bool { return running(s) && s.Node == other })
+	s = f.await("v1", "running on "+other, func(s stasisv1alpha1.ActorStatus) bool { return running(s) && s.Node == other })
 	if got := vmCount("v1", "get"); got != want {
 		t.Fatalf("v1's counter after the drain to %s: %s, want %s", s.Node, got, want)
 	}

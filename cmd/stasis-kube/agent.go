@@ -12,7 +12,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/kube/agent"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -40,8 +40,8 @@ commands stasisd gave it.`,
 			// what changes on this node is sent.
 			watch, err := watched(cmd.Context(), cfg, kube, cache.Options{
 				DefaultNamespaces: map[string]cache.Config{g.namespace: {}},
-				ByObject:          map[client.Object]cache.ByObject{&stasisv1.Actor{}: {Field: fields.OneTermEqualSelector(fleet.NodeField, node)}},
-			}, &stasisv1.Actor{}, &stasisv1.ActorTemplate{})
+				ByObject:          map[client.Object]cache.ByObject{&stasisv1alpha1.Actor{}: {Field: fields.OneTermEqualSelector(fleet.NodeField, node)}},
+			}, &stasisv1alpha1.Actor{}, &stasisv1alpha1.ActorTemplate{})
 			if err != nil {
 				return err
 			}

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/compat"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/controller"
 	"github.com/stasis-run/stasis/store/location"
 )
@@ -51,7 +51,7 @@ its replicas elect one leader through a Lease.`,
 			watch, err := watched(cmd.Context(), cfg, direct, cache.Options{
 				DefaultNamespaces: map[string]cache.Config{g.namespace: {}},
 				ByObject:          map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{g.leaseNamespace: {}}}},
-			}, &stasisv1.Actor{}, &stasisv1.ActorTemplate{}, &corev1.Node{}, &coordinationv1.Lease{}, &corev1.Service{}, &discoveryv1.EndpointSlice{})
+			}, &stasisv1alpha1.Actor{}, &stasisv1alpha1.ActorTemplate{}, &corev1.Node{}, &coordinationv1.Lease{}, &corev1.Service{}, &discoveryv1.EndpointSlice{})
 			if err != nil {
 				return err
 			}

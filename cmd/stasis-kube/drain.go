@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -51,7 +51,7 @@ func newDrain(g *globals, on bool) *cobra.Command {
 			}
 			deadline := time.Now().Add(wait)
 			for {
-				var actors stasisv1.ActorList
+				var actors stasisv1alpha1.ActorList
 				if err := kube.List(ctx, &actors, client.InNamespace(g.namespace)); err != nil {
 					return err
 				}

@@ -42,7 +42,7 @@ import (
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/internal/fencefile"
 	"github.com/stasis-run/stasis/internal/tick"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -319,7 +319,7 @@ func (a *Agent) renewLease(ctx context.Context, start time.Time) error {
 func (a *Agent) renewFleetLease(ctx context.Context, start time.Time) error {
 	// Read from the API server, not the watch: the list stasisd thaws by
 	// is as new as the renewal itself. Only this node's are sent.
-	var list stasisv1.ActorList
+	var list stasisv1alpha1.ActorList
 	if err := a.LeaseKube.List(ctx, &list, client.InNamespace(a.Namespace), client.MatchingFields{fleet.NodeField: a.Node}); err != nil {
 		return fmt.Errorf("the actors bound here, for stasisd's fleet lease: %w", err)
 	}
@@ -377,7 +377,7 @@ func (a *Agent) reportStasisd(ctx context.Context) {
 	if (down == nil) == (reported == nil) && (down == nil || down.Error() == reported.Error()) {
 		return
 	}
-	var list stasisv1.ActorList
+	var list stasisv1alpha1.ActorList
 	if err := a.watched().List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return // the next renewal tries again
 	}
@@ -386,7 +386,7 @@ func (a *Agent) reportStasisd(ctx context.Context) {
 		if actor.Status.Node != a.Node {
 			continue
 		}
-		if err := a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) { a.stasisdCondition(s) }); err != nil {
+		if err := a.setStatus(ctx, actor, func(s *stasisv1alpha1.ActorStatus) { a.stasisdCondition(s) }); err != nil {
 			a.Log.Warn("actor status", "actor", actor.Name, "err", err)
 			return
 		}
@@ -403,13 +403,13 @@ func (a *Agent) reportStasisd(ctx context.Context) {
 
 // stasisdCondition sets the StasisdAvailable condition, and while stasisd
 // does not answer the reason, in s.
-func (a *Agent) stasisdCondition(s *stasisv1.ActorStatus) {
+func (a *Agent) stasisdCondition(s *stasisv1alpha1.ActorStatus) {
 	a.mu.Lock()
 	down := a.stasisdDown
 	a.mu.Unlock()
-	c := metav1.Condition{Type: stasisv1.ConditionStasisd, Status: metav1.ConditionTrue, Reason: "Answers", Message: "stasisd on node " + a.Node + " answers"}
+	c := metav1.Condition{Type: stasisv1alpha1.ConditionStasisd, Status: metav1.ConditionTrue, Reason: "Answers", Message: "stasisd on node " + a.Node + " answers"}
 	if down != nil {
-		c = metav1.Condition{Type: stasisv1.ConditionStasisd, Status: metav1.ConditionFalse, Reason: "DoesNotAnswer",
+		c = metav1.Condition{Type: stasisv1alpha1.ConditionStasisd, Status: metav1.ConditionFalse, Reason: "DoesNotAnswer",
 			Message: fmt.Sprintf("stasisd on node %s does not answer (%v): the node's lease is no longer renewed, and the actor is started on another node when it lapses", a.Node, down)}
 		s.Reason = c.Message
 	}
@@ -443,7 +443,7 @@ func (a *Agent) fenceWithoutStasisd(ctx context.Context) {
 // epoch: a binding of an older one (read a moment before the controller
 // counted the node lost and raised its epoch) is never run or thawed; the
 // controller moves the actor.
-func (a *Agent) boundHere(actor *stasisv1.Actor) bool {
+func (a *Agent) boundHere(actor *stasisv1alpha1.Actor) bool {
 	a.mu.Lock()
 	epoch := a.epoch
 	a.mu.Unlock()
@@ -451,7 +451,7 @@ func (a *Agent) boundHere(actor *stasisv1.Actor) bool {
 }
 
 // boundIn says whether actor is bound to this node in epoch.
-func (a *Agent) boundIn(actor *stasisv1.Actor, epoch int64) bool {
+func (a *Agent) boundIn(actor *stasisv1alpha1.Actor, epoch int64) bool {
 	return actor.Status.Node == a.Node && actor.Status.NodeEpoch == epoch
 }
 
@@ -493,7 +493,7 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 			return fmt.Errorf("this node's lease lapses and could not be renewed, so nothing is started here: %w", err)
 		}
 	}
-	var list stasisv1.ActorList
+	var list stasisv1alpha1.ActorList
 	if err := a.watched().List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return err
 	}
@@ -575,7 +575,7 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 // has seen under way in stasisd, which runs each to its end and stores it
 // whatever becomes of the agent, and the controller finds them in the
 // store.
-func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.Actor) {
+func (a *Agent) release(ctx context.Context, actor *stasisv1alpha1.Actor, local *api.Actor) {
 	a.mu.Lock()
 	if a.releases[actor.Name] {
 		a.mu.Unlock()
@@ -603,13 +603,13 @@ func (a *Agent) release(ctx context.Context, actor *stasisv1.Actor, local *api.A
 // asked to be released that was not before: evicted, or its spec asking
 // for a suspend.
 func ReleaseAsked(ctx context.Context, watched cache.Cache) (<-chan struct{}, error) {
-	informer, err := watched.GetInformer(ctx, &stasisv1.Actor{})
+	informer, err := watched.GetInformer(ctx, &stasisv1alpha1.Actor{})
 	if err != nil {
 		return nil, fmt.Errorf("the watch of the Actors: %w", err)
 	}
 	wake := make(chan struct{}, 1)
 	asked := func(actor any) bool {
-		a, ok := actor.(*stasisv1.Actor)
+		a, ok := actor.(*stasisv1alpha1.Actor)
 		return ok && releasing(a)
 	}
 	signal := func() {
@@ -658,7 +658,7 @@ func (a *Agent) logFailure(ctx context.Context, name string, err error) {
 // stasisd stored while this agent could not record it is recorded before
 // the copy goes.
 func (a *Agent) removeUnbound(ctx context.Context, id string, local api.Actor, outOfService bool) error {
-	var actor stasisv1.Actor
+	var actor stasisv1alpha1.Actor
 	err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: id}, &actor)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -714,7 +714,7 @@ func (a *Agent) remove(ctx context.Context, id string) error {
 // status write only where the status changed. One that needs stasisd to
 // act (started, released, paused, resumed) is read again first, so that no
 // action rests on a listing a moment old.
-func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Actor) error {
+func (a *Agent) serve(ctx context.Context, listed *stasisv1alpha1.Actor, local *api.Actor) error {
 	name := listed.Name
 	want := wanted(listed)
 	if local != nil && local.State == api.Crashed && a.startFailedHere(name) {
@@ -732,13 +732,13 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 		local = nil
 	}
 	switch {
-	case local == nil && listed.Status.Phase == stasisv1.PhaseFailed && listed.Status.ObservedGeneration == listed.Generation && !a.retryDue(name):
+	case local == nil && listed.Status.Phase == stasisv1alpha1.PhaseFailed && listed.Status.ObservedGeneration == listed.Generation && !a.retryDue(name):
 		return nil // it failed here for good, or waits for its retry; a new spec tries again
 	case local != nil && !listed.Status.Evict && !acts(want, *local):
 		actor := listed.DeepCopy()
 		return a.report(ctx, actor, *local)
 	}
-	var actor stasisv1.Actor
+	var actor stasisv1alpha1.Actor
 	if err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &actor); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -753,14 +753,14 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 		return a.releaseToStore(ctx, &actor, local, want)
 	}
 	if local == nil {
-		if actor.Status.Phase == stasisv1.PhaseFailed && actor.Status.ObservedGeneration == actor.Generation && !a.retryDue(name) {
+		if actor.Status.Phase == stasisv1alpha1.PhaseFailed && actor.Status.ObservedGeneration == actor.Generation && !a.retryDue(name) {
 			return nil // it failed here for good, or waits for its retry; a new spec tries again
 		}
 		started, err := a.start(ctx, &actor)
 		if err != nil {
 			why := a.failed(name, err)
-			return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) {
-				s.Phase, s.Reason = stasisv1.PhaseFailed, fmt.Sprintf("node %s could not start it: %v; %s", a.Node, err, why)
+			return a.setStatus(ctx, &actor, func(s *stasisv1alpha1.ActorStatus) {
+				s.Phase, s.Reason = stasisv1alpha1.PhaseFailed, fmt.Sprintf("node %s could not start it: %v; %s", a.Node, err, why)
 			})
 		}
 		a.mu.Lock()
@@ -770,27 +770,27 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1.Actor, local *api.Ac
 	}
 	var err error
 	switch {
-	case want == stasisv1.PhasePaused && local.State == api.Running:
+	case want == stasisv1alpha1.PhasePaused && local.State == api.Running:
 		*local, err = a.Stasisd.Pause(ctx, api.OpRequest{ID: name})
-	case want == stasisv1.PhaseRunning && acts(want, *local):
+	case want == stasisv1alpha1.PhaseRunning && acts(want, *local):
 		*local, err = a.Stasisd.Resume(ctx, api.OpRequest{ID: name})
 	}
 	if err != nil {
-		return a.setStatus(ctx, &actor, func(s *stasisv1.ActorStatus) { s.Reason = err.Error() })
+		return a.setStatus(ctx, &actor, func(s *stasisv1alpha1.ActorStatus) { s.Reason = err.Error() })
 	}
 	return a.report(ctx, &actor, *local)
 }
 
 // releasing says whether an Actor is to be released from its node to the
 // store: evicted (a drain, a move), or suspended by its spec.
-func releasing(actor *stasisv1.Actor) bool {
-	return actor.Status.Evict || wanted(actor) == stasisv1.PhaseSuspended
+func releasing(actor *stasisv1alpha1.Actor) bool {
+	return actor.Status.Evict || wanted(actor) == stasisv1alpha1.PhaseSuspended
 }
 
 // wanted is the phase an Actor's spec asks for.
-func wanted(actor *stasisv1.Actor) stasisv1.Phase {
+func wanted(actor *stasisv1alpha1.Actor) stasisv1alpha1.Phase {
 	if actor.Spec.Phase == "" {
-		return stasisv1.PhaseRunning
+		return stasisv1alpha1.PhaseRunning
 	}
 	return actor.Spec.Phase
 }
@@ -798,13 +798,13 @@ func wanted(actor *stasisv1.Actor) stasisv1.Phase {
 // acts says whether an actor bound here, as stasisd has it, needs
 // stasisd to act for the phase want: a release, a pause or a resume. A
 // FENCED one waits for stasisd to thaw it.
-func acts(want stasisv1.Phase, local api.Actor) bool {
+func acts(want stasisv1alpha1.Phase, local api.Actor) bool {
 	switch {
 	case local.State == api.Fenced:
 		return false
-	case want == stasisv1.PhaseSuspended:
+	case want == stasisv1alpha1.PhaseSuspended:
 		return true
-	case want == stasisv1.PhasePaused:
+	case want == stasisv1alpha1.PhasePaused:
 		return local.State == api.Running
 	}
 	// Paused or suspended by its idle policy, it runs as asked: the next
@@ -814,12 +814,12 @@ func acts(want stasisv1.Phase, local api.Actor) bool {
 
 // report writes what stasisd says of the actor into its status, where it
 // changed.
-func (a *Agent) report(ctx context.Context, actor *stasisv1.Actor, local api.Actor) error {
-	return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+func (a *Agent) report(ctx context.Context, actor *stasisv1alpha1.Actor, local api.Actor) error {
+	return a.setStatus(ctx, actor, func(s *stasisv1alpha1.ActorStatus) {
 		if local.State == api.Fenced {
 			// stasisd froze it when its fleet lease lapsed; the renewal
 			// that binds it here thaws it.
-			s.Phase, s.Reason = stasisv1.PhaseFenced, local.Reason
+			s.Phase, s.Reason = stasisv1alpha1.PhaseFenced, local.Reason
 			a.stasisdCondition(s)
 			return
 		}
@@ -896,7 +896,7 @@ func (a *Agent) retryDue(name string) bool {
 // snapshot when it has one, else from its template's golden snapshot in
 // the store when it has one, else from the template (booted, or from a
 // golden snapshot of this node's own).
-func (a *Agent) start(ctx context.Context, actor *stasisv1.Actor) (api.Actor, error) {
+func (a *Agent) start(ctx context.Context, actor *stasisv1alpha1.Actor) (api.Actor, error) {
 	a.Log.Info("starting", "actor", actor.Name, "template", actor.Spec.Template, "placement", actor.Status.Placement)
 	t, err := a.ensureTemplate(ctx, actor.Spec.Template)
 	if err != nil {
@@ -915,8 +915,8 @@ func (a *Agent) start(ctx context.Context, actor *stasisv1.Actor) (api.Actor, er
 }
 
 // ensureTemplate creates the ActorTemplate on this node's stasisd.
-func (a *Agent) ensureTemplate(ctx context.Context, name string) (*stasisv1.ActorTemplate, error) {
-	var t stasisv1.ActorTemplate
+func (a *Agent) ensureTemplate(ctx context.Context, name string) (*stasisv1alpha1.ActorTemplate, error) {
+	var t stasisv1alpha1.ActorTemplate
 	if err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &t); err != nil {
 		return nil, fmt.Errorf("actor template %s: %w", name, err)
 	}
@@ -940,17 +940,17 @@ func (a *Agent) ensureTemplate(ctx context.Context, name string) (*stasisv1.Acto
 
 // releaseToStore suspends the actor to the store, records the snapshot,
 // gives the binding up and removes this node's copy.
-func (a *Agent) releaseToStore(ctx context.Context, actor *stasisv1.Actor, local *api.Actor, want stasisv1.Phase) error {
+func (a *Agent) releaseToStore(ctx context.Context, actor *stasisv1alpha1.Actor, local *api.Actor, want stasisv1alpha1.Phase) error {
 	stored := actor.Status.Snapshot
 	if local != nil {
 		if local.State != api.Suspended || local.Snapshot == nil || local.Snapshot.Stored == "" {
 			// Best effort: the suspend's own result is written below.
-			_ = a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
-				s.Phase, s.Reason = stasisv1.PhaseMoving, "suspending to the store on node "+a.Node
+			_ = a.setStatus(ctx, actor, func(s *stasisv1alpha1.ActorStatus) {
+				s.Phase, s.Reason = stasisv1alpha1.PhaseMoving, "suspending to the store on node "+a.Node
 			})
 			suspended, err := a.Stasisd.Suspend(ctx, api.OpRequest{ID: actor.Name, RequestID: fmt.Sprintf("%s-%d-release", actor.UID, actor.Status.Placement)})
 			if err != nil {
-				return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+				return a.setStatus(ctx, actor, func(s *stasisv1alpha1.ActorStatus) {
 					s.Reason = fmt.Sprintf("suspend on node %s failed, the actor stays here: %v", a.Node, err)
 				})
 			}
@@ -958,7 +958,7 @@ func (a *Agent) releaseToStore(ctx context.Context, actor *stasisv1.Actor, local
 			a.stops.Reach(FailpointSuspended)
 		}
 		if local.Snapshot == nil || local.Snapshot.Stored == "" {
-			return a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+			return a.setStatus(ctx, actor, func(s *stasisv1alpha1.ActorStatus) {
 				s.Reason = fmt.Sprintf("suspended on node %s but not stored (%s); the actor stays here", a.Node, local.Reason)
 			})
 		}
@@ -971,12 +971,12 @@ func (a *Agent) releaseToStore(ctx context.Context, actor *stasisv1.Actor, local
 	// The binding is given up before the copy goes: a crash in between
 	// leaves a copy the next pass fences, never an actor bound nowhere
 	// without its snapshot recorded.
-	err := a.setStatus(ctx, actor, func(s *stasisv1.ActorStatus) {
+	err := a.setStatus(ctx, actor, func(s *stasisv1alpha1.ActorStatus) {
 		s.Node, s.Evict, s.Snapshot, s.Idle = "", false, stored, false
 		s.Endpoint = unbound(s.Endpoint)
-		s.Phase, s.Reason = stasisv1.PhasePending, fmt.Sprintf("suspended to the store on node %s as %s; waiting for a node", a.Node, stored)
-		if want == stasisv1.PhaseSuspended {
-			s.Phase, s.Reason = stasisv1.PhaseSuspended, fmt.Sprintf("suspended to the store on node %s as %s", a.Node, stored)
+		s.Phase, s.Reason = stasisv1alpha1.PhasePending, fmt.Sprintf("suspended to the store on node %s as %s; waiting for a node", a.Node, stored)
+		if want == stasisv1alpha1.PhaseSuspended {
+			s.Phase, s.Reason = stasisv1alpha1.PhaseSuspended, fmt.Sprintf("suspended to the store on node %s as %s", a.Node, stored)
 		}
 	})
 	if err != nil || local == nil {
@@ -993,7 +993,7 @@ func (a *Agent) releaseToStore(ctx context.Context, actor *stasisv1.Actor, local
 // latest snapshot is its own suspend's). The actor's status is the
 // controller's to set: it reads the store, which holds this snapshot too,
 // before it starts the actor anywhere.
-func (a *Agent) recordFinished(ctx context.Context, actor *stasisv1.Actor, local api.Actor) error {
+func (a *Agent) recordFinished(ctx context.Context, actor *stasisv1alpha1.Actor, local api.Actor) error {
 	snap := local.Snapshot
 	if local.State != api.Suspended || snap == nil || snap.Stored == "" {
 		return nil
@@ -1004,11 +1004,11 @@ func (a *Agent) recordFinished(ctx context.Context, actor *stasisv1.Actor, local
 }
 
 // recordSnapshot creates the Snapshot object of a stored snapshot.
-func (a *Agent) recordSnapshot(ctx context.Context, actor *stasisv1.Actor, snap *api.Snapshot) error {
-	rec := &stasisv1.Snapshot{
+func (a *Agent) recordSnapshot(ctx context.Context, actor *stasisv1alpha1.Actor, snap *api.Snapshot) error {
+	rec := &stasisv1alpha1.Snapshot{
 		ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: objectName(snap.Stored), Labels: map[string]string{"stasis.dev/actor": actor.Name},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: stasisv1.GroupVersion.String(), Kind: "Actor", Name: actor.Name, UID: actor.UID}}},
-		Spec: stasisv1.SnapshotSpec{StoreName: snap.Stored, Actor: actor.Name, Template: actor.Spec.Template, Kind: string(api.KindCommit),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: stasisv1alpha1.GroupVersion.String(), Kind: "Actor", Name: actor.Name, UID: actor.UID}}},
+		Spec: stasisv1alpha1.SnapshotSpec{StoreName: snap.Stored, Actor: actor.Name, Template: actor.Spec.Template, Kind: string(api.KindCommit),
 			Node: a.Node, Class: a.fingerprint.Class(), SizeBytes: snap.SizeBytes},
 	}
 	if err := a.Kube.Create(ctx, rec); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -1025,7 +1025,7 @@ func objectName(stored string) string {
 }
 
 // setStatus rewrites the actor's status with edit, on the newest version.
-func (a *Agent) setStatus(ctx context.Context, actor *stasisv1.Actor, edit func(*stasisv1.ActorStatus)) error {
+func (a *Agent) setStatus(ctx context.Context, actor *stasisv1alpha1.Actor, edit func(*stasisv1alpha1.ActorStatus)) error {
 	for range 5 {
 		before := actor.Status.DeepCopy()
 		edit(&actor.Status)
@@ -1048,18 +1048,18 @@ func (a *Agent) setStatus(ctx context.Context, actor *stasisv1.Actor, edit func(
 }
 
 // phaseOf maps stasisd's state onto the fleet's phase.
-func phaseOf(s api.State) stasisv1.Phase {
+func phaseOf(s api.State) stasisv1alpha1.Phase {
 	switch s {
 	case api.Running:
-		return stasisv1.PhaseRunning
+		return stasisv1alpha1.PhaseRunning
 	case api.Paused:
-		return stasisv1.PhasePaused
+		return stasisv1alpha1.PhasePaused
 	case api.Suspended:
-		return stasisv1.PhaseSuspended
+		return stasisv1alpha1.PhaseSuspended
 	case api.Crashed, api.Exited:
-		return stasisv1.PhaseFailed
+		return stasisv1alpha1.PhaseFailed
 	case api.Fenced:
-		return stasisv1.PhaseFenced
+		return stasisv1alpha1.PhaseFenced
 	}
-	return stasisv1.PhasePending
+	return stasisv1alpha1.PhasePending
 }

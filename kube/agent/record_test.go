@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/stasis-run/stasis/api"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -26,8 +26,8 @@ func TestFinishedSuspendRecordedBeforeTheCopyGoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actor := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1.x", UID: "uid-1"},
-		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-b", Snapshot: "s1.x.snap-000000000001"}}
+	actor := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1.x", UID: "uid-1"},
+		Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-b", Snapshot: "s1.x.snap-000000000001"}}
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(actor).Build()
 	a := &Agent{Kube: kube, Node: "node-a", Namespace: "default", Log: slog.New(slog.DiscardHandler)}
 	snap := func(stored string) *api.Snapshot { return &api.Snapshot{ID: "snap-1", Stored: stored, SizeBytes: 42} }
@@ -42,11 +42,11 @@ func TestFinishedSuspendRecordedBeforeTheCopyGoes(t *testing.T) {
 			t.Fatalf("%+v: %v", local, err)
 		}
 	}
-	var list stasisv1.SnapshotList
+	var list stasisv1alpha1.SnapshotList
 	if err := kube.List(ctx, &list, client.InNamespace("default")); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]stasisv1.Snapshot{}
+	got := map[string]stasisv1alpha1.Snapshot{}
 	for _, s := range list.Items {
 		got[s.Spec.StoreName] = s
 	}
@@ -66,9 +66,9 @@ func TestServingAtRestAsksTheAPIServerNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	running := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "r1"}, Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a"}}
-	failed := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "f1"}, Spec: stasisv1.ActorSpec{Template: "t"},
-		Status: stasisv1.ActorStatus{Node: "node-a", Phase: stasisv1.PhaseFailed}}
+	running := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "r1"}, Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-a"}}
+	failed := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "f1"}, Spec: stasisv1alpha1.ActorSpec{Template: "t"},
+		Status: stasisv1alpha1.ActorStatus{Node: "node-a", Phase: stasisv1alpha1.PhaseFailed}}
 	calls := 0
 	count := interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -80,7 +80,7 @@ func TestServingAtRestAsksTheAPIServerNothing(t *testing.T) {
 			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	}
-	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(running, failed).WithStatusSubresource(&stasisv1.Actor{}).WithInterceptorFuncs(count).Build()
+	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(running, failed).WithStatusSubresource(&stasisv1alpha1.Actor{}).WithInterceptorFuncs(count).Build()
 	a := &Agent{Kube: kube, Node: "node-a", Namespace: "default", Log: slog.New(slog.DiscardHandler), retries: map[string]retry{"f1": {permanent: true}}}
 	local := api.Actor{ID: "r1", State: api.Running}
 	// The first pass writes the status; every one after asks nothing.
@@ -88,7 +88,7 @@ func TestServingAtRestAsksTheAPIServerNothing(t *testing.T) {
 		t.Fatalf("first pass: %v, %d requests; want the one status write", err, calls)
 	}
 	for range 3 {
-		var listed stasisv1.ActorList
+		var listed stasisv1alpha1.ActorList
 		if err := kube.List(ctx, &listed, client.InNamespace("default")); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestBoundHereInTheNodesEpochOnly(t *testing.T) {
 		epoch int64
 		want  bool
 	}{{"node-a", 1, true}, {"node-a", 0, false}, {"node-a", 2, false}, {"node-b", 1, false}} {
-		actor := &stasisv1.Actor{Status: stasisv1.ActorStatus{Node: c.node, NodeEpoch: c.epoch}}
+		actor := &stasisv1alpha1.Actor{Status: stasisv1alpha1.ActorStatus{Node: c.node, NodeEpoch: c.epoch}}
 		if got := a.boundHere(actor); got != c.want {
 			t.Errorf("bound to %s in epoch %d, the node in epoch 1: bound here %v, want %v", c.node, c.epoch, got, c.want)
 		}

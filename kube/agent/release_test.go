@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	apiv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -28,14 +28,14 @@ func TestPassesGoOnBesideReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actor := func(name string, evict bool) *stasisv1.Actor {
-		return &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
-			Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Phase: stasisv1.PhaseRunning, Evict: evict}}
+	actor := func(name string, evict bool) *stasisv1alpha1.Actor {
+		return &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+			Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-a", Phase: stasisv1alpha1.PhaseRunning, Evict: evict}}
 	}
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(actor("d.1", true), actor("d.2", false)).
-		WithStatusSubresource(&stasisv1.Actor{}).Build()
+		WithStatusSubresource(&stasisv1alpha1.Actor{}).Build()
 	stasisd := &fakeStasisd{
-		actors: []*apiv1.Actor{
+		actors: []*stasisv1.Actor{
 			{Id: "d.1", Template: "t", State: "RUNNING"},
 			{Id: "d.2", Template: "t", State: "RUNNING"},
 		},
@@ -63,7 +63,7 @@ func TestPassesGoOnBesideReleases(t *testing.T) {
 	}
 
 	// d.2 is evicted while d.1's suspend runs.
-	var d2 stasisv1.Actor
+	var d2 stasisv1alpha1.Actor
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "d.2"}, &d2); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestPassesGoOnBesideReleases(t *testing.T) {
 	// The controller counts the node lost meanwhile and binds d.1
 	// nowhere: its copy here is its release's to end, not removed by a
 	// pass beside it.
-	var d1 stasisv1.Actor
+	var d1 stasisv1alpha1.Actor
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "d.1"}, &d1); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestPassesGoOnBesideReleases(t *testing.T) {
 	if d2.Status.Node != "" || d2.Status.Snapshot != "d.2.snap-000000000001" {
 		t.Fatalf("d.2 after its release: bound to %q, snapshot %q; want bound nowhere, its suspend recorded", d2.Status.Node, d2.Status.Snapshot)
 	}
-	var snaps stasisv1.SnapshotList
+	var snaps stasisv1alpha1.SnapshotList
 	if err := kube.List(ctx, &snaps, client.InNamespace("default")); err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/stasis-run/stasis/api"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
 // serveFields gives stasisd's template what the ActorTemplate says of its
 // actors' network, ports, idleness and restarts. Ports are published on every
 // address of the node: the endpoint names the node's.
-func serveFields(at *api.Template, spec stasisv1.ActorTemplateSpec) {
+func serveFields(at *api.Template, spec stasisv1alpha1.ActorTemplateSpec) {
 	at.Network = api.Network{Mode: spec.Network}
 	for _, p := range spec.Ports {
 		at.Ports = append(at.Ports, api.Port{HostPort: int(p.HostPort), ContainerPort: int(p.ContainerPort)})
@@ -25,25 +25,25 @@ func serveFields(at *api.Template, spec stasisv1.ActorTemplateSpec) {
 
 // endpoint is where actor name, as stasisd has it here, serves: this
 // node's address and its published ports; nil when it publishes none.
-func (a *Agent) endpoint(name string, local api.Actor) *stasisv1.Endpoint {
+func (a *Agent) endpoint(name string, local api.Actor) *stasisv1alpha1.Endpoint {
 	n := local.Network
 	if n == nil || len(n.Ports) == 0 {
 		return nil
 	}
-	e := &stasisv1.Endpoint{Service: fleet.ServiceName(name), Address: a.Address}
+	e := &stasisv1alpha1.Endpoint{Service: fleet.ServiceName(name), Address: a.Address}
 	for _, p := range n.Ports {
-		e.Ports = append(e.Ports, stasisv1.EndpointPort{Port: int32(p.HostPort), ContainerPort: int32(p.ContainerPort)})
+		e.Ports = append(e.Ports, stasisv1alpha1.EndpointPort{Port: int32(p.HostPort), ContainerPort: int32(p.ContainerPort)})
 	}
 	return e
 }
 
 // unbound is the endpoint of an actor that gives its node up: its Service
 // alone.
-func unbound(e *stasisv1.Endpoint) *stasisv1.Endpoint {
+func unbound(e *stasisv1alpha1.Endpoint) *stasisv1alpha1.Endpoint {
 	if e == nil {
 		return nil
 	}
-	return &stasisv1.Endpoint{Service: e.Service}
+	return &stasisv1alpha1.Endpoint{Service: e.Service}
 }
 
 // nodeAddress is the address the Node's kubelet registered: its

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
 // TestIdleActorsRunAsAsked: an actor its idle policy paused or suspended
@@ -12,19 +12,19 @@ import (
 // one paused or suspended by a caller is resumed.
 func TestIdleActorsRunAsAsked(t *testing.T) {
 	for _, c := range []struct {
-		want  stasisv1.Phase
+		want  stasisv1alpha1.Phase
 		local api.Actor
 		acts  bool
 	}{
-		{stasisv1.PhaseRunning, api.Actor{State: api.Suspended, Idle: true}, false},
-		{stasisv1.PhaseRunning, api.Actor{State: api.Paused, Idle: true}, false},
-		{stasisv1.PhaseRunning, api.Actor{State: api.Suspended}, true},
-		{stasisv1.PhaseRunning, api.Actor{State: api.Paused}, true},
-		{stasisv1.PhaseRunning, api.Actor{State: api.Running}, false},
-		{stasisv1.PhasePaused, api.Actor{State: api.Running}, true},
-		{stasisv1.PhasePaused, api.Actor{State: api.Suspended, Idle: true}, false},
-		{stasisv1.PhaseSuspended, api.Actor{State: api.Suspended, Idle: true}, true},
-		{stasisv1.PhaseRunning, api.Actor{State: api.Fenced}, false},
+		{stasisv1alpha1.PhaseRunning, api.Actor{State: api.Suspended, Idle: true}, false},
+		{stasisv1alpha1.PhaseRunning, api.Actor{State: api.Paused, Idle: true}, false},
+		{stasisv1alpha1.PhaseRunning, api.Actor{State: api.Suspended}, true},
+		{stasisv1alpha1.PhaseRunning, api.Actor{State: api.Paused}, true},
+		{stasisv1alpha1.PhaseRunning, api.Actor{State: api.Running}, false},
+		{stasisv1alpha1.PhasePaused, api.Actor{State: api.Running}, true},
+		{stasisv1alpha1.PhasePaused, api.Actor{State: api.Suspended, Idle: true}, false},
+		{stasisv1alpha1.PhaseSuspended, api.Actor{State: api.Suspended, Idle: true}, true},
+		{stasisv1alpha1.PhaseRunning, api.Actor{State: api.Fenced}, false},
 	} {
 		if got := acts(c.want, c.local); got != c.acts {
 			t.Errorf("want %s, stasisd has %s (idle %v): acts %v, want %v", c.want, c.local.State, c.local.Idle, got, c.acts)
@@ -38,7 +38,7 @@ func TestEndpointOfAnActor(t *testing.T) {
 	a := &Agent{Address: "192.0.2.7"}
 	local := api.Actor{Network: &api.ActorNetwork{Mode: "cni", Address: "10.89.0.3", Ports: []api.Port{{HostPort: 40001, ContainerPort: 8000}}}}
 	e := a.endpoint("w.1", local)
-	if e == nil || e.Address != "192.0.2.7" || len(e.Ports) != 1 || e.Ports[0] != (stasisv1.EndpointPort{Port: 40001, ContainerPort: 8000}) || e.Service == "" {
+	if e == nil || e.Address != "192.0.2.7" || len(e.Ports) != 1 || e.Ports[0] != (stasisv1alpha1.EndpointPort{Port: 40001, ContainerPort: 8000}) || e.Service == "" {
 		t.Fatalf("endpoint: %+v", e)
 	}
 	if u := unbound(e); u.Service != e.Service || u.Address != "" || u.Ports != nil {
@@ -54,8 +54,8 @@ func TestEndpointOfAnActor(t *testing.T) {
 // template.
 func TestServeFieldsReachStasisd(t *testing.T) {
 	var at api.Template
-	serveFields(&at, stasisv1.ActorTemplateSpec{Network: "cni", Ports: []stasisv1.Port{{ContainerPort: 8000}},
-		Idle: &stasisv1.Idle{After: "10m", Then: "suspend"}, WakeTimeout: "1m", Restart: api.RestartOnFailure})
+	serveFields(&at, stasisv1alpha1.ActorTemplateSpec{Network: "cni", Ports: []stasisv1alpha1.Port{{ContainerPort: 8000}},
+		Idle: &stasisv1alpha1.Idle{After: "10m", Then: "suspend"}, WakeTimeout: "1m", Restart: api.RestartOnFailure})
 	if at.Network.Mode != "cni" || len(at.Ports) != 1 || at.Ports[0].ContainerPort != 8000 || at.Idle == nil || at.Idle.Then != "suspend" ||
 		at.WakeTimeout != "1m" || at.Restart != api.RestartOnFailure {
 		t.Fatalf("stasisd's template: %+v", at)

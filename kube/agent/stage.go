@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stasis-run/stasis/errdefs"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
 // staging is what the agent knows of staging one golden snapshot on its
@@ -36,7 +36,7 @@ func stageRetry(tries int, err error) time.Duration {
 // this node cannot restore, or one that does not fit its budget for staged
 // copies (--stage-budget), and fetches nothing then.
 func (a *Agent) stageGoldens(ctx context.Context) {
-	var list stasisv1.ActorTemplateList
+	var list stasisv1alpha1.ActorTemplateList
 	if err := a.watched().List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return
 	}

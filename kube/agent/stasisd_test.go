@@ -12,7 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/stasis-run/stasis/api"
-	apiv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
+	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
 	"github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
 )
 
@@ -21,7 +21,7 @@ import (
 // asked of it: the agent's logic tested without a node.
 type fakeStasisd struct {
 	stasisv1connect.UnimplementedStasisHandler
-	actors []*apiv1.Actor
+	actors []*stasisv1.Actor
 
 	// suspendGate, when set, holds each Suspend until it is closed;
 	// suspendAsked, when set, hears of each as it comes.
@@ -50,19 +50,19 @@ func startFakeStasisd(t *testing.T, f *fakeStasisd) *api.Client {
 	return api.Dial(socket)
 }
 
-func (f *fakeStasisd) ListActors(context.Context, *connect.Request[apiv1.Empty]) (*connect.Response[apiv1.Actors], error) {
+func (f *fakeStasisd) ListActors(context.Context, *connect.Request[stasisv1.Empty]) (*connect.Response[stasisv1.Actors], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return connect.NewResponse(&apiv1.Actors{Actors: slices.Clone(f.actors)}), nil
+	return connect.NewResponse(&stasisv1.Actors{Actors: slices.Clone(f.actors)}), nil
 }
 
 // Delete records the delete and removes the actor from those listed.
-func (f *fakeStasisd) Delete(_ context.Context, req *connect.Request[apiv1.DeleteRequest]) (*connect.Response[apiv1.Deleted], error) {
+func (f *fakeStasisd) Delete(_ context.Context, req *connect.Request[stasisv1.DeleteRequest]) (*connect.Response[stasisv1.Deleted], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.deleted = append(f.deleted, req.Msg.Id)
-	f.actors = slices.DeleteFunc(f.actors, func(a *apiv1.Actor) bool { return a.Id == req.Msg.Id })
-	return connect.NewResponse(&apiv1.Deleted{Id: req.Msg.Id, Deleted: true}), nil
+	f.actors = slices.DeleteFunc(f.actors, func(a *stasisv1.Actor) bool { return a.Id == req.Msg.Id })
+	return connect.NewResponse(&stasisv1.Deleted{Id: req.Msg.Id, Deleted: true}), nil
 }
 
 func (f *fakeStasisd) deletes() []string {
@@ -73,7 +73,7 @@ func (f *fakeStasisd) deletes() []string {
 
 // Suspend records the suspend asked, waits for suspendGate, and answers a
 // suspend stored under the actor's name.
-func (f *fakeStasisd) Suspend(ctx context.Context, req *connect.Request[apiv1.OpRequest]) (*connect.Response[apiv1.Actor], error) {
+func (f *fakeStasisd) Suspend(ctx context.Context, req *connect.Request[stasisv1.OpRequest]) (*connect.Response[stasisv1.Actor], error) {
 	f.mu.Lock()
 	f.suspended = append(f.suspended, req.Msg.Id)
 	f.mu.Unlock()
@@ -87,8 +87,8 @@ func (f *fakeStasisd) Suspend(ctx context.Context, req *connect.Request[apiv1.Op
 			return nil, ctx.Err()
 		}
 	}
-	return connect.NewResponse(&apiv1.Actor{Id: req.Msg.Id, Template: "t", State: "SUSPENDED",
-		Snapshot: &apiv1.Snapshot{Id: "snap-" + req.Msg.Id, Actor: req.Msg.Id, Stored: req.Msg.Id + ".snap-000000000001"}}), nil
+	return connect.NewResponse(&stasisv1.Actor{Id: req.Msg.Id, Template: "t", State: "SUSPENDED",
+		Snapshot: &stasisv1.Snapshot{Id: "snap-" + req.Msg.Id, Actor: req.Msg.Id, Stored: req.Msg.Id + ".snap-000000000001"}}), nil
 }
 
 func (f *fakeStasisd) suspends() []string {

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	apiv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -32,9 +32,9 @@ func TestPassReadsTheWatchAndUnwatchedCopiesDirectly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actor := func(name, node string) *stasisv1.Actor {
-		return &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
-			Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: node}}
+	actor := func(name, node string) *stasisv1alpha1.Actor {
+		return &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+			Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: node}}
 	}
 	served, moved, fresh := actor("served.1", "node-a"), actor("moved.1", "node-b"), actor("fresh", "node-a")
 	var requests atomic.Int32
@@ -57,12 +57,12 @@ func TestPassReadsTheWatchAndUnwatchedCopiesDirectly(t *testing.T) {
 		},
 	}
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(served.DeepCopy(), moved, fresh).
-		WithStatusSubresource(&stasisv1.Actor{}).WithInterceptorFuncs(count).Build()
+		WithStatusSubresource(&stasisv1alpha1.Actor{}).WithInterceptorFuncs(count).Build()
 	// The watch holds this node's actors as it last heard of them: not
 	// fresh, bound here a moment ago.
 	watch := fake.NewClientBuilder().WithScheme(scheme).WithObjects(served).Build()
-	stored := &apiv1.Snapshot{Id: "snap-1", Actor: "moved.1", Stored: "moved.1.snap-000000000001", SizeBytes: 7}
-	stasisd := &fakeStasisd{actors: []*apiv1.Actor{
+	stored := &stasisv1.Snapshot{Id: "snap-1", Actor: "moved.1", Stored: "moved.1.snap-000000000001", SizeBytes: 7}
+	stasisd := &fakeStasisd{actors: []*stasisv1.Actor{
 		{Id: "served.1", Template: "t", State: "RUNNING"},
 		{Id: "moved.1", Template: "t", State: "SUSPENDED", Snapshot: stored},
 		{Id: "gone", Template: "t", State: "RUNNING"},
@@ -79,7 +79,7 @@ func TestPassReadsTheWatchAndUnwatchedCopiesDirectly(t *testing.T) {
 	if !slices.Equal(deleted, []string{"gone", "moved.1"}) {
 		t.Fatalf("copies removed: %v; want gone's (its Actor deleted) and moved.1's (bound to node-b), not fresh's (bound here, not yet in the watch)", deleted)
 	}
-	var snaps stasisv1.SnapshotList
+	var snaps stasisv1alpha1.SnapshotList
 	if err := kube.List(ctx, &snaps, client.InNamespace("default")); err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +88,11 @@ func TestPassReadsTheWatchAndUnwatchedCopiesDirectly(t *testing.T) {
 	}
 	// The watch hears of the status the pass wrote, and of nothing else:
 	// the next passes, at rest, ask the API server nothing.
-	var now stasisv1.Actor
+	var now stasisv1alpha1.Actor
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(served), &now); err != nil {
 		t.Fatal(err)
 	}
-	if now.Status.Phase != stasisv1.PhaseRunning {
+	if now.Status.Phase != stasisv1alpha1.PhaseRunning {
 		t.Fatalf("served.1's status: %+v; want Running", now.Status)
 	}
 	now.ResourceVersion = ""
@@ -126,13 +126,13 @@ func TestFailedStartIsTriedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actor := func(name string) *stasisv1.Actor {
-		return &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
-			Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Phase: stasisv1.PhaseFailed}}
+	actor := func(name string) *stasisv1alpha1.Actor {
+		return &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+			Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-a", Phase: stasisv1alpha1.PhaseFailed}}
 	}
 	due, later, ran := actor("due"), actor("later"), actor("ran")
-	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(due, later, ran).WithStatusSubresource(&stasisv1.Actor{}).Build()
-	stasisd := &fakeStasisd{actors: []*apiv1.Actor{
+	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(due, later, ran).WithStatusSubresource(&stasisv1alpha1.Actor{}).Build()
+	stasisd := &fakeStasisd{actors: []*stasisv1.Actor{
 		{Id: "due", Template: "t", State: "CRASHED", Reason: "the actor did not start: probe: not ready within 30s"},
 		{Id: "later", Template: "t", State: "CRASHED", Reason: "the actor did not start: probe: not ready within 30s"},
 		{Id: "ran", Template: "t", State: "CRASHED", Reason: "its process was killed by signal 9"},

@@ -27,7 +27,7 @@ import (
 	"github.com/stasis-run/stasis/compat"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
@@ -128,7 +128,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var actors stasisv1.ActorList
+	var actors stasisv1alpha1.ActorList
 	if err := c.Kube.List(ctx, &actors, client.InNamespace(c.Namespace)); err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 
 // refused waits longer before the next look at an actor that could not be
 // decided on, and says why in its status (the binding untouched).
-func (c *Controller) refused(a *stasisv1.Actor, err error) func(*stasisv1.ActorStatus) {
+func (c *Controller) refused(a *stasisv1alpha1.Actor, err error) func(*stasisv1alpha1.ActorStatus) {
 	w := c.waits[a.UID]
 	w.last = min(max(2*w.last, waitBase), waitMax)
 	w.next, w.generation = time.Now().Add(w.last), a.Generation
@@ -199,16 +199,16 @@ func (c *Controller) refused(a *stasisv1.Actor, err error) func(*stasisv1.ActorS
 		if a.Status.Reason == reason {
 			return nil
 		}
-		return func(s *stasisv1.ActorStatus) { s.Reason = reason }
+		return func(s *stasisv1alpha1.ActorStatus) { s.Reason = reason }
 	}
-	return func(s *stasisv1.ActorStatus) { s.Phase, s.Reason = stasisv1.PhasePending, reason }
+	return func(s *stasisv1alpha1.ActorStatus) { s.Phase, s.Reason = stasisv1alpha1.PhasePending, reason }
 }
 
 // decide says how an actor's binding changes, or nil.
-func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[string]fleet.Node, load map[string]int) (func(*stasisv1.ActorStatus), error) {
+func (c *Controller) decide(ctx context.Context, a *stasisv1alpha1.Actor, nodes map[string]fleet.Node, load map[string]int) (func(*stasisv1alpha1.ActorStatus), error) {
 	want := a.Spec.Phase
 	if want == "" {
-		want = stasisv1.PhaseRunning
+		want = stasisv1alpha1.PhaseRunning
 	}
 	s := a.Status
 	if s.Node != "" {
@@ -224,20 +224,20 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[st
 			case !n.Lost():
 				why = fmt.Sprintf("its binding to node %s (epoch %d) was revoked when the node was counted lost (epoch %d)", s.Node, s.NodeEpoch, n.Epoch)
 			}
-			return func(s *stasisv1.ActorStatus) {
+			return func(s *stasisv1alpha1.ActorStatus) {
 				s.Node, s.Evict, s.Placement = "", false, s.Placement+1
-				s.Phase, s.Reason = stasisv1.PhasePending, why+"; it resumes elsewhere from its newest stored snapshot (from its template if it has none)"
+				s.Phase, s.Reason = stasisv1alpha1.PhasePending, why+"; it resumes elsewhere from its newest stored snapshot (from its template if it has none)"
 			}, nil
 		case s.Evict:
 			return nil, nil
-		case n.Draining && want != stasisv1.PhaseSuspended:
+		case n.Draining && want != stasisv1alpha1.PhaseSuspended:
 			return evict(fmt.Sprintf("node %s is draining", s.Node)), nil
-		case a.Spec.Node != "" && a.Spec.Node != s.Node && want != stasisv1.PhaseSuspended:
+		case a.Spec.Node != "" && a.Spec.Node != s.Node && want != stasisv1alpha1.PhaseSuspended:
 			return evict(fmt.Sprintf("moving to node %s, as its spec asks", a.Spec.Node)), nil
 		}
 		return nil, nil
 	}
-	if want == stasisv1.PhaseSuspended {
+	if want == stasisv1alpha1.PhaseSuspended {
 		return nil, nil
 	}
 	node, reason, from, err := c.place(ctx, a, nodes, load)
@@ -245,21 +245,23 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1.Actor, nodes map[st
 		return nil, err
 	}
 	if node == "" {
-		if s.Phase == stasisv1.PhasePending && s.Reason == reason && s.Snapshot == from {
+		if s.Phase == stasisv1alpha1.PhasePending && s.Reason == reason && s.Snapshot == from {
 			return nil, nil
 		}
-		return func(s *stasisv1.ActorStatus) { s.Phase, s.Reason, s.Snapshot = stasisv1.PhasePending, reason, from }, nil
+		return func(s *stasisv1alpha1.ActorStatus) {
+			s.Phase, s.Reason, s.Snapshot = stasisv1alpha1.PhasePending, reason, from
+		}, nil
 	}
 	epoch := nodes[node].Epoch
-	return func(s *stasisv1.ActorStatus) {
+	return func(s *stasisv1alpha1.ActorStatus) {
 		s.Node, s.Evict, s.Placement, s.Snapshot, s.NodeEpoch = node, false, s.Placement+1, from, epoch
-		s.Phase, s.Reason = stasisv1.PhasePending, reason
+		s.Phase, s.Reason = stasisv1alpha1.PhasePending, reason
 	}, nil
 }
 
-func evict(why string) func(*stasisv1.ActorStatus) {
-	return func(s *stasisv1.ActorStatus) {
-		s.Evict, s.Phase, s.Reason = true, stasisv1.PhaseMoving, why+": suspending it to the store"
+func evict(why string) func(*stasisv1alpha1.ActorStatus) {
+	return func(s *stasisv1alpha1.ActorStatus) {
+		s.Evict, s.Phase, s.Reason = true, stasisv1alpha1.PhaseMoving, why+": suspending it to the store"
 	}
 }
 
@@ -268,7 +270,7 @@ func evict(why string) func(*stasisv1.ActorStatus) {
 // from its template). An actor
 // with a stored snapshot goes where compat.Place ranks that snapshot's
 // restore first; a new one to the fitting node with the fewest actors.
-func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[string]fleet.Node, load map[string]int) (node, reason, resumeFrom string, err error) {
+func (c *Controller) place(ctx context.Context, a *stasisv1alpha1.Actor, nodes map[string]fleet.Node, load map[string]int) (node, reason, resumeFrom string, err error) {
 	var refused []string
 	var open []fleet.Node
 	for _, name := range sortedKeys(nodes) {
@@ -293,7 +295,7 @@ func (c *Controller) place(ctx context.Context, a *stasisv1.Actor, nodes map[str
 	if len(open) == 0 {
 		return "", "no node fits: " + strings.Join(refused, "; "), a.Status.Snapshot, nil
 	}
-	var t stasisv1.ActorTemplate
+	var t stasisv1alpha1.ActorTemplate
 	if err := c.Kube.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.Template}, &t); apierrors.IsNotFound(err) {
 		return "", "", "", fmt.Errorf("its ActorTemplate %s does not exist in namespace %s: create it, or name another in spec.template", a.Spec.Template, a.Namespace)
 	} else if err != nil {
@@ -390,7 +392,7 @@ func (c *Controller) startPass() {
 // else the one its status names ("" for none). A stored name is only a
 // hint (api.StoredActor): the snapshot's manifest must name the actor too.
 // Without a store, the status's.
-func (c *Controller) newestStored(ctx context.Context, a *stasisv1.Actor) (string, error) {
+func (c *Controller) newestStored(ctx context.Context, a *stasisv1alpha1.Actor) (string, error) {
 	newest := a.Status.Snapshot
 	if c.Repo == nil {
 		return newest, nil

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -36,12 +36,12 @@ type endpoints struct {
 // agent), ready while the actor runs or waits to be woken by a connection.
 // A moved actor's slice follows it; one bound to no node has none. Only
 // what changed since this controller last wrote it is written.
-func (c *Controller) keepEndpoints(ctx context.Context, actors []stasisv1.Actor) error {
-	var templates stasisv1.ActorTemplateList
+func (c *Controller) keepEndpoints(ctx context.Context, actors []stasisv1alpha1.Actor) error {
+	var templates stasisv1alpha1.ActorTemplateList
 	if err := c.Kube.List(ctx, &templates, client.InNamespace(c.Namespace)); err != nil {
 		return err
 	}
-	ports := map[string][]stasisv1.Port{}
+	ports := map[string][]stasisv1alpha1.Port{}
 	for _, t := range templates.Items {
 		ports[t.Name] = t.Spec.Ports
 	}
@@ -84,11 +84,11 @@ func (c *Controller) keepEndpoints(ctx context.Context, actors []stasisv1.Actor)
 
 // desiredEndpoints are the Service and EndpointSlice of actor a, whose
 // template publishes ports.
-func desiredEndpoints(a *stasisv1.Actor, ports []stasisv1.Port) endpoints {
+func desiredEndpoints(a *stasisv1alpha1.Actor, ports []stasisv1alpha1.Port) endpoints {
 	name := fleet.ServiceName(a.Name)
 	meta := func() metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: a.Namespace, Name: name, Labels: map[string]string{fleet.ActorLabel: a.Name},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: stasisv1.GroupVersion.String(), Kind: "Actor", Name: a.Name, UID: a.UID}}}
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: stasisv1alpha1.GroupVersion.String(), Kind: "Actor", Name: a.Name, UID: a.UID}}}
 	}
 	svc := &corev1.Service{ObjectMeta: meta()}
 	named := map[int32]string{}
@@ -123,18 +123,18 @@ func desiredEndpoints(a *stasisv1.Actor, ports []stasisv1.Port) endpoints {
 // serving says whether a connection through the actor's node reaches it:
 // it runs, or its idle policy paused or suspended it there and the
 // connection wakes it.
-func serving(s stasisv1.ActorStatus) bool {
+func serving(s stasisv1alpha1.ActorStatus) bool {
 	switch s.Phase {
-	case stasisv1.PhaseRunning:
+	case stasisv1alpha1.PhaseRunning:
 		return true
-	case stasisv1.PhasePaused, stasisv1.PhaseSuspended:
+	case stasisv1alpha1.PhasePaused, stasisv1alpha1.PhaseSuspended:
 		return s.Idle
 	}
 	return false
 }
 
 // portName is a port's name in the actor's Service.
-func portName(p stasisv1.Port) string {
+func portName(p stasisv1alpha1.Port) string {
 	if p.Name != "" {
 		return p.Name
 	}
@@ -144,7 +144,7 @@ func portName(p stasisv1.Port) string {
 // writeEndpoints creates or updates the actor's Service and EndpointSlice.
 // One of another actor (two names that make one Service name) is left
 // alone, and the refusal says so.
-func (c *Controller) writeEndpoints(ctx context.Context, a *stasisv1.Actor, want endpoints) error {
+func (c *Controller) writeEndpoints(ctx context.Context, a *stasisv1alpha1.Actor, want endpoints) error {
 	var svc corev1.Service
 	err := c.Kube.Get(ctx, client.ObjectKeyFromObject(want.service), &svc)
 	switch {

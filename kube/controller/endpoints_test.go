@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
@@ -28,17 +28,17 @@ func TestEndpointsFollowTheActor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tpl := &stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: stasisv1.ActorTemplateSpec{Bundle: "/b", Ports: []stasisv1.Port{{ContainerPort: 8000}, {Name: "metrics", ContainerPort: 9090}}}}
-	plain := &stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain"}, Spec: stasisv1.ActorTemplateSpec{Bundle: "/b"}}
-	actor := stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w.1", UID: "uid-1"}, Spec: stasisv1.ActorSpec{Template: "web"}}
-	other := stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p1", UID: "uid-2"}, Spec: stasisv1.ActorSpec{Template: "plain"}}
+	tpl := &stasisv1alpha1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: stasisv1alpha1.ActorTemplateSpec{Bundle: "/b", Ports: []stasisv1alpha1.Port{{ContainerPort: 8000}, {Name: "metrics", ContainerPort: 9090}}}}
+	plain := &stasisv1alpha1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain"}, Spec: stasisv1alpha1.ActorTemplateSpec{Bundle: "/b"}}
+	actor := stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w.1", UID: "uid-1"}, Spec: stasisv1alpha1.ActorSpec{Template: "web"}}
+	other := stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p1", UID: "uid-2"}, Spec: stasisv1alpha1.ActorSpec{Template: "plain"}}
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tpl, plain).Build()
 	c := &Controller{Kube: kube, Namespace: "default", Log: slog.New(slog.DiscardHandler)}
 	name := fleet.ServiceName("w.1")
-	look := func(step string, a stasisv1.Actor) (*corev1.Service, *discoveryv1.EndpointSlice) {
+	look := func(step string, a stasisv1alpha1.Actor) (*corev1.Service, *discoveryv1.EndpointSlice) {
 		t.Helper()
-		if err := c.keepEndpoints(ctx, []stasisv1.Actor{a, other}); err != nil {
+		if err := c.keepEndpoints(ctx, []stasisv1alpha1.Actor{a, other}); err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
 		var svc corev1.Service
@@ -71,25 +71,25 @@ func TestEndpointsFollowTheActor(t *testing.T) {
 	if got := endpoint(slice); got != "none" {
 		t.Fatalf("an unbound actor's endpoint: %s", got)
 	}
-	actor.Status = stasisv1.ActorStatus{Node: "node-a", Phase: stasisv1.PhaseRunning,
-		Endpoint: &stasisv1.Endpoint{Service: name, Address: "10.0.0.1", Ports: []stasisv1.EndpointPort{{Port: 31001, ContainerPort: 8000}, {Port: 31002, ContainerPort: 9090}}}}
+	actor.Status = stasisv1alpha1.ActorStatus{Node: "node-a", Phase: stasisv1alpha1.PhaseRunning,
+		Endpoint: &stasisv1alpha1.Endpoint{Service: name, Address: "10.0.0.1", Ports: []stasisv1alpha1.EndpointPort{{Port: 31001, ContainerPort: 8000}, {Port: 31002, ContainerPort: 9090}}}}
 	if _, slice = look("running", actor); endpoint(slice) != "10.0.0.1 node-a ready=true tcp-8000=31001,metrics=31002" {
 		t.Fatalf("running on node-a: %s", endpoint(slice))
 	}
-	actor.Status.Phase, actor.Status.Idle = stasisv1.PhaseSuspended, true
+	actor.Status.Phase, actor.Status.Idle = stasisv1alpha1.PhaseSuspended, true
 	if _, slice = look("idle", actor); endpoint(slice) != "10.0.0.1 node-a ready=true tcp-8000=31001,metrics=31002" {
 		t.Fatalf("suspended by its idle policy: %s", endpoint(slice))
 	}
-	actor.Status.Phase, actor.Status.Idle = stasisv1.PhasePaused, false
+	actor.Status.Phase, actor.Status.Idle = stasisv1alpha1.PhasePaused, false
 	if _, slice = look("paused", actor); endpoint(slice) != "10.0.0.1 node-a ready=false tcp-8000=31001,metrics=31002" {
 		t.Fatalf("paused as its spec asks: %s", endpoint(slice))
 	}
-	actor.Status.Node, actor.Status.Phase, actor.Status.Endpoint = "", stasisv1.PhasePending, &stasisv1.Endpoint{Service: name}
+	actor.Status.Node, actor.Status.Phase, actor.Status.Endpoint = "", stasisv1alpha1.PhasePending, &stasisv1alpha1.Endpoint{Service: name}
 	if _, slice = look("moving", actor); endpoint(slice) != "none" {
 		t.Fatalf("bound to no node: %s", endpoint(slice))
 	}
-	actor.Status = stasisv1.ActorStatus{Node: "node-b", Phase: stasisv1.PhaseRunning,
-		Endpoint: &stasisv1.Endpoint{Service: name, Address: "fd00::2", Ports: []stasisv1.EndpointPort{{Port: 31005, ContainerPort: 8000}}}}
+	actor.Status = stasisv1alpha1.ActorStatus{Node: "node-b", Phase: stasisv1alpha1.PhaseRunning,
+		Endpoint: &stasisv1alpha1.Endpoint{Service: name, Address: "fd00::2", Ports: []stasisv1alpha1.EndpointPort{{Port: 31005, ContainerPort: 8000}}}}
 	if _, slice = look("moved", actor); endpoint(slice) != "fd00::2 node-b ready=true tcp-8000=31005" || slice.AddressType != discoveryv1.AddressTypeIPv6 {
 		t.Fatalf("moved to node-b: %s (%s)", endpoint(slice), slice.AddressType)
 	}
@@ -99,7 +99,7 @@ func TestEndpointsFollowTheActor(t *testing.T) {
 	}
 
 	// Gone: its Service and slice with it.
-	if err := c.keepEndpoints(ctx, []stasisv1.Actor{other}); err != nil {
+	if err := c.keepEndpoints(ctx, []stasisv1alpha1.Actor{other}); err != nil {
 		t.Fatal(err)
 	}
 	if err := kube.List(ctx, &services); err != nil || len(services.Items) != 0 {
@@ -113,7 +113,7 @@ func TestEndpointsFollowTheActor(t *testing.T) {
 		t.Fatal(err)
 	}
 	actor.UID = "uid-3"
-	if err := c.keepEndpoints(ctx, []stasisv1.Actor{actor}); err != nil {
+	if err := c.keepEndpoints(ctx, []stasisv1alpha1.Actor{actor}); err != nil {
 		t.Fatal(err)
 	}
 	var svc corev1.Service

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/stasis-run/stasis/fingerprint"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
@@ -66,7 +66,7 @@ var renewedA = time.Now().Add(-time.Hour).Truncate(time.Microsecond)
 // fleetOf is a fake API server holding node-a, whose lease was last
 // renewed at renewedA, node-b, renewed now, both with one fingerprint, the
 // template t, and actors.
-func fleetOf(t *testing.T, actors ...*stasisv1.Actor) client.Client {
+func fleetOf(t *testing.T, actors ...*stasisv1alpha1.Actor) client.Client {
 	t.Helper()
 	scheme, err := fleet.Scheme()
 	if err != nil {
@@ -77,7 +77,7 @@ func fleetOf(t *testing.T, actors ...*stasisv1.Actor) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := []client.Object{&stasisv1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}}
+	objs := []client.Object{&stasisv1alpha1.ActorTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}}
 	for node, renewed := range map[string]time.Time{"node-a": renewedA, "node-b": time.Now()} {
 		secs := int32(15)
 		objs = append(objs,
@@ -88,7 +88,7 @@ func fleetOf(t *testing.T, actors ...*stasisv1.Actor) client.Client {
 	for _, a := range actors {
 		objs = append(objs, a)
 	}
-	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&stasisv1.Actor{}).Build()
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&stasisv1alpha1.Actor{}).Build()
 }
 
 // controllerOf is a controller of kube's fleet that saw node-a's last
@@ -118,13 +118,13 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 	storeSnapshot(t, repo, "golden.t.golden-t-000000000004", "warm_t", made.Add(4*time.Minute))
 
 	recorded := []string{"", "s1.snap-000000000001", "s1.snap-000000000002", "golden.t.golden-t-000000000004"}
-	var actors []*stasisv1.Actor
+	var actors []*stasisv1alpha1.Actor
 	for i, snap := range recorded {
-		actors = append(actors, &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
-			Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Evict: i%2 == 0, Placement: 1, Snapshot: snap}})
+		actors = append(actors, &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
+			Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-a", Evict: i%2 == 0, Placement: 1, Snapshot: snap}})
 	}
-	never := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s2", CreationTimestamp: metav1.NewTime(made)},
-		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Placement: 1}}
+	never := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s2", CreationTimestamp: metav1.NewTime(made)},
+		Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-a", Placement: 1}}
 	for _, a := range actors {
 		kube := fleetOf(t, a, never)
 		c := controllerOf(kube, repo)
@@ -133,7 +133,7 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var got stasisv1.Actor
+		var got stasisv1alpha1.Actor
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
 			t.Fatal(err)
 		}
@@ -152,14 +152,14 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 
 	// Waiting for a node that is not there, an actor keeps the snapshot
 	// its status names.
-	waiting := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
-		Spec: stasisv1.ActorSpec{Template: "t", Node: "node-c"}, Status: stasisv1.ActorStatus{Placement: 1, Snapshot: "s1.snap-000000000002"}}
+	waiting := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
+		Spec: stasisv1alpha1.ActorSpec{Template: "t", Node: "node-c"}, Status: stasisv1alpha1.ActorStatus{Placement: 1, Snapshot: "s1.snap-000000000002"}}
 	kube := fleetOf(t, waiting)
 	c := controllerOf(kube, repo)
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var got stasisv1.Actor
+	var got stasisv1alpha1.Actor
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(waiting), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestLostNodeResumesFromTheNewestStoredSnapshot(t *testing.T) {
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
 		t.Fatal(err)
 	}
-	if s := got.Status; s.Node != "" || s.Phase != stasisv1.PhasePending || !strings.Contains(s.Reason, "store") || !strings.Contains(s.Reason, "not started anywhere") {
+	if s := got.Status; s.Node != "" || s.Phase != stasisv1alpha1.PhasePending || !strings.Contains(s.Reason, "store") || !strings.Contains(s.Reason, "not started anywhere") {
 		t.Fatalf("store unreadable: %+v; want it bound nowhere, the reason naming the store", s)
 	}
 }
@@ -199,8 +199,8 @@ func TestOutOfServiceMovesActorsAtOnce(t *testing.T) {
 	repo, _ := newRepo(t)
 	made := time.Now().Add(-time.Hour).Truncate(time.Second)
 	storeSnapshot(t, repo, "s1.snap-000000000001", "s1", made.Add(time.Minute))
-	a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
-		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-b", Placement: 1}}
+	a := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
+		Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-b", Placement: 1}}
 	kube := fleetOf(t, a)
 	var b corev1.Node
 	if err := kube.Get(ctx, client.ObjectKey{Name: "node-b"}, &b); err != nil {
@@ -215,7 +215,7 @@ func TestOutOfServiceMovesActorsAtOnce(t *testing.T) {
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var got stasisv1.Actor
+	var got stasisv1alpha1.Actor
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -244,8 +244,8 @@ func TestLostOnlyIfRevokedBeforeTheNodeRenews(t *testing.T) {
 	ctx := context.Background()
 	repo, _ := newRepo(t)
 	made := time.Now().Add(-time.Hour).Truncate(time.Second)
-	a := &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
-		Spec: stasisv1.ActorSpec{Template: "t"}, Status: stasisv1.ActorStatus{Node: "node-a", Placement: 1}}
+	a := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s1", CreationTimestamp: metav1.NewTime(made)},
+		Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-a", Placement: 1}}
 	base := fleetOf(t, a)
 	leaseKey := client.ObjectKey{Namespace: fleet.DefaultLeaseNamespace, Name: fleet.LeaseOf("node-a")}
 	renewA := func(c client.Client) {
@@ -273,7 +273,7 @@ func TestLostOnlyIfRevokedBeforeTheNodeRenews(t *testing.T) {
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var got stasisv1.Actor
+	var got stasisv1alpha1.Actor
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(a), &got); err != nil {
 		t.Fatal(err)
 	}

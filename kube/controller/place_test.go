@@ -10,7 +10,7 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/fingerprint"
 	"github.com/stasis-run/stasis/gpu"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/kube/fleet"
 	"github.com/stasis-run/stasis/runtime"
 )
@@ -24,9 +24,9 @@ import (
 func TestPlacement(t *testing.T) {
 	ctx := context.Background()
 	kube := fleetOf(t) // with template t; two more below
-	for _, tmpl := range []*stasisv1.ActorTemplate{
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "two-gpus"}, Spec: stasisv1.ActorTemplateSpec{GPUs: 2}},
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm"}, Spec: stasisv1.ActorTemplateSpec{Runtime: api.RuntimeMicroVM}},
+	for _, tmpl := range []*stasisv1alpha1.ActorTemplate{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "two-gpus"}, Spec: stasisv1alpha1.ActorTemplateSpec{GPUs: 2}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm"}, Spec: stasisv1alpha1.ActorTemplateSpec{Runtime: api.RuntimeMicroVM}},
 	} {
 		if err := kube.Create(ctx, tmpl); err != nil {
 			t.Fatal(err)
@@ -50,8 +50,8 @@ func TestPlacement(t *testing.T) {
 		}
 		return out
 	}
-	actor := func(template, pin string) *stasisv1.Actor {
-		return &stasisv1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p1"}, Spec: stasisv1.ActorSpec{Template: template, Node: pin}}
+	actor := func(template, pin string) *stasisv1alpha1.Actor {
+		return &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p1"}, Spec: stasisv1alpha1.ActorSpec{Template: template, Node: pin}}
 	}
 	vmNode := func(n *fleet.Node) {
 		n.Fingerprint.Runtimes = []fingerprint.RuntimeOffer{{Name: api.RuntimeMicroVM, Available: true}}
@@ -61,7 +61,7 @@ func TestPlacement(t *testing.T) {
 	}
 	cases := []struct {
 		name     string
-		actor    *stasisv1.Actor
+		actor    *stasisv1alpha1.Actor
 		nodes    map[string]fleet.Node
 		load     map[string]int
 		want     string   // the node, "" for none

@@ -15,7 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/stasis-run/stasis/fingerprint"
-	stasisv1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
+	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 )
 
 const (
@@ -57,7 +57,7 @@ func Scheme() (*runtime.Scheme, error) {
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
 	}
-	if err := stasisv1.AddToScheme(s); err != nil {
+	if err := stasisv1alpha1.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	return s, nil
