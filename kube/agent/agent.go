@@ -111,8 +111,6 @@ type Agent struct {
 	// stasisdDown is what the last look at stasisd found wrong, and
 	// reported what the actors' status says of it.
 	stasisdDown, reported error
-	// retries holds, per actor, the failed starts that are tried again.
-	retries map[string]retry
 	// staged holds, per golden snapshot, whether stasisd staged it.
 	staged map[string]staging
 	// stops is the Failpoint's.
@@ -141,14 +139,6 @@ const (
 	FailpointUnbound = "release:unbound"
 )
 
-// retry is when a failed start is tried again, and how many have failed;
-// never for a permanent failure.
-type retry struct {
-	next      time.Time
-	failures  int
-	permanent bool
-}
-
 // Run fences, publishes and serves until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.LeaseDuration <= 0 {
@@ -163,7 +153,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.LeaseKube == nil {
 		a.LeaseKube = a.Kube
 	}
-	a.retries = map[string]retry{}
 	a.staged = map[string]staging{}
 	a.stops = &fleet.Failpoint{Point: a.Failpoint, Log: a.Log}
 	var err error
@@ -550,13 +539,6 @@ func (a *Agent) pass(ctx context.Context, serve bool) error {
 		}
 		do(actor.Name, func(ctx context.Context) error { return a.serve(ctx, actor, lp) })
 	}
-	a.mu.Lock()
-	for name := range a.retries {
-		if !names[name] {
-			delete(a.retries, name)
-		}
-	}
-	a.mu.Unlock()
 	for id, l := range here {
 		if !names[id] && !a.releaseUnderWay(id) {
 			do(id, func(ctx context.Context) error { return a.removeUnbound(ctx, id, l, outOfService) })
@@ -717,12 +699,12 @@ func (a *Agent) remove(ctx context.Context, id string) error {
 func (a *Agent) serve(ctx context.Context, listed *stasisv1alpha1.Actor, local *api.Actor) error {
 	name := listed.Name
 	want := wanted(listed)
-	if local != nil && local.State == api.Crashed && a.startFailedHere(name) {
+	if local != nil && local.State == api.Crashed && startFailedHere(listed) {
 		// A start here that failed for a reason that may pass (its probe
 		// timed out on a loaded node) left its copy CRASHED: when its retry
 		// is due the copy goes and the start is tried again, from what the
 		// store holds; until then the status says when.
-		if !a.retryDue(name) {
+		if !retryDue(listed, time.Now()) {
 			return nil
 		}
 		a.Log.Info("trying a failed start again", "actor", name, "reason", local.Reason)
@@ -732,7 +714,7 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1alpha1.Actor, local *
 		local = nil
 	}
 	switch {
-	case local == nil && listed.Status.Phase == stasisv1alpha1.PhaseFailed && listed.Status.ObservedGeneration == listed.Generation && !a.retryDue(name):
+	case local == nil && !retryDue(listed, time.Now()):
 		return nil // it failed here for good, or waits for its retry; a new spec tries again
 	case local != nil && !listed.Status.Evict && !acts(want, *local):
 		actor := listed.DeepCopy()
@@ -753,19 +735,16 @@ func (a *Agent) serve(ctx context.Context, listed *stasisv1alpha1.Actor, local *
 		return a.releaseToStore(ctx, &actor, local, want)
 	}
 	if local == nil {
-		if actor.Status.Phase == stasisv1alpha1.PhaseFailed && actor.Status.ObservedGeneration == actor.Generation && !a.retryDue(name) {
+		if !retryDue(&actor, time.Now()) {
 			return nil // it failed here for good, or waits for its retry; a new spec tries again
 		}
 		started, err := a.start(ctx, &actor)
 		if err != nil {
-			why := a.failed(name, err)
 			return a.setStatus(ctx, &actor, func(s *stasisv1alpha1.ActorStatus) {
+				why := startFailed(s, err, time.Now())
 				s.Phase, s.Reason = stasisv1alpha1.PhaseFailed, fmt.Sprintf("node %s could not start it: %v; %s", a.Node, err, why)
 			})
 		}
-		a.mu.Lock()
-		delete(a.retries, name)
-		a.mu.Unlock()
 		local = &started
 	}
 	var err error
@@ -824,6 +803,9 @@ func (a *Agent) report(ctx context.Context, actor *stasisv1alpha1.Actor, local a
 			return
 		}
 		s.Phase, s.Reason, s.Idle = phaseOf(local.State), local.Reason, local.Idle
+		if local.State != api.Crashed {
+			s.StartFailures, s.RetryAt = 0, nil // it started
+		}
 		if local.Snapshot != nil && local.Snapshot.Stored != "" {
 			s.Snapshot = local.Snapshot.Stored
 		}
@@ -856,40 +838,37 @@ func retryable(err error) bool {
 	return true
 }
 
-// failed records a failed start of actor name and says what comes of it,
-// for its status.
-func (a *Agent) failed(name string, err error) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	r := a.retries[name]
-	r.failures++
+// startFailed records a failed start in an actor's status and says what
+// comes of it, for its reason.
+func startFailed(s *stasisv1alpha1.ActorStatus, err error, now time.Time) string {
+	s.StartFailures++
 	if !retryable(err) {
-		r.permanent = true
-		a.retries[name] = r
+		s.RetryAt = nil
 		return "change the Actor's spec to try again"
 	}
-	wait := min(retryBase<<min(r.failures-1, 16), retryMax)
-	r.next = time.Now().Add(wait)
-	a.retries[name] = r
-	return fmt.Sprintf("tried again in %s (failure %d)", wait, r.failures)
+	wait := min(retryBase<<min(s.StartFailures-1, 16), retryMax)
+	s.RetryAt = &metav1.Time{Time: now.Add(wait)}
+	return fmt.Sprintf("tried again in %s (failure %d)", wait, s.StartFailures)
 }
 
-// startFailedHere says whether this agent's start of actor name failed
-// for a reason that may pass, and is to be tried again.
-func (a *Agent) startFailedHere(name string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	r, ok := a.retries[name]
-	return ok && !r.permanent
+// startFailedHere says whether the actor's start on its node failed for
+// a reason that may pass, and is to be tried again.
+func startFailedHere(actor *stasisv1alpha1.Actor) bool {
+	return actor.Status.StartFailures > 0 && actor.Status.RetryAt != nil
 }
 
-// retryDue says whether a failed actor's retry is due: its wait is over,
-// or this agent never saw it fail (it started since), so tries once.
-func (a *Agent) retryDue(name string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	r, ok := a.retries[name]
-	return !ok || !r.permanent && !time.Now().Before(r.next)
+// retryDue says whether the actor may be started on its node now: no start
+// of it failed there, its spec changed since, or its retry is due. A
+// failure a retry cannot mend waits for a new spec (or binding).
+func retryDue(actor *stasisv1alpha1.Actor, now time.Time) bool {
+	s := actor.Status
+	switch {
+	case s.StartFailures == 0 || s.ObservedGeneration != actor.Generation:
+		return true
+	case s.RetryAt == nil:
+		return false
+	}
+	return !now.Before(s.RetryAt.Time)
 }
 
 // start runs the actor on this node's stasisd: from its last stored

@@ -68,7 +68,7 @@ func TestServingAtRestAsksTheAPIServerNothing(t *testing.T) {
 	}
 	running := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "r1"}, Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-a"}}
 	failed := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "f1"}, Spec: stasisv1alpha1.ActorSpec{Template: "t"},
-		Status: stasisv1alpha1.ActorStatus{Node: "node-a", Phase: stasisv1alpha1.PhaseFailed}}
+		Status: stasisv1alpha1.ActorStatus{Node: "node-a", Phase: stasisv1alpha1.PhaseFailed, StartFailures: 1}}
 	calls := 0
 	count := interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -81,7 +81,7 @@ func TestServingAtRestAsksTheAPIServerNothing(t *testing.T) {
 		},
 	}
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(running, failed).WithStatusSubresource(&stasisv1alpha1.Actor{}).WithInterceptorFuncs(count).Build()
-	a := &Agent{Kube: kube, Node: "node-a", Namespace: "default", Log: slog.New(slog.DiscardHandler), retries: map[string]retry{"f1": {permanent: true}}}
+	a := &Agent{Kube: kube, Node: "node-a", Namespace: "default", Log: slog.New(slog.DiscardHandler)}
 	local := api.Actor{ID: "r1", State: api.Running}
 	// The first pass writes the status; every one after asks nothing.
 	if err := a.serve(ctx, running, &local); err != nil || calls != 1 {

@@ -43,7 +43,7 @@ func TestPassesGoOnBesideReleases(t *testing.T) {
 		suspendAsked: make(chan string, 4),
 	}
 	a := &Agent{Kube: kube, Stasisd: startFakeStasisd(t, stasisd), Node: "node-a", Namespace: "default",
-		Workers: 1, Log: slog.New(slog.DiscardHandler), retries: map[string]retry{}}
+		Workers: 1, Log: slog.New(slog.DiscardHandler)}
 	pass := func(what string) {
 		t.Helper()
 		done := make(chan error, 1)

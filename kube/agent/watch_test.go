@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestPassReadsTheWatchAndUnwatchedCopiesDirectly(t *testing.T) {
 		{Id: "warm_t", Template: "t", State: "RUNNING"}, // not a fleet actor's
 	}}
 	a := &Agent{Kube: kube, Watched: watch, Stasisd: startFakeStasisd(t, stasisd), Node: "node-a", Namespace: "default",
-		Workers: 2, Log: slog.New(slog.DiscardHandler), retries: map[string]retry{}}
+		Workers: 2, Log: slog.New(slog.DiscardHandler)}
 	if err := a.pass(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -119,18 +120,23 @@ func TestPassReadsTheWatchAndUnwatchedCopiesDirectly(t *testing.T) {
 // CRASHED; once its retry is due the copy is removed and the start tried
 // again, not reported Failed for ever. A copy whose retry is not due yet is
 // left as it is, and so is one that crashed after it ran (no failed start
-// of this agent's): its restart policy or its spec decides.
+// in its status): its restart policy or its spec decides. The failures are
+// read from the status, as an agent that restarted finds them.
 func TestFailedStartIsTriedAgain(t *testing.T) {
 	ctx := context.Background()
 	scheme, err := fleet.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	actor := func(name string) *stasisv1alpha1.Actor {
-		return &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+	actor := func(name string, retryAt time.Time) *stasisv1alpha1.Actor {
+		a := &stasisv1alpha1.Actor{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
 			Spec: stasisv1alpha1.ActorSpec{Template: "t"}, Status: stasisv1alpha1.ActorStatus{Node: "node-a", Phase: stasisv1alpha1.PhaseFailed}}
+		if !retryAt.IsZero() {
+			a.Status.StartFailures, a.Status.RetryAt = 1, &metav1.Time{Time: retryAt}
+		}
+		return a
 	}
-	due, later, ran := actor("due"), actor("later"), actor("ran")
+	due, later, ran := actor("due", time.Now().Add(-time.Second)), actor("later", time.Now().Add(time.Hour)), actor("ran", time.Time{})
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(due, later, ran).WithStatusSubresource(&stasisv1alpha1.Actor{}).Build()
 	stasisd := &fakeStasisd{actors: []*stasisv1.Actor{
 		{Id: "due", Template: "t", State: "CRASHED", Reason: "the actor did not start: probe: not ready within 30s"},
@@ -138,10 +144,7 @@ func TestFailedStartIsTriedAgain(t *testing.T) {
 		{Id: "ran", Template: "t", State: "CRASHED", Reason: "its process was killed by signal 9"},
 	}}
 	a := &Agent{Kube: kube, Stasisd: startFakeStasisd(t, stasisd), Node: "node-a", Namespace: "default",
-		Workers: 2, Log: slog.New(slog.DiscardHandler), retries: map[string]retry{
-			"due":   {next: time.Now().Add(-time.Second), failures: 1},
-			"later": {next: time.Now().Add(time.Hour), failures: 1},
-		}}
+		Workers: 2, Log: slog.New(slog.DiscardHandler)}
 	if err := a.pass(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -150,10 +153,20 @@ func TestFailedStartIsTriedAgain(t *testing.T) {
 	}
 	// The start was tried again (and failed here on the missing
 	// ActorTemplate): a second failure, the next retry later.
-	if r := a.retries["due"]; r.failures != 2 || !r.next.After(time.Now()) {
-		t.Fatalf("due's retries after the pass: %+v; want a second failed start", r)
+	status := func(name string) stasisv1alpha1.ActorStatus {
+		var got stasisv1alpha1.Actor
+		if err := kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: name}, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status
 	}
-	if r := a.retries["later"]; r.failures != 1 {
-		t.Fatalf("later's retries: %+v; want it untouched", r)
+	if s := status("due"); s.StartFailures != 2 || s.RetryAt == nil || !s.RetryAt.After(time.Now()) || !strings.Contains(s.Reason, "tried again in 4s (failure 2)") {
+		t.Fatalf("due's status after the pass: %+v; want a second failed start, tried again in 4 s", s)
+	}
+	if s := status("later"); s.StartFailures != 1 {
+		t.Fatalf("later's status: %+v; want it untouched", s)
+	}
+	if s := status("ran"); s.StartFailures != 0 || s.Phase != stasisv1alpha1.PhaseFailed {
+		t.Fatalf("ran's status: %+v; want it Failed, no start failure", s)
 	}
 }

@@ -226,6 +226,7 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1alpha1.Actor, nodes 
 			}
 			return func(s *stasisv1alpha1.ActorStatus) {
 				s.Node, s.Evict, s.Placement = "", false, s.Placement+1
+				s.StartFailures, s.RetryAt = 0, nil
 				s.Phase, s.Reason = stasisv1alpha1.PhasePending, why+"; it resumes elsewhere from its newest stored snapshot (from its template if it has none)"
 			}, nil
 		case s.Evict:
@@ -255,6 +256,7 @@ func (c *Controller) decide(ctx context.Context, a *stasisv1alpha1.Actor, nodes 
 	epoch := nodes[node].Epoch
 	return func(s *stasisv1alpha1.ActorStatus) {
 		s.Node, s.Evict, s.Placement, s.Snapshot, s.NodeEpoch = node, false, s.Placement+1, from, epoch
+		s.StartFailures, s.RetryAt = 0, nil // a new binding starts afresh
 		s.Phase, s.Reason = stasisv1alpha1.PhasePending, reason
 	}, nil
 }

@@ -305,6 +305,16 @@ type ActorStatus struct {
 	// while spec.phase is Running).
 	// +optional
 	Idle bool `json:"idle,omitempty"`
+	// StartFailures counts the failed starts of the actor on its node
+	// since it was bound there (0 once one works), and RetryAt is when
+	// the node tries again: absent after a failure a retry cannot mend (a
+	// new spec, or a new binding, tries again). In the status, so that an
+	// agent that restarts goes on where the one before left off.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	StartFailures int32 `json:"startFailures,omitempty"`
+	// +optional
+	RetryAt *metav1.Time `json:"retryAt,omitempty"`
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -91,6 +91,10 @@ func (in *ActorStatus) DeepCopyInto(out *ActorStatus) {
 		*out = new(Endpoint)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.RetryAt != nil {
+		in, out := &in.RetryAt, &out.RetryAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))
