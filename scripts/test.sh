@@ -54,3 +54,7 @@ PATH="$reference:$PATH" go test -count=1 -timeout 45m "$@" ./runtime/gvisor ./en
 # serving the API and a demo actor through the packaged runsc.
 echo "== the Debian package"
 scripts/check-deb.sh
+# The Helm chart's images: built, and run as the chart runs them (the node
+# pod's stasisd serving a demo actor through the image's runsc).
+echo "== the images"
+scripts/check-images.sh
