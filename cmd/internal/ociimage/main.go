@@ -4,7 +4,7 @@
 //
 //	ociimage build --tag REF --out PATH [--entrypoint PATH] [--user UID] [--env K=V]... ROOTFS
 //	ociimage unpack LAYOUT DIR
-//	ociimage run [--bind PATH]... ROOTFS COMMAND [ARG]...
+//	ociimage run [--bind PATH]... ROOTFS COMMAND [ARG...]
 //
 // build writes an image of one layer, ROOTFS's files owned by root (their
 // modes kept, times zeroed, so that a build is reproducible), as an OCI
@@ -52,7 +52,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: ociimage build|unpack ...")
+		return errors.New("usage: ociimage build|unpack|run ARGS")
 	}
 	switch args[0] {
 	case "build":
@@ -193,7 +193,7 @@ func runIn(args []string) error {
 		return err
 	}
 	if fs.NArg() < 2 {
-		return errors.New("usage: ociimage run [--bind PATH]... ROOTFS COMMAND [ARG]...")
+		return errors.New("usage: ociimage run [--bind PATH]... ROOTFS COMMAND [ARG...]")
 	}
 	root, err := filepath.Abs(fs.Arg(0))
 	if err != nil {
