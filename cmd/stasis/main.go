@@ -90,6 +90,7 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return errdefs.Mark(err, errdefs.ErrInvalidArgument) })
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.AbsolutePaths() }
 	// The global flags are those every command uses; each command group
 	// has the others it uses (kubectl and docker keep theirs few too).
 	f := root.PersistentFlags()

@@ -80,6 +80,9 @@ line win).`,
 					return err
 				}
 			}
+			if err := o.AbsolutePaths(); err != nil {
+				return err
+			}
 			log, closeLog, err := o.logger()
 			if err != nil {
 				return err

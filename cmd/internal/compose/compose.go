@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -104,6 +105,30 @@ func (o *Options) RegisterRuntime(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ExcludeZeroPages, "exclude-zero-pages", true, "leave committed zero pages out of checkpoint images where runsc can (--exclude-zero-pages=false writes them)")
 	fs.StringVar(&o.MemoryLoad, "memory-load", "auto", "how a restore loads the image's memory: eager (all of it before the sandbox runs), background (while it runs) or auto (eager for a GPU actor whose image is in the page cache while sandbox memory is in huge pages, background otherwise; measured the faster in each case)")
 	fs.BoolVar(&o.CUDASequential, "cuda-sequential", false, "with the runtime GPU path, checkpoint and restore CUDA processes one at a time")
+}
+
+// AbsolutePaths makes the data folder, the socket, runsc's state folder and
+// a store in a folder absolute, from the working folder, when given
+// relative: what stasisd records, and the paths a command hands stasisd
+// (a demo's bundle), name the same places wherever they are read from.
+// A relative --data was refused only later, by the host path policy,
+// once the folders were made.
+func (o *Options) AbsolutePaths() error {
+	paths := []*string{&o.DataDir, &o.Socket, &o.Runsc.Root}
+	if o.Repo != "" && !strings.Contains(o.Repo, "://") {
+		paths = append(paths, &o.Repo)
+	}
+	for _, p := range paths {
+		if *p == "" || filepath.IsAbs(*p) {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", *p, err)
+		}
+		*p = abs
+	}
+	return nil
 }
 
 // RunscRoot is runsc's state folder.
