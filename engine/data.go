@@ -65,7 +65,7 @@ func (e *Engine) suspendData(ctx context.Context, o op, a Actor, dir string) (m 
 	if err := o.step(StepPause, func() (string, error) { return "", e.Runtime.Pause(ctx, a.ID) }); err != nil {
 		return nil, err
 	}
-	manifest := snapshot.Manifest{Scope: snapshot.ScopeData, Actor: a.name(), Runtime: e.runtimeInfo(nil), DurableDirs: map[string]string{}}
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeData, Actor: a.Label(), Runtime: e.runtimeInfo(nil), DurableDirs: map[string]string{}}
 	copyErr := o.step(StepCopy, func() (string, error) {
 		for i, d := range a.DurableDirs {
 			rel := "data/" + strconv.Itoa(i)

@@ -12,6 +12,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -267,13 +268,13 @@ type ResumeOptions struct {
 	Observer Observer
 }
 
-// name is what messages call the actor.
-func (a Actor) name() string {
-	if a.Name != "" {
-		return a.Name
-	}
-	return a.ID
-}
+// Label is what messages and manifests call the actor: its Name, or its
+// container id when it has none.
+func (a Actor) Label() string { return cmp.Or(a.Name, a.ID) }
+
+// SandboxID is the container id of a sandbox made for the actor: id, when
+// the caller names one (a resume into a new sandbox), else the actor's.
+func (a Actor) SandboxID(id string) string { return cmp.Or(id, a.ID) }
 
 func (e *Engine) helperPath() string {
 	if e.Helper != "" {

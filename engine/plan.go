@@ -79,7 +79,7 @@ func (p *Plan) Refused() error {
 // node's available memory; disk for the image; and for GPU actors the
 // helper, the driver's checkpoint API, no MIG and no MPS.
 func (e *Engine) Plan(ctx context.Context, a Actor, dir string) (*Plan, error) {
-	p := &Plan{Actor: a.name()}
+	p := &Plan{Actor: a.Label()}
 	var err error
 	if p.Node, err = e.Fingerprint(ctx); err != nil {
 		return nil, err

@@ -27,11 +27,8 @@ import (
 // incompatible one is refused with the reason. On failure the new sandbox
 // is removed and the snapshot is left as it was.
 func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOptions) (m *snapshot.Manifest, err error) {
-	o := op{actor: a.name(), name: "resume", obs: opts.Observer}
-	id := opts.ID
-	if id == "" {
-		id = a.ID
-	}
+	o := op{actor: a.Label(), name: "resume", obs: opts.Observer}
+	id := a.SandboxID(opts.ID)
 	if _, vm := e.Runtime.(runtime.GuestReporter); vm && opts.Verify == VerifyWhileRestoring {
 		// A VM's restore loads the whole migration stream and runs the
 		// guest at once: nothing is won by hashing alongside, and a guest
@@ -158,12 +155,9 @@ func refusal(cause error) error {
 // given, else the one the check chose. A pull runs it before any byte
 // moves, then resumes with ResumeOptions.Checked and that device map.
 func (e *Engine) CheckRestore(ctx context.Context, a Actor, m *snapshot.Manifest, opts ResumeOptions) (gpu.DeviceMap, error) {
-	id := opts.ID
-	if id == "" {
-		id = a.ID
-	}
+	id := a.SandboxID(opts.ID)
 	var devices gpu.DeviceMap
-	err := opts.Observer.Step(a.name(), "resume", StepCompatibility, func() (msg string, err error) {
+	err := opts.Observer.Step(a.Label(), "resume", StepCompatibility, func() (msg string, err error) {
 		if msg, devices, err = e.compatibility(ctx, a, m, opts.DeviceMap); err != nil {
 			return "", err
 		}

@@ -22,11 +22,8 @@ type BootOptions struct {
 // Boot creates and starts the actor's sandbox from its bundle and waits
 // for its readiness probe. On failure the sandbox is removed again.
 func (e *Engine) Boot(ctx context.Context, a Actor, opts BootOptions) (err error) {
-	o := op{actor: a.name(), name: "boot", obs: opts.Observer}
-	id := opts.ID
-	if id == "" {
-		id = a.ID
-	}
+	o := op{actor: a.Label(), name: "boot", obs: opts.Observer}
+	id := a.SandboxID(opts.ID)
 	defer func() {
 		if err != nil {
 			cctx, cancel := e.cleanupContext(ctx)
@@ -52,7 +49,7 @@ func (e *Engine) create(ctx context.Context, a Actor, id string, o op) (string, 
 
 // WaitReady runs the readiness probe, if any, against a running sandbox.
 func (e *Engine) WaitReady(ctx context.Context, a Actor, id string, p Probe, obs Observer) error {
-	return e.waitReady(ctx, op{actor: a.name(), name: "probe", obs: obs}, id, p, a.ConsoleLog)
+	return e.waitReady(ctx, op{actor: a.Label(), name: "probe", obs: obs}, id, p, a.ConsoleLog)
 }
 
 // Remove stops sandbox id, which frees its memory and GPUs, and deletes the
@@ -171,7 +168,7 @@ func (e *Engine) Thaw(ctx context.Context, a Actor, id string, obs Observer) err
 	if err != nil {
 		return err
 	}
-	return e.thaw(ctx, op{actor: a.name(), name: "thaw", obs: obs}, a, id, st, nil)
+	return e.thaw(ctx, op{actor: a.Label(), name: "thaw", obs: obs}, a, id, st, nil)
 }
 
 // thaw is Thaw within operation o of the sandbox whose state the caller
@@ -212,11 +209,8 @@ var ErrNotKept = errors.New("no kept sandbox")
 // runs, and the error wraps ErrNotKept: the snapshot in dir is as it was,
 // for Resume. A sandbox that is not there frozen is an ErrNotKept too.
 func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
-	o := op{actor: a.name(), name: "resume", obs: opts.Observer}
-	id := opts.ID
-	if id == "" {
-		id = a.ID
-	}
+	o := op{actor: a.Label(), name: "resume", obs: opts.Observer}
+	id := a.SandboxID(opts.ID)
 	st, err := e.Runtime.State(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return fmt.Errorf("%w: sandbox %s is gone", ErrNotKept, id)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,18 +32,15 @@ const imageDir = "image"
 // snapshot, and the error names the step and the cause. A committed
 // snapshot is returned even when a later step failed.
 func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*snapshot.Manifest, error) {
-	name := opts.Name
-	if name == "" {
-		name = "suspend"
-	}
-	o := op{actor: a.name(), name: name, obs: opts.Observer}
+	name := cmp.Or(opts.Name, "suspend")
+	o := op{actor: a.Label(), name: name, obs: opts.Observer}
 	switch opts.Scope {
 	case snapshot.ScopeFull, "":
 		return e.suspendFull(ctx, o, a, opts.Dir, opts.Keep)
 	case snapshot.ScopeData:
 		return e.suspendData(ctx, o, a, opts.Dir)
 	}
-	return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.name(), ErrRefused, opts.Scope)
+	return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.Label(), ErrRefused, opts.Scope)
 }
 
 func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, keep func() (bool, string)) (m *snapshot.Manifest, err error) {
@@ -65,7 +63,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 	}()
 
 	cp := e.checkpointOptions(dir)
-	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.name(), Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node, Guest: plan.Guest}
+	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.Label(), Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node, Guest: plan.Guest}
 	if a.GPU {
 		manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: plan.Node.GPU.CUDADriverAPI, NvproxyABI: plan.Node.Runtime.GPUABI,
 			Processes: plan.CUDAProcesses, Devices: plan.GPUs, Path: string(plan.GPUPath)}

@@ -119,10 +119,7 @@ func (p *Pull) Stop() {
 // written (Pull.Written; it then outlives ctx, and Pull.Stop ends it).
 // Without a Pull, nothing is left in dir.
 func PullAndResume(ctx context.Context, eng *engine.Engine, a engine.Actor, dir string, from Stored, opts engine.ResumeOptions) (*Pull, error) {
-	name := a.Name
-	if name == "" {
-		name = a.ID
-	}
+	name := a.Label()
 	stored, err := from.Repo.Snapshot(ctx, from.Name)
 	if err != nil {
 		return nil, err
@@ -207,10 +204,7 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 	var view *lazyfs.View
 	// Named after the sandbox, so that a stasisd that restarts knows
 	// which sandbox read through a view it left behind.
-	id := opts.ID
-	if id == "" {
-		id = a.ID
-	}
+	id := a.SandboxID(opts.ID)
 	mnt := filepath.Join(from.Views, id)
 	started := time.Now()
 	before := store.Stats(from.Repo.Backend())
