@@ -172,7 +172,13 @@ func (c *Client) ListStaged(ctx context.Context) ([]StagedSnapshot, error) {
 	})
 }
 
+// NodeInfo reads the node's fingerprint (rpc Fingerprint; from a stasisd
+// older than it, through the deprecated NodeInfo).
 func (c *Client) NodeInfo(ctx context.Context) (NodeInfo, error) {
+	f, err := unary(ctx, c, c.rpc.Fingerprint, &stasisv1.Empty{}, FingerprintFromWire)
+	if apiErr := (*Error)(nil); !errors.As(err, &apiErr) || apiErr.Code != connect.CodeUnimplemented.String() {
+		return f, err
+	}
 	info, err := unary(ctx, c, c.rpc.NodeInfo, &stasisv1.Empty{}, func(s *structpb.Struct) *structpb.Struct { return s })
 	if err != nil {
 		return NodeInfo{}, err

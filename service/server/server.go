@@ -301,6 +301,11 @@ func (h handler) ListStaged(ctx context.Context, _ *connect.Request[stasisv1.Emp
 	return reply(api.StagedSnapshots{Staged: l}, err, api.StagedSnapshots.Wire)
 }
 
+func (h handler) Fingerprint(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[stasisv1.NodeFingerprint], error) {
+	f, err := h.s.NodeInfo(ctx)
+	return reply(f, err, api.FingerprintWire)
+}
+
 func (h handler) NodeInfo(ctx context.Context, _ *connect.Request[stasisv1.Empty]) (*connect.Response[structpb.Struct], error) {
 	f, err := h.s.NodeInfo(ctx)
 	var info *structpb.Struct

@@ -2927,6 +2927,648 @@ func (x *NodeStatus) GetLease() *Lease {
 	return nil
 }
 
+// NodeFingerprint is what a node offers a snapshot's restore
+// (docs/compatibility.md), as `stasis node info --json` writes it.
+type NodeFingerprint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FormatVersion int32                  `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	Hostname      string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	CollectedAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=collected_at,json=collectedAt,proto3" json:"collected_at,omitempty"`
+	// arch is the CPU architecture in Go's terms ("amd64").
+	Arch   string      `protobuf:"bytes,4,opt,name=arch,proto3" json:"arch,omitempty"`
+	Kernel string      `protobuf:"bytes,5,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	Cpu    *NodeCPU    `protobuf:"bytes,6,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Memory *NodeMemory `protobuf:"bytes,7,opt,name=memory,proto3" json:"memory,omitempty"`
+	// runtime is gVisor's runsc.
+	Runtime *RuntimeInfo `protobuf:"bytes,8,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Gpu     *NodeGPUs    `protobuf:"bytes,9,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	// checkpoint_api: whether the host's CUDA driver library exports the
+	// checkpoint API a GPU suspend needs.
+	CheckpointApi *Support `protobuf:"bytes,10,opt,name=checkpoint_api,json=checkpointApi,proto3" json:"checkpoint_api,omitempty"`
+	// runtimes are the node's other runtimes: those it runs, and those it
+	// cannot, with why.
+	Runtimes      []*RuntimeOffer `protobuf:"bytes,11,rep,name=runtimes,proto3" json:"runtimes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeFingerprint) Reset() {
+	*x = NodeFingerprint{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeFingerprint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeFingerprint) ProtoMessage() {}
+
+func (x *NodeFingerprint) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeFingerprint.ProtoReflect.Descriptor instead.
+func (*NodeFingerprint) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *NodeFingerprint) GetFormatVersion() int32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
+func (x *NodeFingerprint) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *NodeFingerprint) GetCollectedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CollectedAt
+	}
+	return nil
+}
+
+func (x *NodeFingerprint) GetArch() string {
+	if x != nil {
+		return x.Arch
+	}
+	return ""
+}
+
+func (x *NodeFingerprint) GetKernel() string {
+	if x != nil {
+		return x.Kernel
+	}
+	return ""
+}
+
+func (x *NodeFingerprint) GetCpu() *NodeCPU {
+	if x != nil {
+		return x.Cpu
+	}
+	return nil
+}
+
+func (x *NodeFingerprint) GetMemory() *NodeMemory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *NodeFingerprint) GetRuntime() *RuntimeInfo {
+	if x != nil {
+		return x.Runtime
+	}
+	return nil
+}
+
+func (x *NodeFingerprint) GetGpu() *NodeGPUs {
+	if x != nil {
+		return x.Gpu
+	}
+	return nil
+}
+
+func (x *NodeFingerprint) GetCheckpointApi() *Support {
+	if x != nil {
+		return x.CheckpointApi
+	}
+	return nil
+}
+
+func (x *NodeFingerprint) GetRuntimes() []*RuntimeOffer {
+	if x != nil {
+		return x.Runtimes
+	}
+	return nil
+}
+
+type NodeCPU struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vendor        string                 `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Flags         []string               `protobuf:"bytes,3,rep,name=flags,proto3" json:"flags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCPU) Reset() {
+	*x = NodeCPU{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCPU) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCPU) ProtoMessage() {}
+
+func (x *NodeCPU) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCPU.ProtoReflect.Descriptor instead.
+func (*NodeCPU) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *NodeCPU) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
+}
+
+func (x *NodeCPU) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *NodeCPU) GetFlags() []string {
+	if x != nil {
+		return x.Flags
+	}
+	return nil
+}
+
+type NodeMemory struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	TotalBytes     uint64                 `protobuf:"varint,1,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	AvailableBytes uint64                 `protobuf:"varint,2,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *NodeMemory) Reset() {
+	*x = NodeMemory{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeMemory) ProtoMessage() {}
+
+func (x *NodeMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeMemory.ProtoReflect.Descriptor instead.
+func (*NodeMemory) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *NodeMemory) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *NodeMemory) GetAvailableBytes() uint64 {
+	if x != nil {
+		return x.AvailableBytes
+	}
+	return 0
+}
+
+// RuntimeInfo names a runtime and the settings a Full snapshot's restore
+// must match.
+type RuntimeInfo struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// platform is how it runs sandboxes (runsc's --platform).
+	Platform string `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
+	// gpu_abi is the NVIDIA driver ABI GPU sandboxes run with.
+	GpuAbi        string `protobuf:"bytes,4,opt,name=gpu_abi,json=gpuAbi,proto3" json:"gpu_abi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuntimeInfo) Reset() {
+	*x = RuntimeInfo{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuntimeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuntimeInfo) ProtoMessage() {}
+
+func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuntimeInfo.ProtoReflect.Descriptor instead.
+func (*RuntimeInfo) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RuntimeInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RuntimeInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *RuntimeInfo) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *RuntimeInfo) GetGpuAbi() string {
+	if x != nil {
+		return x.GpuAbi
+	}
+	return ""
+}
+
+type NodeGPUs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Available     bool                   `protobuf:"varint,1,opt,name=available,proto3" json:"available,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	DriverVersion string                 `protobuf:"bytes,3,opt,name=driver_version,json=driverVersion,proto3" json:"driver_version,omitempty"`
+	// cuda_driver_api is the CUDA driver API version, such as 13000.
+	CudaDriverApi int32        `protobuf:"varint,4,opt,name=cuda_driver_api,json=cudaDriverApi,proto3" json:"cuda_driver_api,omitempty"`
+	Devices       []*GPUDevice `protobuf:"bytes,5,rep,name=devices,proto3" json:"devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeGPUs) Reset() {
+	*x = NodeGPUs{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeGPUs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeGPUs) ProtoMessage() {}
+
+func (x *NodeGPUs) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeGPUs.ProtoReflect.Descriptor instead.
+func (*NodeGPUs) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *NodeGPUs) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *NodeGPUs) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *NodeGPUs) GetDriverVersion() string {
+	if x != nil {
+		return x.DriverVersion
+	}
+	return ""
+}
+
+func (x *NodeGPUs) GetCudaDriverApi() int32 {
+	if x != nil {
+		return x.CudaDriverApi
+	}
+	return 0
+}
+
+func (x *NodeGPUs) GetDevices() []*GPUDevice {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+type GPUDevice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Uuid  string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// name is the model, such as "NVIDIA H200".
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// pci_device_id is the combined device and vendor id ("0x233510de").
+	PciDeviceId       string `protobuf:"bytes,4,opt,name=pci_device_id,json=pciDeviceId,proto3" json:"pci_device_id,omitempty"`
+	PciBusId          string `protobuf:"bytes,5,opt,name=pci_bus_id,json=pciBusId,proto3" json:"pci_bus_id,omitempty"`
+	MemoryTotalBytes  uint64 `protobuf:"varint,6,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	MemoryUsedBytes   uint64 `protobuf:"varint,7,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	ComputeCapability string `protobuf:"bytes,8,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
+	MigEnabled        bool   `protobuf:"varint,9,opt,name=mig_enabled,json=migEnabled,proto3" json:"mig_enabled,omitempty"`
+	PersistenceMode   bool   `protobuf:"varint,10,opt,name=persistence_mode,json=persistenceMode,proto3" json:"persistence_mode,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *GPUDevice) Reset() {
+	*x = GPUDevice{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GPUDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GPUDevice) ProtoMessage() {}
+
+func (x *GPUDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GPUDevice.ProtoReflect.Descriptor instead.
+func (*GPUDevice) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GPUDevice) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetPciDeviceId() string {
+	if x != nil {
+		return x.PciDeviceId
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetPciBusId() string {
+	if x != nil {
+		return x.PciBusId
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetMemoryTotalBytes() uint64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetMemoryUsedBytes() uint64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *GPUDevice) GetComputeCapability() string {
+	if x != nil {
+		return x.ComputeCapability
+	}
+	return ""
+}
+
+func (x *GPUDevice) GetMigEnabled() bool {
+	if x != nil {
+		return x.MigEnabled
+	}
+	return false
+}
+
+func (x *GPUDevice) GetPersistenceMode() bool {
+	if x != nil {
+		return x.PersistenceMode
+	}
+	return false
+}
+
+// Support is a feature that is there, or why it is not.
+type Support struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Available     bool                   `protobuf:"varint,1,opt,name=available,proto3" json:"available,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Support) Reset() {
+	*x = Support{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Support) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Support) ProtoMessage() {}
+
+func (x *Support) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Support.ProtoReflect.Descriptor instead.
+func (*Support) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *Support) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *Support) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RuntimeOffer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is what templates call it ("microvm").
+	Name      string       `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Available bool         `protobuf:"varint,2,opt,name=available,proto3" json:"available,omitempty"`
+	Reason    string       `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Runtime   *RuntimeInfo `protobuf:"bytes,4,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// notes say what it chose on this node and why.
+	Notes         []string `protobuf:"bytes,5,rep,name=notes,proto3" json:"notes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuntimeOffer) Reset() {
+	*x = RuntimeOffer{}
+	mi := &file_stasis_v1_stasis_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuntimeOffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuntimeOffer) ProtoMessage() {}
+
+func (x *RuntimeOffer) ProtoReflect() protoreflect.Message {
+	mi := &file_stasis_v1_stasis_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuntimeOffer.ProtoReflect.Descriptor instead.
+func (*RuntimeOffer) Descriptor() ([]byte, []int) {
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RuntimeOffer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RuntimeOffer) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *RuntimeOffer) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RuntimeOffer) GetRuntime() *RuntimeInfo {
+	if x != nil {
+		return x.Runtime
+	}
+	return nil
+}
+
+func (x *RuntimeOffer) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
 type StageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the snapshot's name in the store.
@@ -2937,7 +3579,7 @@ type StageRequest struct {
 
 func (x *StageRequest) Reset() {
 	*x = StageRequest{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3591,7 @@ func (x *StageRequest) String() string {
 func (*StageRequest) ProtoMessage() {}
 
 func (x *StageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[41]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3604,7 @@ func (x *StageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
 func (*StageRequest) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{41}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StageRequest) GetName() string {
@@ -2990,7 +3632,7 @@ type StagedSnapshot struct {
 
 func (x *StagedSnapshot) Reset() {
 	*x = StagedSnapshot{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[42]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3644,7 @@ func (x *StagedSnapshot) String() string {
 func (*StagedSnapshot) ProtoMessage() {}
 
 func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[42]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3657,7 @@ func (x *StagedSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshot.ProtoReflect.Descriptor instead.
 func (*StagedSnapshot) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{42}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StagedSnapshot) GetName() string {
@@ -3069,7 +3711,7 @@ type StagedSnapshots struct {
 
 func (x *StagedSnapshots) Reset() {
 	*x = StagedSnapshots{}
-	mi := &file_stasis_v1_stasis_proto_msgTypes[43]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3723,7 @@ func (x *StagedSnapshots) String() string {
 func (*StagedSnapshots) ProtoMessage() {}
 
 func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
-	mi := &file_stasis_v1_stasis_proto_msgTypes[43]
+	mi := &file_stasis_v1_stasis_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3736,7 @@ func (x *StagedSnapshots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedSnapshots.ProtoReflect.Descriptor instead.
 func (*StagedSnapshots) Descriptor() ([]byte, []int) {
-	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{43}
+	return file_stasis_v1_stasis_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StagedSnapshots) GetStaged() []*StagedSnapshot {
@@ -3340,7 +3982,63 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\n" +
 	"NodeStatus\x12,\n" +
 	"\x05store\x18\x01 \x01(\v2\x16.stasis.v1.StoreStatusR\x05store\x12&\n" +
-	"\x05lease\x18\x02 \x01(\v2\x10.stasis.v1.LeaseR\x05lease\"\"\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.stasis.v1.LeaseR\x05lease\"\xdd\x03\n" +
+	"\x0fNodeFingerprint\x12%\n" +
+	"\x0eformat_version\x18\x01 \x01(\x05R\rformatVersion\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12=\n" +
+	"\fcollected_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vcollectedAt\x12\x12\n" +
+	"\x04arch\x18\x04 \x01(\tR\x04arch\x12\x16\n" +
+	"\x06kernel\x18\x05 \x01(\tR\x06kernel\x12$\n" +
+	"\x03cpu\x18\x06 \x01(\v2\x12.stasis.v1.NodeCPUR\x03cpu\x12-\n" +
+	"\x06memory\x18\a \x01(\v2\x15.stasis.v1.NodeMemoryR\x06memory\x120\n" +
+	"\aruntime\x18\b \x01(\v2\x16.stasis.v1.RuntimeInfoR\aruntime\x12%\n" +
+	"\x03gpu\x18\t \x01(\v2\x13.stasis.v1.NodeGPUsR\x03gpu\x129\n" +
+	"\x0echeckpoint_api\x18\n" +
+	" \x01(\v2\x12.stasis.v1.SupportR\rcheckpointApi\x123\n" +
+	"\bruntimes\x18\v \x03(\v2\x17.stasis.v1.RuntimeOfferR\bruntimes\"M\n" +
+	"\aNodeCPU\x12\x16\n" +
+	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x14\n" +
+	"\x05flags\x18\x03 \x03(\tR\x05flags\"V\n" +
+	"\n" +
+	"NodeMemory\x12\x1f\n" +
+	"\vtotal_bytes\x18\x01 \x01(\x04R\n" +
+	"totalBytes\x12'\n" +
+	"\x0favailable_bytes\x18\x02 \x01(\x04R\x0eavailableBytes\"p\n" +
+	"\vRuntimeInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1a\n" +
+	"\bplatform\x18\x03 \x01(\tR\bplatform\x12\x17\n" +
+	"\agpu_abi\x18\x04 \x01(\tR\x06gpuAbi\"\xbf\x01\n" +
+	"\bNodeGPUs\x12\x1c\n" +
+	"\tavailable\x18\x01 \x01(\bR\tavailable\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12%\n" +
+	"\x0edriver_version\x18\x03 \x01(\tR\rdriverVersion\x12&\n" +
+	"\x0fcuda_driver_api\x18\x04 \x01(\x05R\rcudaDriverApi\x12.\n" +
+	"\adevices\x18\x05 \x03(\v2\x14.stasis.v1.GPUDeviceR\adevices\"\xe0\x02\n" +
+	"\tGPUDevice\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
+	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\"\n" +
+	"\rpci_device_id\x18\x04 \x01(\tR\vpciDeviceId\x12\x1c\n" +
+	"\n" +
+	"pci_bus_id\x18\x05 \x01(\tR\bpciBusId\x12,\n" +
+	"\x12memory_total_bytes\x18\x06 \x01(\x04R\x10memoryTotalBytes\x12*\n" +
+	"\x11memory_used_bytes\x18\a \x01(\x04R\x0fmemoryUsedBytes\x12-\n" +
+	"\x12compute_capability\x18\b \x01(\tR\x11computeCapability\x12\x1f\n" +
+	"\vmig_enabled\x18\t \x01(\bR\n" +
+	"migEnabled\x12)\n" +
+	"\x10persistence_mode\x18\n" +
+	" \x01(\bR\x0fpersistenceMode\"?\n" +
+	"\aSupport\x12\x1c\n" +
+	"\tavailable\x18\x01 \x01(\bR\tavailable\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa0\x01\n" +
+	"\fRuntimeOffer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x120\n" +
+	"\aruntime\x18\x04 \x01(\v2\x16.stasis.v1.RuntimeInfoR\aruntime\x12\x14\n" +
+	"\x05notes\x18\x05 \x03(\tR\x05notes\"\"\n" +
 	"\fStageRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xbb\x01\n" +
 	"\x0eStagedSnapshot\x12\x12\n" +
@@ -3352,7 +4050,7 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x06in_use\x18\x05 \x01(\x05R\x05inUse\x12\x18\n" +
 	"\aalready\x18\x06 \x01(\bR\aalready\"D\n" +
 	"\x0fStagedSnapshots\x121\n" +
-	"\x06staged\x18\x01 \x03(\v2\x19.stasis.v1.StagedSnapshotR\x06staged2\xca\v\n" +
+	"\x06staged\x18\x01 \x03(\v2\x19.stasis.v1.StagedSnapshotR\x06staged2\x8c\f\n" +
 	"\x06Stasis\x12:\n" +
 	"\x0eCreateTemplate\x12\x13.stasis.v1.Template\x1a\x13.stasis.v1.Template\x12;\n" +
 	"\x0eDeleteTemplate\x12\x17.stasis.v1.TemplateName\x1a\x10.stasis.v1.Empty\x12;\n" +
@@ -3378,8 +4076,9 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\x0fInspectSnapshot\x12\x15.stasis.v1.SnapshotID\x1a\x13.stasis.v1.Snapshot\x12C\n" +
 	"\rStageSnapshot\x12\x17.stasis.v1.StageRequest\x1a\x19.stasis.v1.StagedSnapshot\x12:\n" +
 	"\n" +
-	"ListStaged\x12\x10.stasis.v1.Empty\x1a\x1a.stasis.v1.StagedSnapshots\x125\n" +
-	"\bNodeInfo\x12\x10.stasis.v1.Empty\x1a\x17.google.protobuf.Struct\x125\n" +
+	"ListStaged\x12\x10.stasis.v1.Empty\x1a\x1a.stasis.v1.StagedSnapshots\x12;\n" +
+	"\vFingerprint\x12\x10.stasis.v1.Empty\x1a\x1a.stasis.v1.NodeFingerprint\x12:\n" +
+	"\bNodeInfo\x12\x10.stasis.v1.Empty\x1a\x17.google.protobuf.Struct\"\x03\x88\x02\x01\x125\n" +
 	"\n" +
 	"NodeStatus\x12\x10.stasis.v1.Empty\x1a\x15.stasis.v1.NodeStatus\x127\n" +
 	"\n" +
@@ -3399,7 +4098,7 @@ func file_stasis_v1_stasis_proto_rawDescGZIP() []byte {
 	return file_stasis_v1_stasis_proto_rawDescData
 }
 
-var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_stasis_v1_stasis_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Empty)(nil),                 // 0: stasis.v1.Empty
 	(*Template)(nil),              // 1: stasis.v1.Template
@@ -3442,17 +4141,25 @@ var file_stasis_v1_stasis_proto_goTypes = []any{
 	(*Command)(nil),               // 38: stasis.v1.Command
 	(*StoreStatus)(nil),           // 39: stasis.v1.StoreStatus
 	(*NodeStatus)(nil),            // 40: stasis.v1.NodeStatus
-	(*StageRequest)(nil),          // 41: stasis.v1.StageRequest
-	(*StagedSnapshot)(nil),        // 42: stasis.v1.StagedSnapshot
-	(*StagedSnapshots)(nil),       // 43: stasis.v1.StagedSnapshots
-	nil,                           // 44: stasis.v1.Device.PropsEntry
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 46: google.protobuf.Struct
+	(*NodeFingerprint)(nil),       // 41: stasis.v1.NodeFingerprint
+	(*NodeCPU)(nil),               // 42: stasis.v1.NodeCPU
+	(*NodeMemory)(nil),            // 43: stasis.v1.NodeMemory
+	(*RuntimeInfo)(nil),           // 44: stasis.v1.RuntimeInfo
+	(*NodeGPUs)(nil),              // 45: stasis.v1.NodeGPUs
+	(*GPUDevice)(nil),             // 46: stasis.v1.GPUDevice
+	(*Support)(nil),               // 47: stasis.v1.Support
+	(*RuntimeOffer)(nil),          // 48: stasis.v1.RuntimeOffer
+	(*StageRequest)(nil),          // 49: stasis.v1.StageRequest
+	(*StagedSnapshot)(nil),        // 50: stasis.v1.StagedSnapshot
+	(*StagedSnapshots)(nil),       // 51: stasis.v1.StagedSnapshots
+	nil,                           // 52: stasis.v1.Device.PropsEntry
+	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 54: google.protobuf.Struct
 }
 var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	9,  // 0: stasis.v1.Template.probe:type_name -> stasis.v1.Probe
 	10, // 1: stasis.v1.Template.snapshots:type_name -> stasis.v1.SnapshotConfig
-	45, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	53, // 2: stasis.v1.Template.created_at:type_name -> google.protobuf.Timestamp
 	7,  // 3: stasis.v1.Template.vm:type_name -> stasis.v1.VM
 	3,  // 4: stasis.v1.Template.network:type_name -> stasis.v1.Network
 	4,  // 5: stasis.v1.Template.ports:type_name -> stasis.v1.Port
@@ -3460,17 +4167,17 @@ var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	2,  // 7: stasis.v1.Template.mounts:type_name -> stasis.v1.Mount
 	4,  // 8: stasis.v1.ActorNetwork.ports:type_name -> stasis.v1.Port
 	8,  // 9: stasis.v1.VM.devices:type_name -> stasis.v1.Device
-	44, // 10: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
+	52, // 10: stasis.v1.Device.props:type_name -> stasis.v1.Device.PropsEntry
 	13, // 11: stasis.v1.Actor.snapshot:type_name -> stasis.v1.Snapshot
 	12, // 12: stasis.v1.Actor.operation:type_name -> stasis.v1.Operation
-	45, // 13: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
-	45, // 14: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 13: stasis.v1.Actor.created_at:type_name -> google.protobuf.Timestamp
+	53, // 14: stasis.v1.Actor.updated_at:type_name -> google.protobuf.Timestamp
 	6,  // 15: stasis.v1.Actor.network:type_name -> stasis.v1.ActorNetwork
-	45, // 16: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
-	45, // 17: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	45, // 18: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	45, // 19: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	45, // 20: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
+	53, // 16: stasis.v1.Actor.exited_at:type_name -> google.protobuf.Timestamp
+	53, // 17: stasis.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	53, // 18: stasis.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	53, // 19: stasis.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	53, // 20: stasis.v1.Event.at:type_name -> google.protobuf.Timestamp
 	3,  // 21: stasis.v1.RunRequest.network:type_name -> stasis.v1.Network
 	4,  // 22: stasis.v1.RunRequest.ports:type_name -> stasis.v1.Port
 	1,  // 23: stasis.v1.Templates.templates:type_name -> stasis.v1.Template
@@ -3478,73 +4185,84 @@ var file_stasis_v1_stasis_proto_depIdxs = []int32{
 	25, // 25: stasis.v1.ExecRequest.window:type_name -> stasis.v1.WindowSize
 	24, // 26: stasis.v1.ExecInput.start:type_name -> stasis.v1.ExecRequest
 	25, // 27: stasis.v1.ExecInput.resize:type_name -> stasis.v1.WindowSize
-	45, // 28: stasis.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
+	53, // 28: stasis.v1.LogsRequest.since:type_name -> google.protobuf.Timestamp
 	14, // 29: stasis.v1.Events.events:type_name -> stasis.v1.Event
 	13, // 30: stasis.v1.Snapshots.snapshots:type_name -> stasis.v1.Snapshot
-	45, // 31: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
+	53, // 31: stasis.v1.Lease.until:type_name -> google.protobuf.Timestamp
 	38, // 32: stasis.v1.Lease.fence_commands:type_name -> stasis.v1.Command
-	45, // 33: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
+	53, // 33: stasis.v1.StoreStatus.since:type_name -> google.protobuf.Timestamp
 	39, // 34: stasis.v1.NodeStatus.store:type_name -> stasis.v1.StoreStatus
 	37, // 35: stasis.v1.NodeStatus.lease:type_name -> stasis.v1.Lease
-	45, // 36: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
-	42, // 37: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
-	1,  // 38: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
-	20, // 39: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
-	19, // 40: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
-	0,  // 41: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
-	15, // 42: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
-	0,  // 43: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
-	22, // 44: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
-	16, // 45: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
-	16, // 46: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
-	16, // 47: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
-	17, // 48: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
-	24, // 49: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
-	24, // 50: stasis.v1.Stasis.ExecStream:input_type -> stasis.v1.ExecRequest
-	26, // 51: stasis.v1.Stasis.ExecAttach:input_type -> stasis.v1.ExecInput
-	28, // 52: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
-	28, // 53: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
-	30, // 54: stasis.v1.Stasis.Logs:input_type -> stasis.v1.LogsRequest
-	33, // 55: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
-	35, // 56: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
-	41, // 57: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
-	0,  // 58: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
-	0,  // 59: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
-	0,  // 60: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
-	36, // 61: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
-	0,  // 62: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
-	0,  // 63: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
-	1,  // 64: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
-	0,  // 65: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
-	1,  // 66: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
-	21, // 67: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
-	11, // 68: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
-	23, // 69: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
-	11, // 70: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
-	11, // 71: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
-	11, // 72: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
-	11, // 73: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
-	18, // 74: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
-	27, // 75: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
-	29, // 76: stasis.v1.Stasis.ExecStream:output_type -> stasis.v1.ExecOutput
-	29, // 77: stasis.v1.Stasis.ExecAttach:output_type -> stasis.v1.ExecOutput
-	32, // 78: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
-	14, // 79: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
-	31, // 80: stasis.v1.Stasis.Logs:output_type -> stasis.v1.LogChunk
-	34, // 81: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
-	13, // 82: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
-	42, // 83: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
-	43, // 84: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
-	46, // 85: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
-	40, // 86: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
-	37, // 87: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
-	37, // 88: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
-	37, // 89: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
-	64, // [64:90] is the sub-list for method output_type
-	38, // [38:64] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	53, // 36: stasis.v1.NodeFingerprint.collected_at:type_name -> google.protobuf.Timestamp
+	42, // 37: stasis.v1.NodeFingerprint.cpu:type_name -> stasis.v1.NodeCPU
+	43, // 38: stasis.v1.NodeFingerprint.memory:type_name -> stasis.v1.NodeMemory
+	44, // 39: stasis.v1.NodeFingerprint.runtime:type_name -> stasis.v1.RuntimeInfo
+	45, // 40: stasis.v1.NodeFingerprint.gpu:type_name -> stasis.v1.NodeGPUs
+	47, // 41: stasis.v1.NodeFingerprint.checkpoint_api:type_name -> stasis.v1.Support
+	48, // 42: stasis.v1.NodeFingerprint.runtimes:type_name -> stasis.v1.RuntimeOffer
+	46, // 43: stasis.v1.NodeGPUs.devices:type_name -> stasis.v1.GPUDevice
+	44, // 44: stasis.v1.RuntimeOffer.runtime:type_name -> stasis.v1.RuntimeInfo
+	53, // 45: stasis.v1.StagedSnapshot.used_at:type_name -> google.protobuf.Timestamp
+	50, // 46: stasis.v1.StagedSnapshots.staged:type_name -> stasis.v1.StagedSnapshot
+	1,  // 47: stasis.v1.Stasis.CreateTemplate:input_type -> stasis.v1.Template
+	20, // 48: stasis.v1.Stasis.DeleteTemplate:input_type -> stasis.v1.TemplateName
+	19, // 49: stasis.v1.Stasis.WarmTemplate:input_type -> stasis.v1.WarmRequest
+	0,  // 50: stasis.v1.Stasis.ListTemplates:input_type -> stasis.v1.Empty
+	15, // 51: stasis.v1.Stasis.Run:input_type -> stasis.v1.RunRequest
+	0,  // 52: stasis.v1.Stasis.ListActors:input_type -> stasis.v1.Empty
+	22, // 53: stasis.v1.Stasis.InspectActor:input_type -> stasis.v1.ActorID
+	16, // 54: stasis.v1.Stasis.Pause:input_type -> stasis.v1.OpRequest
+	16, // 55: stasis.v1.Stasis.Suspend:input_type -> stasis.v1.OpRequest
+	16, // 56: stasis.v1.Stasis.Resume:input_type -> stasis.v1.OpRequest
+	17, // 57: stasis.v1.Stasis.Delete:input_type -> stasis.v1.DeleteRequest
+	24, // 58: stasis.v1.Stasis.Exec:input_type -> stasis.v1.ExecRequest
+	24, // 59: stasis.v1.Stasis.ExecStream:input_type -> stasis.v1.ExecRequest
+	26, // 60: stasis.v1.Stasis.ExecAttach:input_type -> stasis.v1.ExecInput
+	28, // 61: stasis.v1.Stasis.Events:input_type -> stasis.v1.EventsRequest
+	28, // 62: stasis.v1.Stasis.WatchEvents:input_type -> stasis.v1.EventsRequest
+	30, // 63: stasis.v1.Stasis.Logs:input_type -> stasis.v1.LogsRequest
+	33, // 64: stasis.v1.Stasis.ListSnapshots:input_type -> stasis.v1.SnapshotsRequest
+	35, // 65: stasis.v1.Stasis.InspectSnapshot:input_type -> stasis.v1.SnapshotID
+	49, // 66: stasis.v1.Stasis.StageSnapshot:input_type -> stasis.v1.StageRequest
+	0,  // 67: stasis.v1.Stasis.ListStaged:input_type -> stasis.v1.Empty
+	0,  // 68: stasis.v1.Stasis.Fingerprint:input_type -> stasis.v1.Empty
+	0,  // 69: stasis.v1.Stasis.NodeInfo:input_type -> stasis.v1.Empty
+	0,  // 70: stasis.v1.Stasis.NodeStatus:input_type -> stasis.v1.Empty
+	36, // 71: stasis.v1.Stasis.RenewLease:input_type -> stasis.v1.LeaseRequest
+	0,  // 72: stasis.v1.Stasis.Lease:input_type -> stasis.v1.Empty
+	0,  // 73: stasis.v1.Stasis.ReleaseLease:input_type -> stasis.v1.Empty
+	1,  // 74: stasis.v1.Stasis.CreateTemplate:output_type -> stasis.v1.Template
+	0,  // 75: stasis.v1.Stasis.DeleteTemplate:output_type -> stasis.v1.Empty
+	1,  // 76: stasis.v1.Stasis.WarmTemplate:output_type -> stasis.v1.Template
+	21, // 77: stasis.v1.Stasis.ListTemplates:output_type -> stasis.v1.Templates
+	11, // 78: stasis.v1.Stasis.Run:output_type -> stasis.v1.Actor
+	23, // 79: stasis.v1.Stasis.ListActors:output_type -> stasis.v1.Actors
+	11, // 80: stasis.v1.Stasis.InspectActor:output_type -> stasis.v1.Actor
+	11, // 81: stasis.v1.Stasis.Pause:output_type -> stasis.v1.Actor
+	11, // 82: stasis.v1.Stasis.Suspend:output_type -> stasis.v1.Actor
+	11, // 83: stasis.v1.Stasis.Resume:output_type -> stasis.v1.Actor
+	18, // 84: stasis.v1.Stasis.Delete:output_type -> stasis.v1.Deleted
+	27, // 85: stasis.v1.Stasis.Exec:output_type -> stasis.v1.ExecResult
+	29, // 86: stasis.v1.Stasis.ExecStream:output_type -> stasis.v1.ExecOutput
+	29, // 87: stasis.v1.Stasis.ExecAttach:output_type -> stasis.v1.ExecOutput
+	32, // 88: stasis.v1.Stasis.Events:output_type -> stasis.v1.Events
+	14, // 89: stasis.v1.Stasis.WatchEvents:output_type -> stasis.v1.Event
+	31, // 90: stasis.v1.Stasis.Logs:output_type -> stasis.v1.LogChunk
+	34, // 91: stasis.v1.Stasis.ListSnapshots:output_type -> stasis.v1.Snapshots
+	13, // 92: stasis.v1.Stasis.InspectSnapshot:output_type -> stasis.v1.Snapshot
+	50, // 93: stasis.v1.Stasis.StageSnapshot:output_type -> stasis.v1.StagedSnapshot
+	51, // 94: stasis.v1.Stasis.ListStaged:output_type -> stasis.v1.StagedSnapshots
+	41, // 95: stasis.v1.Stasis.Fingerprint:output_type -> stasis.v1.NodeFingerprint
+	54, // 96: stasis.v1.Stasis.NodeInfo:output_type -> google.protobuf.Struct
+	40, // 97: stasis.v1.Stasis.NodeStatus:output_type -> stasis.v1.NodeStatus
+	37, // 98: stasis.v1.Stasis.RenewLease:output_type -> stasis.v1.Lease
+	37, // 99: stasis.v1.Stasis.Lease:output_type -> stasis.v1.Lease
+	37, // 100: stasis.v1.Stasis.ReleaseLease:output_type -> stasis.v1.Lease
+	74, // [74:101] is the sub-list for method output_type
+	47, // [47:74] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_stasis_v1_stasis_proto_init() }
@@ -3560,7 +4278,7 @@ func file_stasis_v1_stasis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stasis_v1_stasis_proto_rawDesc), len(file_stasis_v1_stasis_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

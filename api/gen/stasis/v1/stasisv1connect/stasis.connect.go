@@ -97,6 +97,8 @@ const (
 	StasisStageSnapshotProcedure = "/stasis.v1.Stasis/StageSnapshot"
 	// StasisListStagedProcedure is the fully-qualified name of the Stasis's ListStaged RPC.
 	StasisListStagedProcedure = "/stasis.v1.Stasis/ListStaged"
+	// StasisFingerprintProcedure is the fully-qualified name of the Stasis's Fingerprint RPC.
+	StasisFingerprintProcedure = "/stasis.v1.Stasis/Fingerprint"
 	// StasisNodeInfoProcedure is the fully-qualified name of the Stasis's NodeInfo RPC.
 	StasisNodeInfoProcedure = "/stasis.v1.Stasis/NodeInfo"
 	// StasisNodeStatusProcedure is the fully-qualified name of the Stasis's NodeStatus RPC.
@@ -162,9 +164,15 @@ type StasisClient interface {
 	// not restore is refused before anything is fetched.
 	StageSnapshot(context.Context, *connect.Request[v1.StageRequest]) (*connect.Response[v1.StagedSnapshot], error)
 	ListStaged(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.StagedSnapshots], error)
-	// NodeInfo is the node's fingerprint: the JSON object of the format
-	// docs/compatibility.md defines (the one snapshots record), carried as
-	// it is rather than copied into a second schema that could drift.
+	// Fingerprint is the node's fingerprint: the facts of the format
+	// docs/compatibility.md defines (the one snapshots record), typed. Each
+	// field of that format has its field here (api's round-trip test fails
+	// on one that has not), so the two cannot drift.
+	Fingerprint(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.NodeFingerprint], error)
+	// NodeInfo is the same fingerprint as the JSON object of its format, as
+	// stasisd answered before Fingerprint: kept for older clients.
+	//
+	// Deprecated: do not use.
 	NodeInfo(context.Context, *connect.Request[v1.Empty]) (*connect.Response[structpb.Struct], error)
 	// NodeStatus says where this node's stasisd stands: its store, its lease.
 	NodeStatus(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.NodeStatus], error)
@@ -313,6 +321,12 @@ func NewStasisClient(httpClient connect.HTTPClient, baseURL string, opts ...conn
 			connect.WithSchema(stasisMethods.ByName("ListStaged")),
 			connect.WithClientOptions(opts...),
 		),
+		fingerprint: connect.NewClient[v1.Empty, v1.NodeFingerprint](
+			httpClient,
+			baseURL+StasisFingerprintProcedure,
+			connect.WithSchema(stasisMethods.ByName("Fingerprint")),
+			connect.WithClientOptions(opts...),
+		),
 		nodeInfo: connect.NewClient[v1.Empty, structpb.Struct](
 			httpClient,
 			baseURL+StasisNodeInfoProcedure,
@@ -369,6 +383,7 @@ type stasisClient struct {
 	inspectSnapshot *connect.Client[v1.SnapshotID, v1.Snapshot]
 	stageSnapshot   *connect.Client[v1.StageRequest, v1.StagedSnapshot]
 	listStaged      *connect.Client[v1.Empty, v1.StagedSnapshots]
+	fingerprint     *connect.Client[v1.Empty, v1.NodeFingerprint]
 	nodeInfo        *connect.Client[v1.Empty, structpb.Struct]
 	nodeStatus      *connect.Client[v1.Empty, v1.NodeStatus]
 	renewLease      *connect.Client[v1.LeaseRequest, v1.Lease]
@@ -481,7 +496,14 @@ func (c *stasisClient) ListStaged(ctx context.Context, req *connect.Request[v1.E
 	return c.listStaged.CallUnary(ctx, req)
 }
 
+// Fingerprint calls stasis.v1.Stasis.Fingerprint.
+func (c *stasisClient) Fingerprint(ctx context.Context, req *connect.Request[v1.Empty]) (*connect.Response[v1.NodeFingerprint], error) {
+	return c.fingerprint.CallUnary(ctx, req)
+}
+
 // NodeInfo calls stasis.v1.Stasis.NodeInfo.
+//
+// Deprecated: do not use.
 func (c *stasisClient) NodeInfo(ctx context.Context, req *connect.Request[v1.Empty]) (*connect.Response[structpb.Struct], error) {
 	return c.nodeInfo.CallUnary(ctx, req)
 }
@@ -559,9 +581,15 @@ type StasisHandler interface {
 	// not restore is refused before anything is fetched.
 	StageSnapshot(context.Context, *connect.Request[v1.StageRequest]) (*connect.Response[v1.StagedSnapshot], error)
 	ListStaged(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.StagedSnapshots], error)
-	// NodeInfo is the node's fingerprint: the JSON object of the format
-	// docs/compatibility.md defines (the one snapshots record), carried as
-	// it is rather than copied into a second schema that could drift.
+	// Fingerprint is the node's fingerprint: the facts of the format
+	// docs/compatibility.md defines (the one snapshots record), typed. Each
+	// field of that format has its field here (api's round-trip test fails
+	// on one that has not), so the two cannot drift.
+	Fingerprint(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.NodeFingerprint], error)
+	// NodeInfo is the same fingerprint as the JSON object of its format, as
+	// stasisd answered before Fingerprint: kept for older clients.
+	//
+	// Deprecated: do not use.
 	NodeInfo(context.Context, *connect.Request[v1.Empty]) (*connect.Response[structpb.Struct], error)
 	// NodeStatus says where this node's stasisd stands: its store, its lease.
 	NodeStatus(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.NodeStatus], error)
@@ -706,6 +734,12 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 		connect.WithSchema(stasisMethods.ByName("ListStaged")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stasisFingerprintHandler := connect.NewUnaryHandler(
+		StasisFingerprintProcedure,
+		svc.Fingerprint,
+		connect.WithSchema(stasisMethods.ByName("Fingerprint")),
+		connect.WithHandlerOptions(opts...),
+	)
 	stasisNodeInfoHandler := connect.NewUnaryHandler(
 		StasisNodeInfoProcedure,
 		svc.NodeInfo,
@@ -780,6 +814,8 @@ func NewStasisHandler(svc StasisHandler, opts ...connect.HandlerOption) (string,
 			stasisStageSnapshotHandler.ServeHTTP(w, r)
 		case StasisListStagedProcedure:
 			stasisListStagedHandler.ServeHTTP(w, r)
+		case StasisFingerprintProcedure:
+			stasisFingerprintHandler.ServeHTTP(w, r)
 		case StasisNodeInfoProcedure:
 			stasisNodeInfoHandler.ServeHTTP(w, r)
 		case StasisNodeStatusProcedure:
@@ -881,6 +917,10 @@ func (UnimplementedStasisHandler) StageSnapshot(context.Context, *connect.Reques
 
 func (UnimplementedStasisHandler) ListStaged(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.StagedSnapshots], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.ListStaged is not implemented"))
+}
+
+func (UnimplementedStasisHandler) Fingerprint(context.Context, *connect.Request[v1.Empty]) (*connect.Response[v1.NodeFingerprint], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stasis.v1.Stasis.Fingerprint is not implemented"))
 }
 
 func (UnimplementedStasisHandler) NodeInfo(context.Context, *connect.Request[v1.Empty]) (*connect.Response[structpb.Struct], error) {
