@@ -179,6 +179,7 @@ func (c *Client) NodeInfo(ctx context.Context) (NodeInfo, error) {
 	if apiErr := (*Error)(nil); !errors.As(err, &apiErr) || apiErr.Code != connect.CodeUnimplemented.String() {
 		return f, err
 	}
+	//lint:ignore SA1019 the fallback for a stasisd older than Fingerprint
 	info, err := unary(ctx, c, c.rpc.NodeInfo, &stasisv1.Empty{}, func(s *structpb.Struct) *structpb.Struct { return s })
 	if err != nil {
 		return NodeInfo{}, err
