@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/stasis-run/stasis/api"
 	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
@@ -69,5 +70,40 @@ func TestClientErrorsCarryTheirCategory(t *testing.T) {
 	_, err = gone.InspectActor(ctx, "a1")
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "cannot reach stasisd") || !strings.Contains(err.Error(), "start it with `stasisd`") {
 		t.Fatalf("a socket nobody serves: %v; want unavailable saying how to start stasisd", err)
+	}
+}
+
+// olderStasisd answers the node's fingerprint only through the deprecated
+// NodeInfo, as a stasisd older than rpc Fingerprint does.
+type olderStasisd struct {
+	stasisv1connect.UnimplementedStasisHandler
+	info api.NodeInfo
+}
+
+func (o olderStasisd) NodeInfo(context.Context, *connect.Request[stasisv1.Empty]) (*connect.Response[structpb.Struct], error) {
+	s, err := api.NodeInfoWire(o.info)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(s), nil
+}
+
+// TestNodeInfoFromAnOlderStasisd: the client reads the fingerprint of a
+// stasisd that has no rpc Fingerprint through NodeInfo.
+func TestNodeInfoFromAnOlderStasisd(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "stasisd.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.NodeInfo{FormatVersion: 1, Hostname: "old-node", Arch: "amd64", Kernel: "6.1.0"}
+	mux := http.NewServeMux()
+	mux.Handle(stasisv1connect.NewStasisHandler(olderStasisd{info: want}))
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	got, err := api.Dial(socket).NodeInfo(context.Background())
+	if err != nil || got.Hostname != want.Hostname || got.Kernel != want.Kernel || got.FormatVersion != 1 {
+		t.Fatalf("NodeInfo from an older stasisd: %+v, %v; want %+v", got, err, want)
 	}
 }
