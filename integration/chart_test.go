@@ -1,11 +1,9 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,9 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 )
 
 // TestChartNodeRunsAsRendered: the Helm chart's node pod (stasisd.run pod,
@@ -115,11 +113,11 @@ func TestChartNodeRunsAsRendered(t *testing.T) {
 	}
 
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if body := httpGet(t, url+probe.HTTPGet.Path); !strings.Contains(body, "store: available "+store) {
-		t.Fatalf("%s answers %q", probe.HTTPGet.Path, body)
+	if code, body := httpGet(t, url+probe.HTTPGet.Path); code != http.StatusOK || !strings.Contains(body, "store: available "+store) {
+		t.Fatalf("%s answers %d %q", probe.HTTPGet.Path, code, body)
 	}
-	if body := httpGet(t, url+"/metrics"); !regexp.MustCompile(`stasis_actor_state\{actor="c1",[^}]*state="RUNNING"[^}]*\} 1`).MatchString(body) {
-		t.Fatalf("/metrics has no RUNNING c1:\n%s", body)
+	if code, body := httpGet(t, url+"/metrics"); code != http.StatusOK || !regexp.MustCompile(`stasis_actor_state\{actor="c1",[^}]*state="RUNNING"[^}]*\} 1`).MatchString(body) {
+		t.Fatalf("/metrics answers %d, no RUNNING c1:\n%s", code, body)
 	}
 	d.op("Suspend", "c1")
 	stored, err := os.ReadDir(store)
@@ -135,33 +133,28 @@ func TestChartNodeRunsAsRendered(t *testing.T) {
 // rendering.
 func renderedNode(t *testing.T, rendering []byte) (appsv1.DaemonSet, corev1.Service) {
 	t.Helper()
-	var ds *appsv1.DaemonSet
-	var svc *corev1.Service
-	for _, doc := range bytes.Split(rendering, []byte("\n---\n")) {
-		var meta struct {
-			Kind     string
-			Metadata struct{ Name string }
+	var ds appsv1.DaemonSet
+	var svc corev1.Service
+	found := 0
+	for _, u := range yamlObjects(t, rendering) {
+		var into any
+		switch {
+		case u.GetKind() == "DaemonSet" && u.GetName() == "stasis-node":
+			into = &ds
+		case u.GetKind() == "Service" && u.GetName() == "stasis-node-metrics":
+			into = &svc
+		default:
+			continue
 		}
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
 			t.Fatal(err)
 		}
-		switch {
-		case meta.Kind == "DaemonSet" && meta.Metadata.Name == "stasis-node":
-			ds = &appsv1.DaemonSet{}
-			if err := yaml.Unmarshal(doc, ds); err != nil {
-				t.Fatal(err)
-			}
-		case meta.Kind == "Service" && meta.Metadata.Name == "stasis-node-metrics":
-			svc = &corev1.Service{}
-			if err := yaml.Unmarshal(doc, svc); err != nil {
-				t.Fatal(err)
-			}
-		}
+		found++
 	}
-	if ds == nil || svc == nil {
-		t.Fatalf("the rendering has no DaemonSet stasis-node (%v) or Service stasis-node-metrics (%v)", ds != nil, svc != nil)
+	if found != 2 {
+		t.Fatalf("the rendering has no DaemonSet stasis-node (%q) or no Service stasis-node-metrics (%q)", ds.Name, svc.Name)
 	}
-	return *ds, *svc
+	return ds, svc
 }
 
 func container(t *testing.T, pod corev1.PodSpec, name string) corev1.Container {
@@ -222,20 +215,6 @@ func expandEnv(t *testing.T, args []string, env []corev1.EnvVar) []string {
 	return out
 }
 
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	res, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %v", url, res.Status, err)
-	}
-	return string(body)
-}
-
 // prometheusOperator is the release whose ServiceMonitor CRD the chart's
 // ServiceMonitor is checked against (its Go module holds the CRDs).
 const prometheusOperator = "github.com/prometheus-operator/prometheus-operator@v0.90.1"
@@ -277,11 +256,7 @@ func TestChartServiceMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	var monitor *unstructured.Unstructured
-	for _, doc := range bytes.Split(rendering, []byte("\n---\n")) {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-			t.Fatal(err)
-		}
+	for _, obj := range yamlObjects(t, rendering) {
 		switch {
 		case obj.GetKind() == "ServiceMonitor":
 			monitor = obj

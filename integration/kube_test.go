@@ -206,19 +206,28 @@ func applyYAML(t *testing.T, kube client.Client, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(obj) == 0 {
-			continue
-		}
-		u := &unstructured.Unstructured{Object: obj}
+	for _, u := range yamlObjects(t, data) {
 		if err := kube.Create(context.Background(), u); err != nil {
 			t.Fatalf("%s: create %s %s: %v", path, u.GetKind(), u.GetName(), err)
 		}
 	}
+}
+
+// yamlObjects are the objects of a multi-document YAML (a file of
+// manifests, a Helm rendering); empty documents are left out.
+func yamlObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objects []*unstructured.Unstructured
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if len(obj) > 0 {
+			objects = append(objects, &unstructured.Unstructured{Object: obj})
+		}
+	}
+	return objects
 }
 
 func waitForLong(t *testing.T, what string, limit time.Duration, cond func() bool) {

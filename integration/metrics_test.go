@@ -32,19 +32,7 @@ func TestMetricsOverTCP(t *testing.T) {
 	d.op("Pause", "a1")
 	d.op("Resume", "a1")
 
-	get := func(path string) (int, string) {
-		t.Helper()
-		res, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.StatusCode, string(body)
-	}
+	get := func(path string) (int, string) { return httpGet(t, "http://"+addr+path) }
 	code, page := get("/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics over TCP: %d", code)
@@ -85,4 +73,19 @@ func TestMetricsOverTCP(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "--metrics-addr "+addr) {
 		t.Fatalf("a second stasisd on the same metrics address: %v\n%s", err, out)
 	}
+}
+
+// httpGet is url's status and body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(body)
 }
