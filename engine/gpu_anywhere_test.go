@@ -77,21 +77,31 @@ func TestGPUAnywhere(t *testing.T) {
 			}
 			return a, first, time.Since(begin).Seconds()
 		}
-		// suspendAndPush suspends a into a folder and pushes it as name.
-		suspendAndPush := func(a engine.Actor, name string, to *store.Repository) (string, float64) {
-			dir := filepath.Join(g.work, "snap-"+name)
-			m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
+		// suspendAndPush suspends a into a folder and pushes it as name:
+		// the folder, the push's seconds, the suspend's without it, and
+		// the seconds until the GPU was free (the history's note).
+		suspendAndPush := func(a engine.Actor, name string, to *store.Repository) (dir string, pushS, suspendS, gpuFreeS float64) {
+			dir = filepath.Join(g.work, "snap-"+name)
+			begin := time.Now()
+			obs := engine.Observer{Before: g.obs.Before, After: func(ev engine.Step) {
+				if ev.Name == "note" && strings.HasPrefix(ev.Message, "the GPU is free, ") {
+					gpuFreeS = time.Since(begin).Seconds()
+				}
+				g.obs.After(ev)
+			}}
+			m, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: obs, Dir: dir})
 			if err != nil {
 				t.Fatalf("%s suspend: %v", mode, err)
 			}
-			pushS, err := g.timed(func() error {
+			suspendS = time.Since(begin).Seconds()
+			pushS, err = g.timed(func() error {
 				return transfer.Push(ctx, g.obs, a.ID, "suspend", dir, m, transfer.Stored{Repo: to, Name: name}, nil)
 			})
 			if err != nil {
 				t.Fatalf("%s push: %v", mode, err)
 			}
 			result["imageBytes"] = m.Size()
-			return dir, pushS
+			return dir, pushS, suspendS, gpuFreeS
 		}
 		// pullAndResume resumes a on "another node" from name, into dir,
 		// to its first token, which must be want.
@@ -103,6 +113,10 @@ func TestGPUAnywhere(t *testing.T) {
 		// the folder is whole is returned last.
 		views := filepath.Join(g.work, "views")
 		var pullMemory transfer.PullMemory
+		// lastDiskRead is what the machine's disks read during the last
+		// pullAndResume, in bytes.
+		disks := wholeDisks()
+		var lastDiskRead float64
 		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, v pullVariant) (float64, archiver.Pulled, float64, float64) {
 			g.takeEvents()
 			begin := time.Now()
@@ -129,12 +143,14 @@ func TestGPUAnywhere(t *testing.T) {
 			}}
 			stopSampling := sampleMachine(100 * time.Millisecond)
 			stopProfile := cpuProfile(t, mode, name, v)
+			readBefore := readCounters(disks).readSect
 			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs})
 			var got llmAnswer
 			var s, writtenS float64
 			if err == nil {
 				got, err = firstToken(a.ID)
 				s = time.Since(begin).Seconds()
+				lastDiskRead = (readCounters(disks).readSect - readBefore) * 512
 				if werr := pull.Written(); werr != nil && err == nil {
 					err = fmt.Errorf("the pulled folder was not written: %w", werr)
 				}
@@ -187,8 +203,9 @@ func TestGPUAnywhere(t *testing.T) {
 		a, first, coldS := start("any-" + mode)
 		result["cold_s"] = coldS
 		name := "any-" + mode + ".1"
-		dirA, pushS := suspendAndPush(a, name, repo)
-		result["push_s"] = pushS
+		dirA, pushS, suspendS, gpuFreeS := suspendAndPush(a, name, repo)
+		result["push_s"], result["suspend_s"], result["suspend_gpu_free_s"] = pushS, suspendS, gpuFreeS
+		result["suspend_push_over_no_push"] = (suspendS + pushS) / suspendS
 		if srepo != nil {
 			m, err := snapshot.Load(dirA)
 			if err != nil {
@@ -227,6 +244,9 @@ func TestGPUAnywhere(t *testing.T) {
 		result["floorRead1S"] = g.coldRead(packs, 1)
 		result["floorRead8S"] = g.coldRead(packs, 8)
 		floorRead := min(result["floorRead1S"].(float64), result["floorRead8S"].(float64))
+		// The data's own floor: the stored bytes at the disk's cold read
+		// speed; floor_s (earlier sessions') adds the resume on its own node.
+		result["data_floor_s"] = floorRead
 		result["floor_s"] = floorRead + result["local_s"].(float64)
 
 		// A node that never held it.
@@ -237,6 +257,8 @@ func TestGPUAnywhere(t *testing.T) {
 		result["pull_over_floor"] = floorRead / pullS
 		result["ratio"] = coldS / anywhereS
 		result["anywhere_over_floor"] = anywhereS / result["floor_s"].(float64)
+		result["anywhere_over_data_floor"] = anywhereS / floorRead
+		result["anywhere_disk_read_bytes"] = lastDiskRead
 		stop(a)
 		g.record("anywhere", result)
 		// again is the same pull and resume into a fresh dirB, the page
@@ -284,19 +306,30 @@ func TestGPUAnywhere(t *testing.T) {
 		if forMode("STASIS_ANYWHERE_SECOND", mode) {
 			// A second actor of the template, pulled onto the node that
 			// holds the first (its copy in dirB, as stasisd's seeds).
+			// The page cache dropped before it, as after a busy hour: each
+			// chunk comes from its cheapest source, and the disk reads no
+			// more than the store's bytes of the snapshot.
 			b, firstB, _ := start("any2-" + mode)
 			name2 := "any-" + mode + ".2"
-			dirA2, _ := suspendAndPush(b, name2, repo)
+			dirA2, _, _, _ := suspendAndPush(b, name2, repo)
 			os.RemoveAll(dirA2)
 			seed, err := repo.Snapshot(ctx, name)
 			if err != nil {
 				t.Fatal(err)
 			}
+			second, err := repo.Snapshot(ctx, name2)
+			if err != nil {
+				t.Fatal(err)
+			}
 			dirB2 := filepath.Join(g.work, "nodeb-"+mode+"-2")
+			g.dropCaches()
 			secondS, pulled2, _, _ := pullAndResume(b, repo, name2, dirB2, firstB.Token, pullVariant{seeds: []archiver.Seed{{Dir: dirB, Snapshot: seed}}})
 			result["second_s"] = secondS
 			result["second_actor_fetched_fraction"] = float64(pulled2.Fetched) / float64(pulled2.Bytes)
 			result["second_actor_over_local"] = secondS / result["local_s"].(float64)
+			result["second_actor_over_first"] = secondS / anywhereS
+			result["second_disk_read_bytes"], result["second_store_bytes"] = lastDiskRead, storedSize(repo, second)
+			result["second_disk_over_store"] = lastDiskRead / float64(storedSize(repo, second))
 			stop(b)
 			os.RemoveAll(dirB2)
 			g.record("anywhere", result)
@@ -406,4 +439,20 @@ func (g *gpuEnv) coldRead(files []string, streams int) float64 {
 		g.t.Fatal(err)
 	}
 	return d.Seconds()
+}
+
+// storedSize is the store's bytes of snapshot s: each of its chunks once,
+// compressed, as a pull of it alone would read them.
+func storedSize(repo *store.Repository, s *store.Snapshot) int64 {
+	seen := map[string]bool{}
+	var n int64
+	for _, f := range s.Files {
+		for _, id := range f.Chunks {
+			if c, ok := repo.Chunk(id); ok && !seen[id] {
+				seen[id] = true
+				n += c.Stored
+			}
+		}
+	}
+	return n
 }

@@ -40,8 +40,14 @@ func gpuActor(t *testing.T, rt *runtimetest.Runtime, id string) engine.Actor {
 	return engine.Actor{ID: id, Bundle: dir, GPU: true}
 }
 
+// The note that the GPU is free is named gpu-free.
 func stepNames(obs *[]string) engine.Observer {
-	return engine.Observer{After: func(s engine.Step) { *obs = append(*obs, s.Name) }}
+	return engine.Observer{After: func(s engine.Step) {
+		if s.Name == "note" && strings.HasPrefix(s.Message, "the GPU is free, ") {
+			s.Name = "gpu-free"
+		}
+		*obs = append(*obs, s.Name)
+	}}
 }
 
 // TestGPUPathFollowsTheRuntime: with the runtime path the suspend hands
@@ -81,6 +87,13 @@ func TestGPUPathFollowsTheRuntime(t *testing.T) {
 			byRuntime := c.wantPath == snapshot.GPUPathRuntime
 			if (rt.LastCheckpoint.CUDACheckpointPath == bundle.HelperPath) != byRuntime || slices.Contains(seen, "gpu-suspend") == byRuntime {
 				t.Fatalf("checkpoint options %+v, steps %v", rt.LastCheckpoint, seen)
+			}
+			// The history says when the GPU was free: after the driver's
+			// checkpoint, or, where the runtime put the GPU state back after
+			// its own, once the sandbox stopped.
+			freed := slices.Index(seen, "gpu-free")
+			if byRuntime && (freed != len(seen)-1 || slices.Index(seen, "stop") > freed) || !byRuntime && (freed < 1 || seen[freed-1] != "gpu-suspend") {
+				t.Fatalf("steps %v: the GPU's release noted in the wrong place", seen)
 			}
 			if back, _ := snapshot.Load(dir); back.GPU.Path != c.wantPath {
 				t.Fatalf("the manifest on disk says path %q", back.GPU.Path)

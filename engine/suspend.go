@@ -44,6 +44,7 @@ func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*sn
 }
 
 func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, keep func() (bool, string)) (m *snapshot.Manifest, err error) {
+	began := time.Now()
 	var plan *Plan
 	err = o.step(StepPreflight, func() (msg string, err error) {
 		plan, msg, err = e.preflightFull(ctx, a, dir)
@@ -80,6 +81,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 			if err != nil {
 				return nil, e.undoSuspend(ctx, o, a, false, err)
 			}
+			o.gpuFree(began)
 		}
 	}
 	h, holder := e.Runtime.(runtime.DeviceHolder)
@@ -123,7 +125,19 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		err = fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
 		return m, e.undoSuspend(ctx, o, a, holder, err)
 	}
+	if a.GPU && plan.GPUPath == GPUPathRuntime {
+		o.gpuFree(began)
+	}
 	return m, nil
+}
+
+// gpuFree notes in the actor's history how long the operation held the
+// GPU: from its start until the driver's checkpoint released it (or, on
+// the runtime's GPU path, until the sandbox stopped), which is what the
+// node's next GPU workload waits for, while the rest of a suspend (the
+// runtime's checkpoint, the commit, the push) runs beside it.
+func (o op) gpuFree(began time.Time) {
+	o.note(fmt.Sprintf("the GPU is free, %.2f s after the %s began", time.Since(began).Seconds(), o.name))
 }
 
 // freeze keeps the sandbox of a committed snapshot, frozen, when keep says

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
+	"golang.org/x/sys/unix"
 )
 
 // TestPullCopiesWhatTheNodeHolds: a pull of a snapshot that shares most of
@@ -134,4 +135,70 @@ func TestStagedPullServesWhatTheNodeHoldsInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameFiles(t, b, out)
+}
+
+// TestSeedReadFromItsCheapestSource: a seed serves a chunk when no more of
+// it must be read from this node's disk than the store would send. A
+// template copy in the page cache serves every chunk it shares; once the
+// kernel has dropped it, its compressible chunks come from the store
+// (compressed, fewer bytes) and its incompressible ones from the copy (as
+// many bytes either way, and nothing to decode).
+func TestSeedReadFromItsCheapestSource(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRepo(t)
+	// 16 MiB of the template that compress to about half (a random
+	// nibble a byte), 8 MiB that do not, then each actor's own 2 MiB.
+	compressible := randomBytes(1, 16<<20)
+	for i := range compressible {
+		compressible[i] &= 0x0f
+	}
+	folder := func(own uint64) string {
+		var data bytes.Buffer
+		data.Write(compressible)
+		data.Write(randomBytes(7, 8<<20))
+		data.Write(randomBytes(own, 2<<20))
+		return commitFolder(t, data.Bytes())
+	}
+	a, b := folder(1), folder(2)
+	for name, dir := range map[string]string{"a": a, "b": b} {
+		if _, err := archiver.Save(ctx, r, name, dir, archiver.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	here := filepath.Join(t.TempDir(), "a")
+	if _, err := archiver.RestoreSnapshot(ctx, r, mustSnapshot(t, r, "a"), here, archiver.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pull := func() archiver.Pulled {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "b")
+		p, err := archiver.RestoreSnapshot(ctx, r, mustSnapshot(t, r, "b"), out, archiver.Options{NoSync: true,
+			Seeds: []archiver.Seed{{Dir: here, Snapshot: mustSnapshot(t, r, "a")}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameFiles(t, b, out)
+		return p
+	}
+	// Just written, the copy is in the page cache: all it shares is taken.
+	if p := pull(); p.Seeded < 22<<20 || p.Fetched > 4<<20 {
+		t.Fatalf("pulled %+v beside a copy in the page cache: want its 24 MiB taken from it", p)
+	}
+	// Dropped from the page cache (its pages clean, as the pull synced it).
+	pages := filepath.Join(here, "image", "pages.img")
+	f, err := os.Open(pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	p := pull()
+	if p.Fetched < 14<<20 || p.Seeded < 6<<20 || p.Seeded > 10<<20 {
+		t.Fatalf("pulled %+v beside a copy out of the page cache: want the compressible 16 MiB fetched, the other 8 MiB taken from the copy", p)
+	}
+	if p.Stored >= p.Fetched*3/4 {
+		t.Fatalf("pulled %+v: the fetched chunks should have been stored compressed", p)
+	}
 }

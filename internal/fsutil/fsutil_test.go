@@ -192,6 +192,38 @@ func TestResident(t *testing.T) {
 	if err != nil || total != int64(len(data)) || resident >= total/2 {
 		t.Fatalf("dropped: %d of %d resident, %v; want under half", resident, total, err)
 	}
+	// Its first 3 MiB read again: a map of its pages says so, to the byte
+	// of ranges that do not start or end on a page.
+	if _, err := f.ReadAt(make([]byte, 3<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	pages, err := ResidentPages(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pages.Bytes(100, 3<<20-200); got != 3<<20-200 {
+		t.Errorf("%d bytes of the 3 MiB read again are resident, want all %d", got, 3<<20-200)
+	}
+}
+
+// TestPageMapBytes counts resident bytes of ranges that start and end
+// inside pages, and past the file's end.
+func TestPageMapBytes(t *testing.T) {
+	pm := PageMap{Size: 10000, page: 4096, resident: []byte{1, 0, 1}}
+	for _, c := range []struct{ at, n, want int64 }{
+		{0, 10000, 4096 + 10000 - 8192},
+		{4000, 200, 96},
+		{4096, 4096, 0},
+		{8000, 5000, 10000 - 8192},
+		{9990, 100, 10},
+	} {
+		if got := pm.Bytes(c.at, c.n); got != c.want {
+			t.Errorf("Bytes(%d, %d) = %d, want %d", c.at, c.n, got, c.want)
+		}
+	}
+	if got := (PageMap{Size: 10000}).Bytes(0, 10000); got != 0 {
+		t.Errorf("a map not taken counts %d bytes resident, want 0", got)
+	}
 }
 
 // TestWriteback checks that a pass starts the disk writing a file written

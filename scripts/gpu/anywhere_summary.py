@@ -29,9 +29,13 @@ summary["pull_over_floor"] = statistics.median(r["pullOverFloor"] for r in rows)
 for mode in ("compiled", "plain"):
     r = modes.get(mode)
     summary[mode] = None if r is None else {k: r.get(k) for k in ("cold_s", "anywhere_s", "ratio", "local_s", "floor_s", "pull_s", "pull_over_floor", "push_s",
-                                                       "written_s", "anywhere_unstaged_s", "unstaged_ratio")}
+                                                       "written_s", "anywhere_unstaged_s", "unstaged_ratio",
+                                                       "data_floor_s", "anywhere_over_data_floor", "suspend_s", "suspend_gpu_free_s",
+                                                       "suspend_push_over_no_push")}
 plain = modes.get("plain", {})
-for key in ("second_actor_fetched_fraction", "second_actor_over_local", "s3_over_local"):
+# The fleet-wide figures: the plain server's, else the compiled one's.
+for key in ("second_actor_fetched_fraction", "second_actor_over_local", "second_actor_over_first", "second_disk_over_store",
+            "s3_over_local", "suspend_push_over_no_push", "suspend_gpu_free_s"):
     summary[key] = plain.get(key, modes.get("compiled", {}).get(key))
 # scripts/gpu-e2e.sh service's golden_prestaged (a start from a staged copy
 # of a golden snapshot against one from the node's own golden folder).
@@ -40,10 +44,14 @@ summary["golden_prestaged_over_local"] = json.load(open(golden))["golden_prestag
 print(json.dumps(summary, indent=2))
 with open(os.path.join(out, "anywhere-summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
-print("\n| server | cold start | anywhere | ratio | floor | own node | pull | pull / disk |\n|---|---|---|---|---|---|---|---|")
+print("\n| server | cold start | anywhere | ratio | data floor | anywhere / data floor | own node | pull | pull / disk | suspend | GPU free after | with push |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 for mode in ("compiled", "plain"):
     r = modes.get(mode)
     if r and "anywhere_s" in r:
-        print(f"| {mode} | {r['cold_s']:.1f} s | {r['anywhere_s']:.2f} s | {r['ratio']:.1f}x | {r['floor_s']:.2f} s | {r['local_s']:.2f} s | {r['pull_s']:.2f} s | {r['pull_over_floor']:.2f}x |")
+        print(f"| {mode} | {r['cold_s']:.1f} s | {r['anywhere_s']:.2f} s | {r['ratio']:.1f}x | {r['data_floor_s']:.2f} s | {r['anywhere_over_data_floor']:.2f}x | {r['local_s']:.2f} s"
+              f" | {r['pull_s']:.2f} s | {r['pull_over_floor']:.2f}x | {r['suspend_s']:.2f} s | {r['suspend_gpu_free_s']:.2f} s | {r['suspend_push_over_no_push']:.2f}x |")
+    if r and "second_s" in r:
+        print(f"| {mode}, second actor (page cache dropped) | | {r['second_s']:.2f} s | {r['second_actor_over_first']:.2f}x the first | | | | | disk read {r['second_disk_read_bytes']/1e9:.2f} GB,"
+              f" {r['second_disk_over_store']:.2f}x the store's {r['second_store_bytes']/1e9:.2f} GB | | | |")
     if r and "anywhere_unstaged_s" in r:
         print(f"| {mode}, written as it came | {r['cold_s']:.1f} s | {r['anywhere_unstaged_s']:.2f} s | {r['unstaged_ratio']:.1f}x | | | {r['pull_unstaged_s']:.2f} s | |")

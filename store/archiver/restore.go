@@ -753,19 +753,30 @@ func (s *seedFiles) check(c seededChunk, buf []byte, tr *Trace) ([]byte, seededC
 }
 
 // seedChunks splits the chunks a restore needs into those seeds hold
-// (where) and those to fetch.
+// (where) and those to fetch. Each chunk comes from its cheapest source:
+// a seed's copy costs the bytes of it that are not in the page cache (read
+// from this node's disk), the store the chunk's compressed size, so a seed
+// serves a chunk when no more of it must be read from disk than the store
+// would send. After a busy hour has pushed a seed out of the page cache, the
+// store's compressed bytes are read rather than the seed's raw ones; a
+// seed's pages the kernel still holds are taken as they are.
 func seedChunks(repo *store.Repository, seeds []Seed, need []string) (seeded []seededChunk, fetch []string) {
 	if len(seeds) == 0 {
 		return nil, need
 	}
-	where := map[string]seededChunk{}
+	type candidate struct {
+		seededChunk
+		diskBytes int64
+	}
+	where := map[string]candidate{}
 	for _, sd := range seeds {
 		if sd.Snapshot == nil {
 			continue
 		}
 		for _, f := range sd.Snapshot.Files {
 			path := filepath.Join(sd.Dir, filepath.FromSlash(f.Path))
-			if st, err := os.Stat(path); err != nil || st.Size() != f.Size {
+			pages, ok := residentPages(path, f.Size)
+			if !ok {
 				continue
 			}
 			var at int64
@@ -774,8 +785,9 @@ func seedChunks(repo *store.Repository, seeds []Seed, need []string) (seeded []s
 				if !ok {
 					break
 				}
-				if _, dup := where[id]; !dup {
-					where[id] = seededChunk{id: id, path: path, at: at, raw: c.Raw}
+				disk := c.Raw - pages.Bytes(at, c.Raw)
+				if prev, dup := where[id]; disk <= c.Stored && (!dup || disk < prev.diskBytes) {
+					where[id] = candidate{seededChunk{id: id, path: path, at: at, raw: c.Raw}, disk}
 				}
 				at += c.Raw
 			}
@@ -783,10 +795,29 @@ func seedChunks(repo *store.Repository, seeds []Seed, need []string) (seeded []s
 	}
 	for _, id := range need {
 		if c, ok := where[id]; ok {
-			seeded = append(seeded, c)
+			seeded = append(seeded, c.seededChunk)
 		} else {
 			fetch = append(fetch, id)
 		}
 	}
 	return seeded, fetch
+}
+
+// residentPages is which pages of a seed's file are in the page cache, and
+// false when the file is not there at its stored size. A file whose pages
+// cannot be asked about counts as read from disk whole.
+func residentPages(path string, size int64) (fsutil.PageMap, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return fsutil.PageMap{}, false
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() != size {
+		return fsutil.PageMap{}, false
+	}
+	pages, err := fsutil.ResidentPages(f)
+	if err != nil {
+		return fsutil.PageMap{Size: size}, true
+	}
+	return pages, true
 }
