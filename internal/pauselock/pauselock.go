@@ -16,29 +16,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stasis-run/stasis/internal/runscid"
 )
 
 // dir is where the locks are, inside runsc's state folder (--root), which
 // every party that pauses a sandbox reaches (the agent mounts it).
 const dir = "stasis-pause-locks"
 
-// ValidID says whether id is what runsc takes as a container id, and so
-// names a file or folder of its own in a folder of runsc's (neither . nor
-// .., no slash): the pause locks, the bundles of restores.
-func ValidID(id string) bool {
-	return containerID.MatchString(id) && id != "." && id != ".."
-}
-
-var containerID = regexp.MustCompile(`^[\w+.-]+$`)
-
 // Path is the lock of sandbox id in runsc's state folder root.
 func Path(root, id string) (string, error) {
-	if !ValidID(id) {
+	if !runscid.Valid(id) {
 		return "", fmt.Errorf("pause lock: %q is not a runsc container id", id)
 	}
 	return filepath.Join(root, dir, id+".lock"), nil

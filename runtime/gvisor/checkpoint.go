@@ -10,7 +10,7 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/internal/fsutil"
-	"github.com/stasis-run/stasis/internal/pauselock"
+	"github.com/stasis-run/stasis/internal/runscid"
 	"github.com/stasis-run/stasis/runtime"
 )
 
@@ -109,7 +109,7 @@ func (r *Runsc) restoreBundle(id, bundleDir string, env []string) (string, error
 // restoreBundleDir is where restoreBundle writes id's bundle; "" for an id
 // runsc would refuse anyway (so no path is built from it).
 func (r *Runsc) restoreBundleDir(id string) string {
-	if !pauselock.ValidID(id) {
+	if !runscid.Valid(id) {
 		return ""
 	}
 	return filepath.Join(r.cfg.Root, "stasis-restore", id)
