@@ -53,38 +53,22 @@ echo "== the unit's command line: $exec_start"
 # arguments.
 mkdir -p /run/stasis /var/lib/stasis
 unshare --mount --propagation private bash -euo pipefail -c '
-	exec_start=$1 log=$2/stasisd.log report=$2/demo.json
+	exec_start=$1 log=$2/stasisd.log
+	source "$3"
+	CHECK=check-deb
+	stasis() { /usr/bin/stasis "$@"; }
 	# What the unit'"'"'s RuntimeDirectory= and StateDirectory= make.
 	mount -t tmpfs -o mode=0755 stasis-run /run/stasis
 	mount -t tmpfs -o mode=0700 stasis-state /var/lib/stasis
 	read -ra cmdline <<<"$exec_start"
 	"${cmdline[@]}" 2>"$log" &
 	daemon=$!
+	# On a failure stasisd goes with the check (after a clean stop there
+	# is nothing left to kill).
+	trap "kill $daemon 2>/dev/null || true" EXIT
 	socket=/run/stasis/stasisd.sock
-	for _ in $(seq 300); do
-		/usr/bin/stasis actor ps --socket "$socket" --json >/dev/null 2>&1 && break
-		kill -0 "$daemon" 2>/dev/null || { echo "check-deb: stasisd exited before serving:" >&2; cat "$log" >&2; exit 1; }
-		sleep 0.1
-	done
-	echo "API answers on $socket: actors $(/usr/bin/stasis actor ps --socket "$socket" --json)"
-	grep -q "\"msg\":\"stasisd serving\".*\"runsc\":\"/usr/lib/stasis/bin/runsc\"" "$log" || { echo "check-deb: stasisd does not run the packaged runsc:" >&2; cat "$log" >&2; exit 1; }
-	if ! /usr/bin/stasis demo --json --socket "$socket" >"$report" 2>"$2/demo.err"; then
-		echo "check-deb: the demo failed:" >&2
-		tail -5 "$2/demo.err" >&2
-		echo "stasisd said:" >&2
-		tail -20 "$log" >&2
-		kill "$daemon"
-		exit 1
-	fi
-	tr -d " \n" <"$report" | grep -q "\"statePreserved\":true" || { echo "check-deb: the demo actor lost its state:" >&2; cat "$report" >&2; exit 1; }
-	echo "demo actor suspended and resumed with its state: $(tr -d " \n" <"$report")"
-	kill -TERM "$daemon"
-	if ! wait "$daemon"; then
-		echo "check-deb: stasisd did not exit cleanly on SIGTERM:" >&2
-		tail -20 "$log" >&2
-		exit 1
-	fi
-	grep -q "stasisd stopped" "$log"
-	echo "stasisd stopped on SIGTERM"
-' check-deb "$exec_start" "$work"
+	stasisd_serving "$daemon" "$log" "$socket"
+	demo_keeps_state "$log" "$2/demo.json" --socket "$socket"
+	stasisd_stops "$daemon" "$log"
+' check-deb "$exec_start" "$work" "$PWD/scripts/lib/stasisd-check.sh"
 echo "== the package installs and its unit serves the API"

@@ -15,6 +15,8 @@
 # and helm (scripts/install-helm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/stasisd-check.sh
+CHECK=check-images
 [[ $(id -u) -eq 0 ]] || { echo "scripts/check-images.sh: chroot and mounts need root (run with sudo)" >&2; exit 1; }
 scripts/build-images.sh
 work=$(mktemp -d)
@@ -62,34 +64,12 @@ log=$work/stasisd.log
 "$work/ociimage" run --bind "$data" --bind "$run" "$root" "$command" "${args[@]}" 2>"$log" &
 daemon=$!
 socket=$run/stasisd.sock
-for _ in $(seq 300); do
-	stasis actor ps --socket "$socket" --json >/dev/null 2>&1 && break
-	kill -0 "$daemon" 2>/dev/null || { echo "check-images: stasisd exited before serving:" >&2; cat "$log" >&2; exit 1; }
-	sleep 0.1
-done
-grep -q "\"msg\":\"stasisd serving\".*\"runsc\":\"/usr/lib/stasis/bin/runsc\"" "$log" || { echo "check-images: stasisd does not serve with the image's runsc:" >&2; cat "$log" >&2; exit 1; }
+stasisd_serving "$daemon" "$log" "$socket"
 # The readiness probe's request (bash's own TCP, no curl needed).
 health=$(exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3 && cat <&3) || true
 [[ "$health" == "HTTP/1.0 200 OK"* ]] || { echo "check-images: the metrics port $port does not answer /healthz: $health" >&2; exit 1; }
 echo "healthz: ${health##*$'\r\n\r\n'}"
-report=$work/demo.json
-if ! stasis demo --json --socket "$socket" --data "$data" >"$report" 2>"$work/demo.err"; then
-	echo "check-images: the demo failed:" >&2
-	tail -5 "$work/demo.err" >&2
-	echo "stasisd said:" >&2
-	tail -20 "$log" >&2
-	exit 1
-fi
-tr -d " \n" <"$report" | grep -q "\"statePreserved\":true" || { echo "check-images: the demo actor lost its state:" >&2; cat "$report" >&2; exit 1; }
-echo "demo actor suspended and resumed with its state: $(tr -d " \n" <"$report")"
-kill -TERM "$daemon"
-if ! wait "$daemon"; then
-	daemon=
-	echo "check-images: stasisd did not exit cleanly on SIGTERM:" >&2
-	tail -20 "$log" >&2
-	exit 1
-fi
+demo_keeps_state "$log" "$work/demo.json" --socket "$socket" --data "$data"
+stasisd_stops "$daemon" "$log"
 daemon=
-grep -q "stasisd stopped" "$log"
-echo "stasisd stopped on SIGTERM"
 echo "== the images run as the chart runs them"
