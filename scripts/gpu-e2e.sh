@@ -58,7 +58,10 @@ bin="$PWD/.gpu-work/bin"
 unpack() {
 	mkdir -p "$bin"
 	for name in "$@"; do
-		if [ -f "$bundle/$name.xz" ]; then
+		if [ ! -f "$bundle/$name.xz" ] && [ ! -f "$bundle/$name.gz" ]; then
+			echo "gpu-e2e: $name is not in $bundle (scripts/build-gpu-bundle.sh builds it)" >&2
+			return 1
+		elif [ -f "$bundle/$name.xz" ]; then
 			python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$bundle/$name.xz" "$bin/$name"
 		else
 			gunzip -c "$bundle/$name.gz" >"$bin/$name"
@@ -350,12 +353,14 @@ thp_runs() {
 	# Global, as the EXIT trap that puts them back runs after this function.
 	thp_shmem=$(sed 's/.*\[\(.*\)\].*/\1/' "$thp/shmem_enabled") thp_defrag=$(sed 's/.*\[\(.*\)\].*/\1/' "$thp/defrag")
 	trap 'echo "$thp_shmem" >/sys/kernel/mm/transparent_hugepage/shmem_enabled; echo "$thp_defrag" >/sys/kernel/mm/transparent_hugepage/defrag' EXIT
-	unpack stasis
+	# Called where a failure does not stop the script (cmd || rc=$?): a
+	# run without stasis would measure sandbox memory in 4 KiB pages.
+	unpack stasis || return 1
 	for mode in ${STASIS_RESUME_THP:-stasis}; do
 		echo "$thp_shmem" >"$thp/shmem_enabled" && echo "$thp_defrag" >"$thp/defrag"
 		case $mode in
 		host) ;;
-		stasis) stasis node tune | tee -a "$out/resume-thp.txt" ;;
+		stasis) stasis node tune | tee -a "$out/resume-thp.txt" || return 1 ;;
 		*) echo "${mode%/*}" >"$thp/shmem_enabled" && echo "${mode#*/}" >"$thp/defrag" ;;
 		esac
 		mode=$(sed 's/.*\[\(.*\)\].*/\1/' "$thp/shmem_enabled")/$(sed 's/.*\[\(.*\)\].*/\1/' "$thp/defrag")
