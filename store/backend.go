@@ -29,6 +29,21 @@ type Backend interface {
 	Location() string
 }
 
+// NodeDisk is implemented by a backend that can say whether its objects
+// are read from this node's own disks (a folder store on a local file
+// system), as a copy this node holds is: a pull then weighs the bytes each
+// would read from them (archiver.Seed). A backend without it is taken to
+// be elsewhere (an object store, a network file system).
+type NodeDisk interface {
+	OnNodeDisk() bool
+}
+
+// OnNodeDisk says whether b's objects are read from this node's own disks.
+func OnNodeDisk(b Backend) bool {
+	d, ok := b.(NodeDisk)
+	return ok && d.OnNodeDisk()
+}
+
 // ErrNotExist is returned (wrapped) for a key with no object.
 var ErrNotExist = errdefs.New(errdefs.ErrNotFound, "object does not exist")
 

@@ -88,6 +88,9 @@ func WithRetry(be Backend, policy RetryPolicy) Backend {
 	return &retrying{Backend: be, policy: policy}
 }
 
+// OnNodeDisk is the wrapped backend's (NodeDisk).
+func (r *retrying) OnNodeDisk() bool { return OnNodeDisk(r.Backend) }
+
 // Stats is what the retrying backend be did about failures; the zero
 // value for a backend without retries.
 func Stats(be Backend) RetryStats {

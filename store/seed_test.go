@@ -9,6 +9,7 @@ import (
 
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
+	"github.com/stasis-run/stasis/store/local"
 	"golang.org/x/sys/unix"
 )
 
@@ -137,15 +138,19 @@ func TestStagedPullServesWhatTheNodeHoldsInPlace(t *testing.T) {
 	sameFiles(t, b, out)
 }
 
-// TestSeedReadFromItsCheapestSource: a seed serves a chunk when no more of
-// it must be read from this node's disk than the store would send. A
-// template copy in the page cache serves every chunk it shares; once the
-// kernel has dropped it, its compressible chunks come from the store
-// (compressed, fewer bytes) and its incompressible ones from the copy (as
-// many bytes either way, and nothing to decode).
+// TestSeedReadFromItsCheapestSource: from a store on this node's disks, a
+// seed serves a chunk when no more of it must be read from disk than the
+// store would send. A template copy in the page cache serves every chunk
+// it shares; once the kernel has dropped it, its compressible chunks come
+// from the store (compressed, fewer bytes) and its incompressible ones from
+// the copy (as many bytes either way, and nothing to decode). From a store
+// elsewhere the copy serves all it shares, in the page cache or not.
 func TestSeedReadFromItsCheapestSource(t *testing.T) {
 	ctx := context.Background()
-	r, _ := newRepo(t)
+	r, root := newRepo(t)
+	if !store.OnNodeDisk(r.Backend()) || !store.OnNodeDisk(store.WithRetry(r.Backend(), store.RetryPolicy{})) {
+		t.Fatalf("a folder store in %s does not say it is on this node's disks", root)
+	}
 	// 16 MiB of the template that compress to about half (a random
 	// nibble a byte), 8 MiB that do not, then each actor's own 2 MiB.
 	compressible := randomBytes(1, 16<<20)
@@ -169,7 +174,7 @@ func TestSeedReadFromItsCheapestSource(t *testing.T) {
 	if _, err := archiver.RestoreSnapshot(ctx, r, mustSnapshot(t, r, "a"), here, archiver.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	pull := func() archiver.Pulled {
+	pull := func(r *store.Repository) archiver.Pulled {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "b")
 		p, err := archiver.RestoreSnapshot(ctx, r, mustSnapshot(t, r, "b"), out, archiver.Options{NoSync: true,
@@ -181,7 +186,7 @@ func TestSeedReadFromItsCheapestSource(t *testing.T) {
 		return p
 	}
 	// Just written, the copy is in the page cache: all it shares is taken.
-	if p := pull(); p.Seeded < 22<<20 || p.Fetched > 4<<20 {
+	if p := pull(r); p.Seeded < 22<<20 || p.Fetched > 4<<20 {
 		t.Fatalf("pulled %+v beside a copy in the page cache: want its 24 MiB taken from it", p)
 	}
 	// Dropped from the page cache (its pages clean, as the pull synced it).
@@ -194,11 +199,30 @@ func TestSeedReadFromItsCheapestSource(t *testing.T) {
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
 		t.Fatal(err)
 	}
-	p := pull()
+	p := pull(r)
 	if p.Fetched < 14<<20 || p.Seeded < 6<<20 || p.Seeded > 10<<20 {
 		t.Fatalf("pulled %+v beside a copy out of the page cache: want the compressible 16 MiB fetched, the other 8 MiB taken from the copy", p)
 	}
 	if p.Stored >= p.Fetched*3/4 {
 		t.Fatalf("pulled %+v: the fetched chunks should have been stored compressed", p)
 	}
+	// The same store read as from elsewhere (a backend that does not say
+	// it is on this node's disks), the copy dropped again.
+	be, err := local.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far, err := store.Open(ctx, elsewhere{be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	if p := pull(far); p.Seeded < 22<<20 || p.Fetched > 4<<20 {
+		t.Fatalf("pulled %+v from a store elsewhere: want the 24 MiB the copy shares taken from it", p)
+	}
 }
+
+// elsewhere is a backend that does not say where its objects are.
+type elsewhere struct{ store.Backend }

@@ -753,17 +753,21 @@ func (s *seedFiles) check(c seededChunk, buf []byte, tr *Trace) ([]byte, seededC
 }
 
 // seedChunks splits the chunks a restore needs into those seeds hold
-// (where) and those to fetch. Each chunk comes from its cheapest source:
-// a seed's copy costs the bytes of it that are not in the page cache (read
-// from this node's disk), the store the chunk's compressed size, so a seed
-// serves a chunk when no more of it must be read from disk than the store
-// would send. After a busy hour has pushed a seed out of the page cache, the
-// store's compressed bytes are read rather than the seed's raw ones; a
-// seed's pages the kernel still holds are taken as they are.
+// (where) and those to fetch. Each chunk comes from its cheapest source.
+// From a store on this node's own disks (a folder store), a seed's copy
+// costs the bytes of it that are not in the page cache, the store the
+// chunk's compressed size on the same disks, so a seed serves a chunk when
+// no more of it must be read from disk than the store would send: after a
+// busy hour has pushed a seed out of the page cache, the store's
+// compressed bytes are read rather than the seed's raw ones. From a store
+// elsewhere (an object store, a network file system) every chunk a seed
+// holds is read here rather than sent over the network again. Among seeds,
+// the one with most of the chunk in the page cache serves it.
 func seedChunks(repo *store.Repository, seeds []Seed, need []string) (seeded []seededChunk, fetch []string) {
 	if len(seeds) == 0 {
 		return nil, need
 	}
+	storeOnNodeDisk := store.OnNodeDisk(repo.Backend())
 	type candidate struct {
 		seededChunk
 		diskBytes int64
@@ -786,7 +790,7 @@ func seedChunks(repo *store.Repository, seeds []Seed, need []string) (seeded []s
 					break
 				}
 				disk := c.Raw - pages.Bytes(at, c.Raw)
-				if prev, dup := where[id]; disk <= c.Stored && (!dup || disk < prev.diskBytes) {
+				if prev, dup := where[id]; (disk <= c.Stored || !storeOnNodeDisk) && (!dup || disk < prev.diskBytes) {
 					where[id] = candidate{seededChunk{id: id, path: path, at: at, raw: c.Raw}, disk}
 				}
 				at += c.Raw

@@ -29,6 +29,9 @@ type Backend struct {
 	// direct holds the aligned buffers of direct reads, each as large as
 	// the largest read it served (a pack's worth and a block either side).
 	direct *sync.Pool
+	// onNodeDisk says the folder is on a file system of this node's disks,
+	// not a network one.
+	onNodeDisk bool
 }
 
 var _ store.Backend = (*Backend)(nil)
@@ -39,10 +42,26 @@ func New(root string) (*Backend, error) {
 		return nil, fmt.Errorf("local store %s: %w", root, err)
 	}
 	direct := &sync.Pool{New: func() any { return new([]byte) }}
-	return &Backend{root: root, direct: direct}, nil
+	var st unix.Statfs_t
+	onNodeDisk := unix.Statfs(root, &st) == nil && !networkFileSystems[int64(st.Type)]
+	return &Backend{root: root, direct: direct, onNodeDisk: onNodeDisk}, nil
 }
 
 func (b *Backend) Location() string { return b.root }
+
+// OnNodeDisk says whether the folder is on this node's own disks: false on
+// a network file system (a folder store shared by several nodes), whose
+// reads cost the network rather than the disks a copy on this node is on.
+func (b *Backend) OnNodeDisk() bool { return b.onNodeDisk }
+
+// networkFileSystems are the statfs types of file systems whose files are
+// read over a network: NFS, SMB/CIFS, Ceph, 9p, Lustre, GFS2, OCFS2, and
+// FUSE (s3fs, gcsfuse and their kin).
+var networkFileSystems = map[int64]bool{
+	unix.NFS_SUPER_MAGIC: true, unix.SMB_SUPER_MAGIC: true, unix.CIFS_SUPER_MAGIC: true, unix.SMB2_SUPER_MAGIC: true,
+	unix.CEPH_SUPER_MAGIC: true, unix.V9FS_MAGIC: true, 0x0bd00bd0: true /* Lustre */, 0x01161970: true, /* GFS2 */
+	unix.OCFS2_SUPER_MAGIC: true, unix.FUSE_SUPER_MAGIC: true,
+}
 
 // path maps a key to its file, refusing keys that would leave the root.
 func (b *Backend) path(key string) (string, error) {
