@@ -899,18 +899,7 @@ func (a *Agent) ensureTemplate(ctx context.Context, name string) (*stasisv1alpha
 	if err := a.Kube.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &t); err != nil {
 		return nil, fmt.Errorf("actor template %s: %w", name, err)
 	}
-	at := api.Template{Name: name, Runtime: t.Spec.Runtime, Rootfs: t.Spec.Rootfs, Bundle: t.Spec.Bundle, Args: t.Spec.Args, Env: t.Spec.Env,
-		GPUs: int(t.Spec.GPUs), MemoryBytes: t.Spec.MemoryBytes, Durable: t.Spec.Durable}
-	if vm := t.Spec.VM; vm != nil {
-		at.VM = &api.VM{Kernel: vm.Kernel, Initramfs: vm.Initramfs, Cmdline: vm.Cmdline, CPUs: int(vm.CPUs)}
-		for _, d := range vm.Devices {
-			at.VM.Devices = append(at.VM.Devices, api.Device{ID: d.ID, Driver: d.Driver, Props: d.Props})
-		}
-	}
-	if p := t.Spec.Probe; p != nil {
-		at.Probe = api.Probe{Command: p.Command, URL: p.URL, TimeoutSeconds: float64(p.TimeoutSeconds)}
-	}
-	serveFields(&at, t.Spec)
+	at := stasisdTemplate(name, t.Spec)
 	if _, err := a.Stasisd.CreateTemplate(ctx, at); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
 		return nil, err
 	}

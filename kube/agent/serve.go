@@ -8,21 +8,6 @@ import (
 	"github.com/stasis-run/stasis/kube/fleet"
 )
 
-// serveFields gives stasisd's template what the ActorTemplate says of its
-// actors' network, ports, idleness and restarts. Ports are published on every
-// address of the node: the endpoint names the node's.
-func serveFields(at *api.Template, spec stasisv1alpha1.ActorTemplateSpec) {
-	at.Network = api.Network{Mode: spec.Network}
-	for _, p := range spec.Ports {
-		at.Ports = append(at.Ports, api.Port{HostPort: int(p.HostPort), ContainerPort: int(p.ContainerPort)})
-	}
-	if i := spec.Idle; i != nil {
-		at.Idle = &api.Idle{After: i.After, Then: i.Then}
-	}
-	at.WakeTimeout = spec.WakeTimeout
-	at.Restart = spec.Restart
-}
-
 // endpoint is where actor name, as stasisd has it here, serves: this
 // node's address and its published ports; nil when it publishes none.
 func (a *Agent) endpoint(name string, local api.Actor) *stasisv1alpha1.Endpoint {

@@ -48,16 +48,3 @@ func TestEndpointOfAnActor(t *testing.T) {
 		t.Fatalf("an actor that publishes nothing: %+v", e)
 	}
 }
-
-// TestServeFieldsReachStasisd: what an ActorTemplate says of its actors'
-// network, ports, idleness, wake bound and restarts is in stasisd's
-// template.
-func TestServeFieldsReachStasisd(t *testing.T) {
-	var at api.Template
-	serveFields(&at, stasisv1alpha1.ActorTemplateSpec{Network: "cni", Ports: []stasisv1alpha1.Port{{ContainerPort: 8000}},
-		Idle: &stasisv1alpha1.Idle{After: "10m", Then: "suspend"}, WakeTimeout: "1m", Restart: api.RestartOnFailure})
-	if at.Network.Mode != "cni" || len(at.Ports) != 1 || at.Ports[0].ContainerPort != 8000 || at.Idle == nil || at.Idle.Then != "suspend" ||
-		at.WakeTimeout != "1m" || at.Restart != api.RestartOnFailure {
-		t.Fatalf("stasisd's template: %+v", at)
-	}
-}
