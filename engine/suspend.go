@@ -64,6 +64,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 	}()
 
 	cp := e.checkpointOptions(dir)
+	h, holder := e.Runtime.(runtime.DeviceHolder)
 	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.Label(), Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node, Guest: plan.Guest}
 	if a.GPU {
 		manifest.GPU = &snapshot.GPU{DriverVersion: plan.Node.GPU.DriverVersion, CUDADriverAPI: plan.Node.GPU.CUDADriverAPI, NvproxyABI: plan.Node.Runtime.GPUABI,
@@ -81,10 +82,11 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 			if err != nil {
 				return nil, e.undoSuspend(ctx, o, a, false, err)
 			}
-			o.gpuFree(began)
+			if !holder {
+				o.gpuFree(began, manifest.GPU)
+			}
 		}
 	}
-	h, holder := e.Runtime.(runtime.DeviceHolder)
 	if holder {
 		// The devices hold no state now (it is in the sandbox's memory), and
 		// a VM with a passed-through device cannot be checkpointed.
@@ -92,6 +94,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		if err != nil {
 			return nil, e.undoSuspend(ctx, o, a, true, err)
 		}
+		o.gpuFree(began, manifest.GPU)
 	}
 	err = o.step(StepCheckpoint, func() (string, error) {
 		// The disk starts on the image while the runtime writes it, so that
@@ -125,18 +128,23 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		err = fmt.Errorf("snapshot %s was committed, but %w; the actor keeps running", dir, err)
 		return m, e.undoSuspend(ctx, o, a, holder, err)
 	}
-	if a.GPU && plan.GPUPath == GPUPathRuntime {
-		o.gpuFree(began)
+	if plan.GPUPath == GPUPathRuntime {
+		o.gpuFree(began, manifest.GPU)
 	}
 	return m, nil
 }
 
-// gpuFree notes in the actor's history how long the operation held the
-// GPU: from its start until the driver's checkpoint released it (or, on
-// the runtime's GPU path, until the sandbox stopped), which is what the
-// node's next GPU workload waits for, while the rest of a suspend (the
-// runtime's checkpoint, the commit, the push) runs beside it.
-func (o op) gpuFree(began time.Time) {
+// gpuFree notes in the actor's history how long the operation held the GPU
+// of a snapshot whose CUDA processes were checkpointed (gpu): from its
+// start until the driver's checkpoint released the GPU (a micro-VM's
+// passed-through device: until it was detached; on the runtime's GPU path:
+// until the sandbox stopped). That is what the node's next GPU workload
+// waits for, while the rest of a suspend (the runtime's checkpoint, the
+// commit, the push) runs beside it.
+func (o op) gpuFree(began time.Time, gpu *snapshot.GPU) {
+	if gpu == nil || gpu.Processes == 0 {
+		return
+	}
 	o.note(fmt.Sprintf("the GPU is free, %.2f s after the %s began", time.Since(began).Seconds(), o.name))
 }
 
