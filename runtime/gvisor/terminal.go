@@ -61,7 +61,11 @@ func (r *Runsc) execOnTerminal(ctx context.Context, id string, p runtime.Process
 		return runtime.ExecResult{}, fmt.Errorf("exec's process file: %w", err)
 	}
 	logFile := dir + "/runsc.log"
-	cmd, err := r.command(ctx, invocation{args: []string{"--log", logFile, "exec", "--process", processFile, id}})
+	// runsc writes the internal pid file once it forwards signals to the
+	// process (after starting it): a resize before that would send a
+	// SIGWINCH that runsc ignores, and the process would never hear of it.
+	forwarding := dir + "/pid"
+	cmd, err := r.command(ctx, invocation{args: []string{"--log", logFile, "exec", "--internal-pid-file", forwarding, "--process", processFile, id}})
 	if err != nil {
 		return runtime.ExecResult{}, err
 	}
@@ -80,20 +84,44 @@ func (r *Runsc) execOnTerminal(ctx context.Context, id string, p runtime.Process
 	}
 	stopResizing := make(chan struct{})
 	defer close(stopResizing)
-	go func() {
-		for {
-			select {
-			case size := <-p.Terminal.Resize:
-				_ = pty.SetSize(master, size.Rows, size.Cols)
-			case <-stopResizing:
-				return
-			}
-		}
-	}()
+	go resizeTerminal(master, p.Terminal.Resize, forwarding, stopResizing)
 	err = cmd.Wait()
 	_ = master.SetReadDeadline(time.Now().Add(terminalDrain))
 	<-output
 	return r.execEnded(ctx, id, p, runtime.ExecResult{}, err, runscLogErrors(logFile))
+}
+
+// resizeTerminal gives the terminal behind master each size from resize,
+// until stop, once runsc forwards signals to the process (the file
+// forwarding exists): the kernel's SIGWINCH of a resize then reaches it. A
+// size that comes before waits, the latest one kept, and runsc is checked
+// for every 10 ms until then.
+func resizeTerminal(master *os.File, resize <-chan runtime.WindowSize, forwarding string, stop <-chan struct{}) {
+	var pending *runtime.WindowSize
+	check := time.NewTicker(10 * time.Millisecond)
+	defer check.Stop()
+	ready := check.C
+	for {
+		select {
+		case size, ok := <-resize:
+			if !ok {
+				resize = nil
+				continue
+			}
+			pending = &size
+		case <-ready:
+			if _, err := os.Stat(forwarding); err == nil {
+				check.Stop()
+				ready = nil
+			}
+		case <-stop:
+			return
+		}
+		if ready == nil && pending != nil {
+			_ = pty.SetSize(master, pending.Rows, pending.Cols)
+			pending = nil
+		}
+	}
 }
 
 // execProcess is the process runsc exec runs for p on a terminal: the
