@@ -113,10 +113,10 @@ func TestChartNodeRunsAsRendered(t *testing.T) {
 	}
 
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if code, body := httpGet(t, url+probe.HTTPGet.Path); code != http.StatusOK || !strings.Contains(body, "store: available "+store) {
+	if code, body := httpGet(t, http.DefaultClient, url+probe.HTTPGet.Path); code != http.StatusOK || !strings.Contains(body, "store: available "+store) {
 		t.Fatalf("%s answers %d %q", probe.HTTPGet.Path, code, body)
 	}
-	if code, body := httpGet(t, url+"/metrics"); code != http.StatusOK || !regexp.MustCompile(`stasis_actor_state\{actor="c1",[^}]*state="RUNNING"[^}]*\} 1`).MatchString(body) {
+	if code, body := httpGet(t, http.DefaultClient, url+"/metrics"); code != http.StatusOK || !regexp.MustCompile(`stasis_actor_state\{actor="c1",[^}]*state="RUNNING"[^}]*\} 1`).MatchString(body) {
 		t.Fatalf("/metrics answers %d, no RUNNING c1:\n%s", code, body)
 	}
 	d.op("Suspend", "c1")

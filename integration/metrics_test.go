@@ -32,7 +32,7 @@ func TestMetricsOverTCP(t *testing.T) {
 	d.op("Pause", "a1")
 	d.op("Resume", "a1")
 
-	get := func(path string) (int, string) { return httpGet(t, "http://"+addr+path) }
+	get := func(path string) (int, string) { return httpGet(t, http.DefaultClient, "http://"+addr+path) }
 	code, page := get("/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics over TCP: %d", code)
@@ -75,10 +75,10 @@ func TestMetricsOverTCP(t *testing.T) {
 	}
 }
 
-// httpGet is url's status and body.
-func httpGet(t *testing.T, url string) (int, string) {
+// httpGet is url's status and body, through client.
+func httpGet(t *testing.T, client *http.Client, url string) (int, string) {
 	t.Helper()
-	res, err := http.Get(url)
+	res, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -202,16 +201,8 @@ func (d *daemon) get(t *testing.T, path string) string {
 		var dl net.Dialer
 		return dl.DialContext(ctx, "unix", d.socket)
 	}}}
-	res, err := client.Get("http://stasisd" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
+	_, body := httpGet(t, client, "http://stasisd"+path)
+	return body
 }
 
 func metrics(t *testing.T, d *daemon) string { return d.get(t, "/metrics") }
