@@ -211,6 +211,25 @@ type SuspendOptions struct {
 	// (GPUPathRuntime) is never kept: frozen, it would hold the GPU.
 	Keep     func() (bool, string)
 	Observer Observer
+	// Follower, when set, reads a Full snapshot's image while the runtime
+	// writes it (a push overlapped with the checkpoint), on a runtime that
+	// writes its image front to back (runtime.Capabilities.AppendImage).
+	Follower ImageFollower
+}
+
+// An ImageFollower reads a Full snapshot's image while the runtime writes
+// it, as a push that overlaps the checkpoint does (package archiver's
+// Follower). Follow starts it on the image folder (image, a slash path
+// inside the snapshot folder dir); Written, once the checkpoint is over,
+// reads what is left and returns the SHA-256 blocks of every file it read
+// (snapshot.File.Blocks, by path in the snapshot), which the commit takes
+// instead of reading those files again; Stop ends it, without a result,
+// when the checkpoint failed. A follower that fails costs the suspend
+// nothing: the commit reads the files itself.
+type ImageFollower interface {
+	Follow(ctx context.Context, dir, image string) error
+	Written(ctx context.Context) (map[string][]string, error)
+	Stop()
 }
 
 // Probe says when a resumed actor is ready: a command that exits 0 inside

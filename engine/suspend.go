@@ -36,14 +36,14 @@ func (e *Engine) Suspend(ctx context.Context, a Actor, opts SuspendOptions) (*sn
 	o := op{actor: a.Label(), name: name, obs: opts.Observer}
 	switch opts.Scope {
 	case snapshot.ScopeFull, "":
-		return e.suspendFull(ctx, o, a, opts.Dir, opts.Keep)
+		return e.suspendFull(ctx, o, a, opts.Dir, opts.Keep, opts.Follower)
 	case snapshot.ScopeData:
 		return e.suspendData(ctx, o, a, opts.Dir)
 	}
 	return nil, fmt.Errorf("suspend %s: %w: unknown snapshot scope %q (want Full or Data)", a.Label(), ErrRefused, opts.Scope)
 }
 
-func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, keep func() (bool, string)) (m *snapshot.Manifest, err error) {
+func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, keep func() (bool, string), follower ImageFollower) (m *snapshot.Manifest, err error) {
 	began := time.Now()
 	var plan *Plan
 	err = o.step(StepPreflight, func() (msg string, err error) {
@@ -96,22 +96,32 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		}
 		o.gpuFree(began, manifest.GPU)
 	}
+	follower = e.follow(ctx, o, follower, cp, dir)
+	var checkpointTook time.Duration
 	err = o.step(StepCheckpoint, func() (string, error) {
 		// The disk starts on the image while the runtime writes it, so that
 		// the commit's fsync after it finds most of it written.
 		defer fsutil.StartWriteback(cp.ImageDir, writebackInterval)()
+		defer func(began time.Time) { checkpointTook = time.Since(began) }(time.Now())
 		msg := ""
 		if cp.CUDACheckpointPath != "" {
 			msg = fmt.Sprintf("the runtime checkpointed the CUDA processes with %s", cp.CUDACheckpointPath)
 		}
 		return msg, e.Runtime.Checkpoint(ctx, a.ID, cp)
 	})
+	if err != nil && follower != nil {
+		follower.Stop()
+	}
 	if err == nil {
 		err = o.step(StepCommit, func() (string, error) {
+			known := e.followed(ctx, o, follower, checkpointTook)
 			var err error
-			m, err = snapshot.Commit(ctx, dir, manifest)
+			m, err = snapshot.CommitHashed(ctx, dir, manifest, known)
 			if err != nil {
 				return "", err
+			}
+			if len(known) > 0 {
+				return fmt.Sprintf("%d files synced and hashed, %d of them read as they were written", len(m.Files), len(known)), nil
 			}
 			return fmt.Sprintf("%d files synced and hashed", len(m.Files)), nil
 		})
@@ -133,6 +143,45 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 	}
 	return m, nil
 }
+
+// follow starts follower on the image the checkpoint cp writes into dir,
+// where the runtime writes it front to back, and returns it; nil where it
+// does not follow (none given, the runtime's writes run in parallel, or it
+// could not start: noted).
+func (e *Engine) follow(ctx context.Context, o op, follower ImageFollower, cp runtime.CheckpointOptions, dir string) ImageFollower {
+	if follower == nil || !e.Runtime.Capabilities().AppendImage || cp.Direct {
+		return nil
+	}
+	if err := follower.Follow(ctx, dir, imageDir); err != nil {
+		o.note("the image is read after the checkpoint, not while it is written: " + err.Error())
+		return nil
+	}
+	return follower
+}
+
+// followed waits for follower (nil: none) to read the rest of the image
+// and returns the blocks it hashed, for the commit. It waits as long as the
+// checkpoint took, 10 s at least: a store slow to take what the follower
+// packs must not keep the actor's GPU state in host memory and its sandbox
+// up much longer than the checkpoint did. A follower that fails or takes
+// longer is noted and stopped, and the commit reads the files itself.
+func (e *Engine) followed(ctx context.Context, o op, follower ImageFollower, checkpointTook time.Duration) map[string][]string {
+	if follower == nil {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, max(checkpointTook, followWait))
+	defer cancel()
+	known, err := follower.Written(wctx)
+	if err != nil {
+		follower.Stop()
+		o.note("the image is hashed and stored after the checkpoint, not while it was written: " + err.Error())
+		return nil
+	}
+	return known
+}
+
+// followWait is the least time followed waits for a follower.
+const followWait = 10 * time.Second
 
 // gpuFree notes in the actor's history how long the operation held the GPU
 // of a snapshot whose CUDA processes were checkpointed (gpu): from its

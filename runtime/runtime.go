@@ -157,6 +157,10 @@ type Capabilities struct {
 	// it goes, in the order the sandbox needs it, so it can start while
 	// the image is still arriving (a pull read through a view).
 	LazyImage bool `json:"lazyImage"`
+	// AppendImage: Checkpoint without Direct writes each image file front
+	// to back, each byte once, so that what lies below a file's size while
+	// it is being written is final, and a push can read it then.
+	AppendImage bool `json:"appendImage"`
 }
 
 // Info is what a snapshot records of the runtime it was taken with.

@@ -35,11 +35,19 @@ const maxFileSize = 16 << 40
 // and folders may be in dir. A cancelled ctx stops it between blocks, with
 // no manifest written.
 func Commit(ctx context.Context, dir string, m Manifest) (*Manifest, error) {
+	return CommitHashed(ctx, dir, m, nil)
+}
+
+// CommitHashed is Commit where the caller read some files already as they
+// were written and hashed their blocks in that pass (known: File.Blocks by
+// path): those are synced, not read again. A file whose known blocks do not
+// match its size now is hashed as any other.
+func CommitHashed(ctx context.Context, dir string, m Manifest, known map[string][]string) (*Manifest, error) {
 	paths, err := ListFiles(dir)
 	if err != nil {
 		return nil, err
 	}
-	files, err := hashFiles(ctx, dir, paths, true)
+	files, err := hashFiles(ctx, dir, paths, true, known)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +202,7 @@ func VerifyContents(ctx context.Context, dir string, m *Manifest) error {
 	for i, f := range m.Files {
 		paths[i] = f.Path
 	}
-	got, err := hashFiles(ctx, dir, paths, false)
+	got, err := hashFiles(ctx, dir, paths, false, nil)
 	if err != nil {
 		return err
 	}
@@ -285,10 +293,11 @@ type blockJob struct {
 	block int64
 }
 
-// hashFiles digests every block of every file on all cores. With durable it
-// also fsyncs each file, so the digests describe durable bytes. A cancelled
-// ctx stops it at the next block.
-func hashFiles(ctx context.Context, dir string, paths []string, durable bool) ([]File, error) {
+// hashFiles digests every block of every file on all cores, but for the
+// files whose blocks are known (by path, as many as the file's size has).
+// With durable it also fsyncs each file, so the digests describe durable
+// bytes. A cancelled ctx stops it at the next block.
+func hashFiles(ctx context.Context, dir string, paths []string, durable bool, known map[string][]string) ([]File, error) {
 	files := make([]File, len(paths))
 	handles := make([]*os.File, len(paths))
 	defer func() {
@@ -310,6 +319,10 @@ func hashFiles(ctx context.Context, dir string, paths []string, durable bool) ([
 			return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 		}
 		files[i] = File{Path: p, Size: st.Size(), Mode: uint32(st.Mode().Perm()), Blocks: make([]string, blockCount(st.Size()))}
+		if blocks, ok := known[p]; ok && int64(len(blocks)) == blockCount(st.Size()) {
+			copy(files[i].Blocks, blocks)
+			continue
+		}
 		for b := range blockCount(st.Size()) {
 			jobs = append(jobs, blockJob{i, b})
 		}

@@ -38,18 +38,24 @@ type fault struct {
 const faultAfter = 64 << 10
 
 func (f *faulty) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
-	rc, err := f.Backend.Get(ctx, key, offset, length)
-	if err != nil || !strings.HasPrefix(key, "data/") || length <= faultAfter {
-		return rc, err
+	if !strings.HasPrefix(key, "data/") || length <= faultAfter {
+		return f.Backend.Get(ctx, key, offset, length)
 	}
 	f.mu.Lock()
 	f.gets++
 	n := f.gets
 	f.mu.Unlock()
-	if fl := f.fault(n); fl != nil {
-		return &faultyBody{ReadCloser: rc, ctx: ctx, fault: *fl}, nil
+	fl := f.fault(n)
+	if fl != nil && fl.kind == "silent" {
+		// The connection taken, no answer ever.
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
-	return rc, nil
+	rc, err := f.Backend.Get(ctx, key, offset, length)
+	if err != nil || fl == nil {
+		return rc, err
+	}
+	return &faultyBody{ReadCloser: rc, ctx: ctx, fault: *fl}, nil
 }
 
 type faultyBody struct {
@@ -81,7 +87,8 @@ func (b *faultyBody) Read(p []byte) (int, error) {
 
 // TestReadsResumedWhereTheyBroke: pack reads the network breaks (reset in
 // the middle of a body, a body cut short, a stalled connection) are
-// resumed from the byte they reached, and the restore is whole; a read that
+// resumed from the byte they reached, a request that is never answered is
+// asked again once the stall time has passed, and the restore is whole; a read that
 // breaks in place every time is unavailable, naming the store and the
 // cause; a pack really shorter than its index says is truncated (corrupt),
 // not retried as a network fault.
@@ -110,7 +117,7 @@ func TestReadsResumedWhereTheyBroke(t *testing.T) {
 		}
 		return r, rbe
 	}
-	for _, kind := range []string{"reset", "early", "stall"} {
+	for _, kind := range []string{"reset", "early", "stall", "silent"} {
 		t.Run(kind, func(t *testing.T) {
 			// Every third read of a pack breaks faultAfter bytes in.
 			r, rbe := open(func(n int) *fault {
@@ -126,10 +133,16 @@ func TestReadsResumedWhereTheyBroke(t *testing.T) {
 			}
 			sameFiles(t, src, dst)
 			st := store.Stats(rbe)
-			if st.ResumedReads == 0 || (kind == "stall") != (st.Stalls > 0) {
+			stalls := kind == "stall" || kind == "silent"
+			// An unanswered request is asked again, not resumed.
+			again := st.ResumedReads
+			if kind == "silent" {
+				again = st.Retries
+			}
+			if again == 0 || stalls != (st.Stalls > 0) {
 				t.Fatalf("stats after %s faults: %+v", kind, st)
 			}
-			if kind == "stall" && time.Since(start) > time.Minute {
+			if stalls && time.Since(start) > time.Minute {
 				t.Fatalf("stalls cost %s: each should cost the stall time", time.Since(start))
 			}
 		})

@@ -215,19 +215,29 @@ func (rr *resumingReader) open() error {
 	}
 	return rr.r.do(rr.ctx, func() error {
 		actx, cancel := context.WithCancel(rr.ctx)
-		rc, err := rr.r.Backend.Get(actx, rr.key, rr.offset+rr.pos, rest)
-		if err != nil {
-			cancel()
-			return err
-		}
-		rr.rc, rr.cancel = rc, cancel
 		rr.stalled.Store(false)
+		// The watchdog covers the request as well as its body: a store
+		// that takes the connection and never answers is a stall too.
+		var stall *time.Timer
 		if d := rr.r.policy.Stall; d > 0 {
-			rr.stall = time.AfterFunc(d, func() {
+			stall = time.AfterFunc(d, func() {
 				rr.stalled.Store(true)
 				cancel()
 			})
 		}
+		rc, err := rr.r.Backend.Get(actx, rr.key, rr.offset+rr.pos, rest)
+		if err != nil {
+			if stall != nil {
+				stall.Stop()
+			}
+			cancel()
+			if rr.stalled.Load() && rr.ctx.Err() == nil {
+				rr.r.stats.stalls.Add(1)
+				return errdefs.Mark(fmt.Errorf("%s: no answer for %s: %w", rr.key, rr.r.policy.Stall, err), errdefs.ErrUnavailable)
+			}
+			return err
+		}
+		rr.rc, rr.cancel, rr.stall = rc, cancel, stall
 		return nil
 	})
 }

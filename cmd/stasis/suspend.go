@@ -7,6 +7,7 @@ import (
 
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/transfer"
 )
 
@@ -61,7 +62,14 @@ manifest last, and stops the sandbox. On any failure the actor keeps running.`,
 				to = transfer.Stored{Repo: r, Name: push, Options: g.transferProgress("push")}
 			}
 			obs := g.observer()
-			m, err := eng.Suspend(cmd.Context(), af.actor(args[0]), engine.SuspendOptions{Dir: dir, Scope: snapshot.Scope(scope), Observer: obs})
+			opts := engine.SuspendOptions{Dir: dir, Scope: snapshot.Scope(scope), Observer: obs}
+			if push != "" {
+				// The push starts on the image while the checkpoint writes it.
+				follower := archiver.NewFollower(to.Repo, 0)
+				defer follower.Close()
+				opts.Follower, to.Options.Followed = follower, follower
+			}
+			m, err := eng.Suspend(cmd.Context(), af.actor(args[0]), opts)
 			if err != nil {
 				return err
 			}

@@ -104,7 +104,11 @@ func (r *Runsc) Features() Features { return r.features }
 
 // Capabilities are the checkpoint and restore options this runsc takes.
 func (r *Runsc) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{CUDACheckpoint: r.features.CudaCheckpointPath, Direct: r.features.Direct, ExcludeZeroPages: r.features.ExcludeCommittedZeroPages, LazyImage: true}
+	return runtime.Capabilities{CUDACheckpoint: r.features.CudaCheckpointPath, Direct: r.features.Direct, ExcludeZeroPages: r.features.ExcludeCommittedZeroPages, LazyImage: true,
+		// runsc writes its pages file through one writer, in order, unless
+		// --direct (then in parallel; pkg/sentry/state/stateio's
+		// FDWriter), and its state files as streams.
+		AppendImage: true}
 }
 
 // Path is the runsc binary in use.

@@ -72,6 +72,9 @@ type Options struct {
 	// Trace, when set, is told of every piece of a restore's work as it
 	// ends, one call at a time (Restore).
 	Trace func(Trace)
+	// Followed, when set, read the snapshot's image while it was written:
+	// the segments it cut are taken as they were (Save).
+	Followed *Follower
 }
 
 type progressReporter struct {
@@ -241,7 +244,7 @@ func ingest(ctx context.Context, repo *store.Repository, dir string, snap *store
 	g, gctx := errgroup.WithContext(pctx)
 	for range min(runtime.GOMAXPROCS(0), len(segs)) {
 		g.Go(func() error {
-			c := segmentCutter{repo: repo, dir: dir, snap: snap, lists: lists, packs: packer.Lane(), rep: rep, scan: make([]byte, repo.ChunkerBufferSize())}
+			c := segmentCutter{repo: repo, dir: dir, snap: snap, lists: lists, packs: packer.Lane(), rep: rep, scan: make([]byte, repo.ChunkerBufferSize()), followed: opts.Followed}
 			for seg := range todo {
 				if err := c.cut(gctx, seg); err != nil {
 					return err
@@ -271,25 +274,64 @@ func ingest(ctx context.Context, repo *store.Repository, dir string, snap *store
 // segmentCutter is one cutter goroutine's state: its scan buffer and its
 // lane into the packer serve every segment it takes.
 type segmentCutter struct {
-	repo  *store.Repository
-	dir   string
-	snap  *store.Snapshot
-	lists *chunkLists
-	packs *store.PackLane
-	rep   *progressReporter
-	scan  []byte
+	repo     *store.Repository
+	dir      string
+	snap     *store.Snapshot
+	lists    *chunkLists
+	packs    *store.PackLane
+	rep      *progressReporter
+	scan     []byte
+	followed *Follower
 }
 
 // cut chunks one segment of a file; every chunk the repository lacks goes
-// to the packer.
+// to the packer. A segment the image's follower cut (Options.Followed) is
+// taken as it was cut.
 func (c *segmentCutter) cut(ctx context.Context, seg segment) error {
 	f := c.snap.Files[seg.file]
-	fh, err := os.Open(filepath.Join(c.dir, filepath.FromSlash(f.Path)))
+	if ids, ok := c.followed.segment(f.Path, seg.index, seg.offset, seg.length); ok && c.allStored(ids) {
+		for _, id := range ids {
+			c.lists.add(seg, id, true)
+		}
+		c.rep.add(seg.length, 0, 0)
+	} else {
+		err := c.chunk(ctx, f.Path, seg.offset, seg.length, nil, func(id string) bool {
+			return c.lists.add(seg, id, c.repo.HasChunk(id))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if c.lists.segmentDone(seg) {
+		c.rep.add(0, 0, 1)
+	}
+	return nil
+}
+
+// allStored says whether the repository holds every chunk of ids.
+func (c *segmentCutter) allStored(ids []string) bool {
+	for _, id := range ids {
+		if !c.repo.HasChunk(id) {
+			return false
+		}
+	}
+	return true
+}
+
+// chunk cuts length bytes of file path (a slash path in the folder) from
+// offset on, read through tee when set, and hands each chunk's id to keep:
+// the chunks it keeps go to the packer.
+func (c *segmentCutter) chunk(ctx context.Context, path string, offset, length int64, tee func(io.Reader) io.Reader, keep func(id string) bool) error {
+	fh, err := os.Open(filepath.Join(c.dir, filepath.FromSlash(path)))
 	if err != nil {
 		return err
 	}
 	defer fh.Close()
-	chunks, err := c.repo.NewChunker(io.NewSectionReader(fh, seg.offset, seg.length), c.scan)
+	var r io.Reader = io.NewSectionReader(fh, offset, length)
+	if tee != nil {
+		r = tee(r)
+	}
+	chunks, err := c.repo.NewChunker(r, c.scan)
 	if err != nil {
 		return err
 	}
@@ -300,23 +342,20 @@ func (c *segmentCutter) cut(ctx context.Context, seg segment) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", f.Path, err)
+			return fmt.Errorf("%s: %w", path, err)
 		}
 		read += int64(len(data))
 		sum := sha256.Sum256(data)
 		id := hex.EncodeToString(sum[:])
-		if c.lists.add(seg, id, c.repo.HasChunk(id)) {
+		if keep(id) {
 			if err := c.packs.Add(ctx, id, data); err != nil {
 				return err
 			}
 		}
 		c.rep.add(int64(len(data)), 0, 0)
 	}
-	if read != seg.length {
-		return fmt.Errorf("%s changed while it was saved: read %d bytes at %d, expected %d", f.Path, read, seg.offset, seg.length)
-	}
-	if c.lists.segmentDone(seg) {
-		c.rep.add(0, 0, 1)
+	if read != length {
+		return fmt.Errorf("%s changed while it was saved: read %d bytes at %d, expected %d", path, read, offset, length)
 	}
 	return nil
 }

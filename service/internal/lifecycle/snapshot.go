@@ -11,6 +11,7 @@ import (
 	"github.com/stasis-run/stasis/journal"
 	"github.com/stasis-run/stasis/service/internal/op"
 	"github.com/stasis-run/stasis/snapshot"
+	"github.com/stasis-run/stasis/store/archiver"
 	"github.com/stasis-run/stasis/transfer"
 )
 
@@ -32,7 +33,7 @@ func (s *Actors) pause(ctx context.Context, req api.OpRequest, idle string) (api
 			if err != nil {
 				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
 			}
-			if _, _, err := s.take(ctx, o, t, t.Snapshots.OnPause, s.keep()); err != nil {
+			if _, _, err := s.take(ctx, o, t, t.Snapshots.OnPause, s.keep(), nil); err != nil {
 				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
 			}
 			if s.kept(ctx, o.Actor) {
@@ -88,7 +89,10 @@ func (s *Actors) suspend(ctx context.Context, req api.OpRequest, idle string) (a
 			if err != nil {
 				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
 			}
-			snap, m, err := s.take(ctx, o, t, t.Snapshots.OnCommit, nil)
+			// The push starts on the image while the checkpoint writes it.
+			follower := s.follower()
+			defer follower.Close()
+			snap, m, err := s.take(ctx, o, t, t.Snapshots.OnCommit, nil, follower)
 			if err != nil {
 				return o.AfterFailure(ctx, s.engines.Of(o.Actor), err), err
 			}
@@ -96,9 +100,9 @@ func (s *Actors) suspend(ctx context.Context, req api.OpRequest, idle string) (a
 				return noStoreOutcome(), nil
 			}
 			// The sandbox is stopped: the GPU and memory are free while the
-			// snapshot is stored.
+			// rest of the snapshot is stored.
 			snap.Kind = string(api.KindCommit)
-			if err := s.push(ctx, o, snap, m, api.StoredName(o.Actor.ID, snap.ID)); err != nil {
+			if err := s.push(ctx, o, snap, m, api.StoredName(o.Actor.ID, snap.ID), follower); err != nil {
 				return notStoredOutcome(snap.Dir, err), err
 			}
 			return op.Outcome{State: api.Suspended}, nil
@@ -106,17 +110,35 @@ func (s *Actors) suspend(ctx context.Context, req api.OpRequest, idle string) (a
 	return op.ActorOf(a), err
 }
 
+// follower is what reads a suspend's image into the store while the
+// checkpoint writes it; nil without a store (or with one that cannot be
+// opened: the push says why).
+func (s *Actors) follower() *archiver.Follower {
+	if !s.store.Configured() {
+		return nil
+	}
+	repo, err := s.store.Get()
+	if err != nil {
+		return nil
+	}
+	return archiver.NewFollower(repo, 0)
+}
+
 // push stores snap, whose folder's manifest is m, under name: the one way
 // stasisd stores a snapshot (a suspend's commit, a paused actor's
 // snapshot, a golden one). Its record names the store inside the push
-// step, so that a crash after the step finds it stored.
-func (s *Actors) push(ctx context.Context, o *op.Operation, snap journal.Snapshot, m *snapshot.Manifest, name string) error {
+// step, so that a crash after the step finds it stored. followed, when
+// set, read the image while it was written (its segments are taken as
+// they were cut).
+func (s *Actors) push(ctx context.Context, o *op.Operation, snap journal.Snapshot, m *snapshot.Manifest, name string, followed *archiver.Follower) error {
 	repo, err := s.store.Get()
 	if err != nil {
 		return err
 	}
 	snap.Stored, snap.Pushed = name, true
-	return transfer.Push(ctx, o.Observer(), o.Actor.ID, o.Kind.Name, snap.Dir, m, s.stored(repo, o, name, transfer.StepPush), func() error {
+	to := s.stored(repo, o, name, transfer.StepPush)
+	to.Options.Followed = followed
+	return transfer.Push(ctx, o.Observer(), o.Actor.ID, o.Kind.Name, snap.Dir, m, to, func() error {
 		return s.journal.PutSnapshot(context.WithoutCancel(ctx), snap)
 	})
 }
@@ -154,7 +176,7 @@ func (s *Actors) storeExisting(ctx context.Context, o *op.Operation) (op.Outcome
 		return back, fmt.Errorf("snapshot %s cannot be stored: %w", snap.ID, err)
 	}
 	snap.Kind = string(api.KindCommit)
-	if err := s.push(ctx, o, snap, m, api.StoredName(o.Actor.ID, snap.ID)); err != nil {
+	if err := s.push(ctx, o, snap, m, api.StoredName(o.Actor.ID, snap.ID), nil); err != nil {
 		return notStoredOutcome(snap.Dir, err), err
 	}
 	return op.Outcome{State: api.Suspended}, nil
@@ -165,12 +187,16 @@ func (s *Actors) storeExisting(ctx context.Context, o *op.Operation) (op.Outcome
 // latest snapshot and removes the older local ones. The engine leaves the
 // actor running on failure; a snapshot that was committed is adopted, and
 // returned, even when a later step failed.
-func (s *Actors) take(ctx context.Context, o *op.Operation, t api.Template, scope api.Scope, keep func() (bool, string)) (journal.Snapshot, *snapshot.Manifest, error) {
+func (s *Actors) take(ctx context.Context, o *op.Operation, t api.Template, scope api.Scope, keep func() (bool, string), follower *archiver.Follower) (journal.Snapshot, *snapshot.Manifest, error) {
 	// Connections through its published ports end before its sandbox
 	// stops, rather than wait on a process that is gone.
 	s.ports.Disconnect(o.Actor.ID)
 	a := s.templates.EngineActor(t, o.Actor)
-	m, err := s.engines.Of(o.Actor).Suspend(ctx, a, engine.SuspendOptions{Name: o.Kind.Name, Dir: o.Args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.Observer()})
+	opts := engine.SuspendOptions{Name: o.Kind.Name, Dir: o.Args.Dir, Scope: snapshot.Scope(scope), Keep: keep, Observer: o.Observer()}
+	if follower != nil {
+		opts.Follower = follower
+	}
+	m, err := s.engines.Of(o.Actor).Suspend(ctx, a, opts)
 	if m == nil {
 		_ = s.removeDir(o.Args.Dir)
 		return journal.Snapshot{}, nil, err

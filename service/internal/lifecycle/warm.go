@@ -53,7 +53,7 @@ func (s *Actors) takeGolden(ctx context.Context, o *op.Operation, t api.Template
 	snap := journal.Snapshot{ID: o.Args.Snapshot, Actor: o.Actor.ID, Template: t.Name, Kind: string(api.KindGolden), Scope: string(m.Scope), Dir: o.Args.Dir, Size: m.Size()}
 	if err == nil && s.store.Configured() {
 		name := "golden." + t.Name + "." + o.Args.Snapshot
-		if err = s.push(ctx, o, snap, m, name); err == nil {
+		if err = s.push(ctx, o, snap, m, name, nil); err == nil {
 			snap.Stored, snap.Pushed = name, true
 		}
 	}
