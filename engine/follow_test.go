@@ -27,9 +27,9 @@ func TestSuspendFollowedIntoTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 600 MiB of the actor's own memory: an image of more than two of the
-	// follower's segments.
-	a := f.start("followed", testactor.Options{Ballast: []string{"0", "600", "0", "7"}})
+	// 1.1 GiB of the actor's own memory: an image the engine follows,
+	// of four of the follower's segments and more.
+	a := f.start("followed", testactor.Options{Ballast: []string{"0", "1100", "0", "7"}})
 	before := f.counter(a.ID, "incr")
 	follower := archiver.NewFollower(repo, 0)
 	defer follower.Close()
@@ -70,7 +70,8 @@ func TestSuspendFollowedIntoTheStore(t *testing.T) {
 // the suspend to hash the image itself, with a note that says why.
 func TestFailedFollowerCostsTheSuspendNothing(t *testing.T) {
 	f := newFixture(t)
-	a := f.start("follower-fails", testactor.Options{})
+	a := f.start("follower-fails", testactor.Options{Ballast: []string{"0", "1100", "0", "8"}})
+	f.counter(a.ID, "incr") // once its memory is filled
 	dir := filepath.Join(t.TempDir(), "snap")
 	failing := &failingFollower{}
 	if _, err := f.eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir, Follower: failing}); err != nil {

@@ -96,7 +96,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		}
 		o.gpuFree(began, manifest.GPU)
 	}
-	follower = e.follow(ctx, o, follower, cp, dir)
+	follower = e.follow(ctx, o, follower, cp, dir, plan.HostMemory)
 	var checkpointTook time.Duration
 	err = o.step(StepCheckpoint, func() (string, error) {
 		// The disk starts on the image while the runtime writes it, so that
@@ -145,11 +145,12 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 }
 
 // follow starts follower on the image the checkpoint cp writes into dir,
-// where the runtime writes it front to back, and returns it; nil where it
-// does not follow (none given, the runtime's writes run in parallel, or it
-// could not start: noted).
-func (e *Engine) follow(ctx context.Context, o op, follower ImageFollower, cp runtime.CheckpointOptions, dir string) ImageFollower {
-	if follower == nil || !e.Runtime.Capabilities().AppendImage || cp.Direct {
+// of at most image bytes, where the runtime writes it front to back, and
+// returns it; nil where it does not follow (none given, the runtime's
+// writes run in parallel, an image under followMin, or it could not
+// start: noted).
+func (e *Engine) follow(ctx context.Context, o op, follower ImageFollower, cp runtime.CheckpointOptions, dir string, image uint64) ImageFollower {
+	if follower == nil || !e.Runtime.Capabilities().AppendImage || cp.Direct || image < followMin {
 		return nil
 	}
 	if err := follower.Follow(ctx, dir, imageDir); err != nil {
@@ -182,6 +183,11 @@ func (e *Engine) followed(ctx context.Context, o op, follower ImageFollower, che
 
 // followWait is the least time followed waits for a follower.
 const followWait = 10 * time.Second
+
+// followMin is the least image a follower reads while it is written: a
+// smaller one is written in about a second, too soon for much to overlap,
+// and its push is cheaper without a second lock on the store.
+const followMin = 1 << 30
 
 // gpuFree notes in the actor's history how long the operation held the GPU
 // of a snapshot whose CUDA processes were checkpointed (gpu): from its

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -57,7 +58,8 @@ type Follower struct {
 	dir, image string
 	started    bool
 	cancel     context.CancelCauseFunc
-	unlock     func() // set once the follower holds the lock
+	unlock     func()      // set once the follower holds the lock
+	locked     atomic.Bool // the same, for Written
 	todo       chan followedSegment
 	written    chan struct{} // closed by Written: the image is whole
 	writtenSet sync.Once
@@ -121,6 +123,7 @@ func (f *Follower) follow(ctx context.Context) error {
 		return err
 	}
 	f.unlock = unlock
+	f.locked.Store(true)
 	packer, err := f.repo.NewPacker(ctx, f.uploads, nil)
 	if err != nil {
 		return err
@@ -289,6 +292,12 @@ func (f *Follower) Written(ctx context.Context) (map[string][]string, error) {
 		return nil, errors.New("the follower was never started")
 	}
 	f.writtenSet.Do(func() { close(f.written) })
+	if !f.locked.Load() {
+		// The store has not answered while the whole image was written:
+		// nothing was read, and waiting for it would only hold the suspend.
+		f.Stop()
+		return nil, fmt.Errorf("store %s did not answer while the image was written", f.repo.Backend().Location())
+	}
 	select {
 	case <-f.done:
 	case <-ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -212,15 +213,15 @@ func objects(t *testing.T, be store.Backend, prefix string) int {
 }
 
 // TestFollowerOfAStoreThatHangs: with the store hanging on every write,
-// Follow returns at once and Written gives up when its context ends,
-// saying why.
+// Follow returns at once, and Written, the lock not taken, gives up at
+// once, saying why.
 func TestFollowerOfAStoreThatHangs(t *testing.T) {
 	ctx := context.Background()
 	be := mem.New("hangs")
 	if _, err := store.Init(ctx, be); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := store.Open(ctx, hangingWrites{be})
+	repo, err := store.Open(ctx, hangingWrites{be, ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,17 +234,57 @@ func TestFollowerOfAStoreThatHangs(t *testing.T) {
 	if err := f.Follow(ctx, dir, "image"); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if _, err := f.Written(wctx); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "slower than the checkpoint") {
-		t.Fatalf("Written with the store hanging: %v; want its deadline, saying why", err)
+	if _, err := f.Written(ctx); err == nil || !strings.Contains(err.Error(), "did not answer while the image was written") {
+		t.Fatalf("Written with the store hanging: %v; want its refusal, saying why", err)
 	}
 }
 
-// hangingWrites is a backend whose writes never end before their context.
-type hangingWrites struct{ store.Backend }
+// TestFollowerOfAStoreThatTakesNoPack: with the lock taken but no pack
+// ever written, Written gives up when its context ends, saying why.
+func TestFollowerOfAStoreThatTakesNoPack(t *testing.T) {
+	ctx := context.Background()
+	be := mem.New("no-packs")
+	if _, err := store.Init(ctx, be); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := store.Open(ctx, hangingWrites{be, "data/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), imageBytes(1<<20, 6), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := NewFollower(repo, 0)
+	defer f.Close()
+	if err := f.Follow(ctx, dir, "image"); err != nil {
+		t.Fatal(err)
+	}
+	// Written is asked once the lock is held, as after a checkpoint.
+	for !f.locked.Load() {
+		runtime.Gosched()
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := f.Written(wctx); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "slower than the checkpoint") {
+		t.Fatalf("Written with no pack written: %v; want its deadline, saying why", err)
+	}
+}
 
-func (hangingWrites) Put(ctx context.Context, _ string, _ io.Reader, _ int64) error {
+// hangingWrites is a backend whose writes of keys under prefix never end
+// before their context.
+type hangingWrites struct {
+	store.Backend
+	prefix string
+}
+
+func (h hangingWrites) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if !strings.HasPrefix(key, h.prefix) {
+		return h.Backend.Put(ctx, key, r, size)
+	}
 	<-ctx.Done()
 	return ctx.Err()
 }
