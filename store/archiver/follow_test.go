@@ -217,23 +217,7 @@ func objects(t *testing.T, be store.Backend, prefix string) int {
 // once, saying why.
 func TestFollowerOfAStoreThatHangs(t *testing.T) {
 	ctx := context.Background()
-	be := mem.New("hangs")
-	if _, err := store.Init(ctx, be); err != nil {
-		t.Fatal(err)
-	}
-	repo, err := store.Open(ctx, hangingWrites{be, ""})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	f := NewFollower(repo, 0)
-	defer f.Close()
-	if err := f.Follow(ctx, dir, "image"); err != nil {
-		t.Fatal(err)
-	}
+	f := followHanging(t, "", nil)
 	if _, err := f.Written(ctx); err == nil || !strings.Contains(err.Error(), "did not answer while the image was written") {
 		t.Fatalf("Written with the store hanging: %v; want its refusal, saying why", err)
 	}
@@ -243,26 +227,7 @@ func TestFollowerOfAStoreThatHangs(t *testing.T) {
 // ever written, Written gives up when its context ends, saying why.
 func TestFollowerOfAStoreThatTakesNoPack(t *testing.T) {
 	ctx := context.Background()
-	be := mem.New("no-packs")
-	if _, err := store.Init(ctx, be); err != nil {
-		t.Fatal(err)
-	}
-	repo, err := store.Open(ctx, hangingWrites{be, "data/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), imageBytes(1<<20, 6), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f := NewFollower(repo, 0)
-	defer f.Close()
-	if err := f.Follow(ctx, dir, "image"); err != nil {
-		t.Fatal(err)
-	}
+	f := followHanging(t, "data/", imageBytes(1<<20, 6))
 	// Written is asked once the lock is held, as after a checkpoint.
 	for !f.locked.Load() {
 		runtime.Gosched()
@@ -272,6 +237,36 @@ func TestFollowerOfAStoreThatTakesNoPack(t *testing.T) {
 	if _, err := f.Written(wctx); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "slower than the checkpoint") {
 		t.Fatalf("Written with no pack written: %v; want its deadline, saying why", err)
 	}
+}
+
+// followHanging starts a follower on an image folder (holding pages, when
+// given) into a store whose writes of keys under prefix hang.
+func followHanging(t *testing.T, prefix string, pages []byte) *Follower {
+	t.Helper()
+	ctx := context.Background()
+	be := mem.New("hanging")
+	if _, err := store.Init(ctx, be); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := store.Open(ctx, hangingWrites{be, prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if pages != nil {
+		if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), pages, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := NewFollower(repo, 0)
+	t.Cleanup(f.Close)
+	if err := f.Follow(ctx, dir, "image"); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // hangingWrites is a backend whose writes of keys under prefix never end
