@@ -64,38 +64,10 @@ func storeUnderFaults(t *testing.T, proxy *faultproxy.Proxy, loc string) {
 	b.start("")
 	// Actors holding 48 MiB of their own, so that a pull reads several
 	// stretches of packs.
-	for _, d := range []*daemon{a, b} {
-		dir := testactor.Bundle(t, t.TempDir(), testactor.Options{Ballast: []string{"0", "48", "0", "7"}})
-		if _, err := d.api.CreateTemplate(ctx, api.Template{Name: "counter", Bundle: dir, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// move runs an actor on a, suspends it to the store and starts it on
-	// b from there, checking the counter and timing both ends.
+	ballastTemplate(t, "counter", "48", a, b)
 	move := func(id string) (push, pull time.Duration) {
 		t.Helper()
-		a.run("counter", id)
-		inst, _, _ := strings.Cut(a.execCounter(id, "incr"), " ")
-		start := time.Now()
-		s := a.op("Suspend", id)
-		push = time.Since(start)
-		if s.State != api.Suspended || s.Snapshot == nil || s.Snapshot.Stored == "" {
-			t.Fatalf("%s suspended on a: %+v; want it stored", id, s)
-		}
-		start = time.Now()
-		r, err := b.api.Run(ctx, api.RunRequest{Template: "counter", ID: id, FromStored: s.Snapshot.Stored})
-		pull = time.Since(start)
-		if err != nil || r.State != api.Running {
-			t.Fatalf("%s started on b from %s: %+v %v", id, s.Snapshot.Stored, r, err)
-		}
-		if got := b.execCounter(id, "incr"); got != inst+" 2" {
-			t.Fatalf("%s counts %q on b; want %s 2", id, got, inst)
-		}
-		// Its copy on b would serve the next pulls (the actors hold the
-		// same bytes): gone, so that each pull reads the store.
-		b.op("Delete", id)
-		return push, pull
+		return moveByStore(t, a, b, "counter", id)
 	}
 	report := []string{"| faults | push (a) | run --from-stored (b) |", "|---|---|---|"}
 	for _, c := range []struct {
@@ -192,6 +164,46 @@ func storeUnderFaults(t *testing.T, proxy *faultproxy.Proxy, loc string) {
 		}
 	}
 	t.Logf("FAULTS\n%s", strings.Join(report, "\n"))
+}
+
+// ballastTemplate makes template name on every daemon: the counter with
+// mib MiB of memory of its own.
+func ballastTemplate(t *testing.T, name, mib string, daemons ...*daemon) {
+	t.Helper()
+	for _, d := range daemons {
+		dir := testactor.Bundle(t, t.TempDir(), testactor.Options{Ballast: []string{"0", mib, "0", "7"}})
+		if _, err := d.api.CreateTemplate(context.Background(), api.Template{Name: name, Bundle: dir, Probe: api.Probe{Command: []string{"/counter", "await", "get"}, TimeoutSeconds: 30}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// moveByStore runs actor id of template on a, counts once, suspends it into
+// the store a and b share and starts it on b from there, where it must
+// count on; it is then deleted on b, whose copy would serve the next pulls
+// (actors of a template hold the same bytes), so that each pull reads the
+// store. It returns the suspend's and the start's times.
+func moveByStore(t *testing.T, a, b *daemon, template, id string) (push, pull time.Duration) {
+	t.Helper()
+	a.run(template, id)
+	inst, _, _ := strings.Cut(a.execCounter(id, "incr"), " ")
+	start := time.Now()
+	s := a.op("Suspend", id)
+	push = time.Since(start)
+	if s.State != api.Suspended || s.Snapshot == nil || s.Snapshot.Stored == "" {
+		t.Fatalf("%s suspended on a: %+v; want it stored", id, s)
+	}
+	start = time.Now()
+	r, err := b.api.Run(context.Background(), api.RunRequest{Template: template, ID: id, FromStored: s.Snapshot.Stored})
+	pull = time.Since(start)
+	if err != nil || r.State != api.Running {
+		t.Fatalf("%s started on b from %s: %+v %v", id, s.Snapshot.Stored, r, err)
+	}
+	if got := b.execCounter(id, "incr"); got != inst+" 2" {
+		t.Fatalf("%s counts %q on b; want %s 2", id, got, inst)
+	}
+	b.op("Delete", id)
+	return push, pull
 }
 
 // get reads path from stasisd's socket.
