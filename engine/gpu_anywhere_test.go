@@ -84,8 +84,9 @@ func TestGPUAnywhere(t *testing.T) {
 		// as stasisd does (the push reading the image while the checkpoint
 		// writes it, then storing the rest): the folder, the seconds of the
 		// push after the suspend, of the suspend, and until the GPU was
-		// free (the history's note).
-		suspendAndPush := func(a engine.Actor, name string, to *store.Repository) (dir string, pushS, suspendS, gpuFreeS float64) {
+		// free (the history's note), and what the disks wrote during the
+		// suspend, in bytes.
+		suspendAndPush := func(a engine.Actor, name string, to *store.Repository) (dir string, pushS, suspendS, gpuFreeS, diskWrite float64) {
 			dir = filepath.Join(g.work, "snap-"+name)
 			begin := time.Now()
 			obs := engine.Observer{Before: g.obs.Before, After: func(ev engine.Step) {
@@ -102,10 +103,8 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatalf("%s suspend: %v", mode, err)
 			}
 			suspendS = time.Since(begin).Seconds()
-			// What the disks wrote meanwhile (the image and, into a store
-			// on them, its packs), and at what speed.
-			result["suspend_followed_disk_write_bytes"] = (readCounters(disks).writeSect - written) * 512
-			result["suspend_followed_disk_write_gbs"] = result["suspend_followed_disk_write_bytes"].(float64) / 1e9 / suspendS
+			// The image and, into a store on them, its packs.
+			diskWrite = (readCounters(disks).writeSect - written) * 512
 			pushS, err = g.timed(func() error {
 				return transfer.Push(ctx, g.obs, a.ID, "suspend", dir, m, transfer.Stored{Repo: to, Name: name, Options: archiver.Options{Followed: follower}}, nil)
 			})
@@ -113,7 +112,7 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatalf("%s push: %v", mode, err)
 			}
 			result["imageBytes"] = m.Size()
-			return dir, pushS, suspendS, gpuFreeS
+			return dir, pushS, suspendS, gpuFreeS, diskWrite
 		}
 		// pullAndResume resumes a on "another node" from name, into dir,
 		// to its first token, which must be want.
@@ -146,7 +145,15 @@ func TestGPUAnywhere(t *testing.T) {
 			// disks, page cache and cores, every 100 ms.
 			var marksMu sync.Mutex
 			var marks []map[string]any
-			obs := engine.Observer{Before: g.obs.Before, After: func(ev engine.Step) {
+			stacks := g.restoreStacks(a.ID, fmt.Sprintf("anywhere-%s-%s%s", mode, name, v.name()))
+			obs := engine.Observer{Before: func(ev engine.Step) error {
+				stacks.before(ev)
+				if g.obs.Before == nil {
+					return nil
+				}
+				return g.obs.Before(ev)
+			}, After: func(ev engine.Step) {
+				stacks.after(ev)
 				marksMu.Lock()
 				defer marksMu.Unlock()
 				marks = append(marks, map[string]any{"t": time.Since(begin).Seconds(), "step": ev.Op + "/" + ev.Name, "s": ev.Duration.Seconds(), "message": ev.Message})
@@ -214,8 +221,9 @@ func TestGPUAnywhere(t *testing.T) {
 		a, first, coldS := start("any-" + mode)
 		result["cold_s"] = coldS
 		name := "any-" + mode + ".1"
-		dirA, pushS, suspendS, gpuFreeS := suspendAndPush(a, name, repo)
+		dirA, pushS, suspendS, gpuFreeS, written := suspendAndPush(a, name, repo)
 		result["push_s"], result["suspend_followed_s"], result["suspend_gpu_free_s"] = pushS, suspendS, gpuFreeS
+		result["suspend_followed_disk_write_bytes"], result["suspend_followed_disk_write_gbs"] = written, written/1e9/suspendS
 		if srepo != nil {
 			m, err := snapshot.Load(dirA)
 			if err != nil {
@@ -255,16 +263,42 @@ func TestGPUAnywhere(t *testing.T) {
 		result["local_s"] = time.Since(begin).Seconds()
 		// The same suspend without a push, for the push's share.
 		dirN := filepath.Join(g.work, "snap-nopush-"+mode)
-		written := readCounters(disks).writeSect
+		writtenBefore := readCounters(disks).writeSect
 		if result["suspend_s"], err = g.timed(func() error {
 			_, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dirN})
 			return err
 		}); err != nil {
 			t.Fatalf("%s suspend without a push: %v", mode, err)
 		}
-		result["suspend_disk_write_bytes"] = (readCounters(disks).writeSect - written) * 512
+		result["suspend_disk_write_bytes"] = (readCounters(disks).writeSect - writtenBefore) * 512
 		result["suspend_disk_write_gbs"] = result["suspend_disk_write_bytes"].(float64) / 1e9 / result["suspend_s"].(float64)
 		result["suspend_push_over_no_push"] = (suspendS + pushS) / result["suspend_s"].(float64)
+		if elsewhere := os.Getenv("STASIS_ANYWHERE_ELSEWHERE"); elsewhere != "" {
+			// The same suspend with its push into a store that is not on
+			// the image's disk (a folder there, as a store across the
+			// network): the push then takes none of the disk the
+			// checkpoint writes to.
+			if _, err := g.eng.Resume(ctx, a, dirN, engine.ResumeOptions{Observer: g.obs, Verify: engine.VerifyWhileRestoring}); err != nil {
+				t.Fatalf("%s resume before the suspend into a store elsewhere: %v", mode, err)
+			}
+			if got, err := firstToken(a.ID); err != nil || got.Token != first.Token {
+				t.Fatalf("%s resume before the suspend into a store elsewhere: token %+v %v, want %d", mode, got, err, first.Token)
+			}
+			ebe, err := local.New(filepath.Join(elsewhere, "store-"+mode))
+			if err != nil {
+				t.Fatal(err)
+			}
+			erepo, err := store.Init(ctx, ebe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dirE, pushE, suspendE, _, writtenE := suspendAndPush(a, "any-"+mode+".elsewhere", erepo)
+			result["suspend_elsewhere_s"], result["push_elsewhere_s"] = suspendE, pushE
+			result["suspend_elsewhere_disk_write_bytes"], result["suspend_elsewhere_disk_write_gbs"] = writtenE, writtenE/1e9/suspendE
+			result["suspend_push_elsewhere_over_no_push"] = (suspendE + pushE) / result["suspend_s"].(float64)
+			os.RemoveAll(dirE)
+			os.RemoveAll(filepath.Join(elsewhere, "store-"+mode))
+		}
 		os.RemoveAll(dirN)
 		os.RemoveAll(dirA)
 		g.record("anywhere", result)
@@ -350,7 +384,7 @@ func TestGPUAnywhere(t *testing.T) {
 			// more than the store's bytes of the snapshot.
 			b, firstB, _ := start("any2-" + mode)
 			name2 := "any-" + mode + ".2"
-			dirA2, _, _, _ := suspendAndPush(b, name2, repo)
+			dirA2, _, _, _, _ := suspendAndPush(b, name2, repo)
 			os.RemoveAll(dirA2)
 			seed, err := repo.Snapshot(ctx, name)
 			if err != nil {

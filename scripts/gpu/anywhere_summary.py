@@ -32,7 +32,9 @@ for mode in ("compiled", "plain"):
                                                        "written_s", "anywhere_unstaged_s", "unstaged_ratio",
                                                        "data_floor_s", "anywhere_over_data_floor", "suspend_s", "suspend_gpu_free_s",
                                                        "suspend_followed_s", "suspend_push_over_no_push", "local_push_whole_s",
-                                                       "suspend_disk_write_gbs", "suspend_followed_disk_write_gbs")}
+                                                       "suspend_disk_write_gbs", "suspend_followed_disk_write_gbs",
+                                                       "suspend_elsewhere_s", "push_elsewhere_s", "suspend_push_elsewhere_over_no_push",
+                                                       "suspend_elsewhere_disk_write_gbs")}
 plain = modes.get("plain", {})
 # The fleet-wide figures: the plain server's, else the compiled one's.
 for key in ("second_actor_fetched_fraction", "second_actor_over_local", "second_actor_over_first", "second_disk_over_store",
@@ -52,6 +54,9 @@ for mode in ("compiled", "plain"):
         print(f"| {mode} | {r['cold_s']:.1f} s | {r['anywhere_s']:.2f} s | {r['ratio']:.1f}x | {r['data_floor_s']:.2f} s | {r['anywhere_over_data_floor']:.2f}x | {r['local_s']:.2f} s"
               f" | {r['pull_s']:.2f} s | {r['pull_over_floor']:.2f}x | {r['suspend_s']:.2f} s | {r['suspend_gpu_free_s']:.2f} s | {r['suspend_push_over_no_push']:.2f}x"
               f" ({r.get('suspend_followed_s') or 0:.2f} s + {r['push_s']:.2f} s) |")
+    if r and "suspend_elsewhere_s" in r:
+        print(f"| {mode}, pushed into a store off the image's disk | | | | | | | | | | | {r['suspend_push_elsewhere_over_no_push']:.2f}x"
+              f" ({r['suspend_elsewhere_s']:.2f} s + {r['push_elsewhere_s']:.2f} s) |")
     if r and "second_s" in r:
         print(f"| {mode}, second actor (page cache dropped) | | {r['second_s']:.2f} s | {r['second_actor_over_first']:.2f}x the first | | | | | disk read {r['second_disk_read_bytes']/1e9:.2f} GB,"
               f" {r['second_disk_over_store']:.2f}x the store's {r['second_store_bytes']/1e9:.2f} GB | | | |")
