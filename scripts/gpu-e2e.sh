@@ -30,7 +30,10 @@
 # STASIS_ANYWHERE_TRACE=1 (each remote resume's pull traced piece by piece,
 # anywhere-*.trace.jsonl.gz: archiver.Trace), STASIS_ANYWHERE_DOWNLOADS (a
 # list: the remote resume again with that many stretches read at once),
-# STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS, STASIS_PULL_WRITEBACK and
+# STASIS_ANYWHERE_STACKS=1 (where a remote resume's restore step waits when it
+# has not returned after 1 s and 2.5 s, anywhere-*.stacks.txt),
+# STASIS_ANYWHERE_ELSEWHERE=DIR (the suspend also pushed into a store in DIR,
+# off the image's disk, e.g. /dev/shm/x), STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS, STASIS_PULL_WRITEBACK and
 # STASIS_PULL_DOWNLOADS (anywhere; lists take turns run by run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
