@@ -151,4 +151,37 @@ func TestExecAttach(t *testing.T) {
 			t.Fatalf("exec -t: %v\n%q", err, out)
 		}
 	})
+
+	// Last: stasisd stops while a user is in an interactive command. It
+	// ends the command and stops, rather than wait for the user to leave;
+	// the user is told why.
+	t.Run("ended when stasisd stops", func(t *testing.T) {
+		cmd := exec.Command(cli, "--socket", d.socket, "actor", "exec", "-i", "a1", "/counter", "tty")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stdin.Close()
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		expectLine(t, lineReader(stdout), "not a terminal")
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+			d.cmd = nil
+		case <-time.After(time.Minute):
+			t.Fatalf("stasisd has not stopped a minute after SIGTERM while an interactive exec ran\n%s", d.logText())
+		}
+		err = cmd.Wait()
+		if exitCode(err) == 0 || !strings.Contains(stderr.String(), "stasisd is stopping") {
+			t.Fatalf("the exec when stasisd stopped: exit %d, said %q; want a failure that says stasisd is stopping", exitCode(err), stderr.String())
+		}
+	})
 }

@@ -97,6 +97,11 @@ func (s *Service) WatchEvents(ctx context.Context, req api.EventsRequest, send f
 // StopWatching ends every watch, for a stasisd that stops.
 func (s *Service) StopWatching() { s.runner.Feed().Stop() }
 
+// EndExecs ends the commands exec runs, each answering that stasisd is
+// stopping, as the server stops: an interactive one would otherwise hold
+// the stop for as long as its user stays.
+func (s *Service) EndExecs() { s.actors.EndExecs() }
+
 // Snapshots lists snapshots, of one actor when actor is set.
 func (s *Service) Snapshots(ctx context.Context, actor string) ([]api.Snapshot, error) {
 	return s.actors.Snapshots(ctx, actor)

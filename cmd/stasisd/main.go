@@ -341,15 +341,17 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 		return err
 	}
 	srv := &http.Server{Handler: server.Handler(svc), Protocols: server.Protocols(), ReadHeaderTimeout: 10 * time.Second}
-	// Watches of actors' histories have no end of their own.
+	// Watches of actors' histories and interactive execs have no end of
+	// their own.
 	srv.RegisterOnShutdown(svc.StopWatching)
+	srv.RegisterOnShutdown(svc.EndExecs)
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		<-ctx.Done()
 		// Operations in flight run to their end (their handlers wait for
 		// them); the listener closes now.
-		log.Info("stasisd stopping: no new requests; operations in flight run to their end")
+		log.Info("stasisd stopping: no new requests; operations in flight run to their end, commands run by exec are ended")
 		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		if metricsSrv != nil {

@@ -143,14 +143,34 @@ func (s *Actors) Exec(ctx context.Context, req api.ExecRequest, streams api.Exec
 	if api.State(a.State) != api.Running {
 		return api.ExecResult{}, &journal.StateError{Actor: a.ID, State: a.State, Kind: "exec", From: []string{string(api.Running)}}
 	}
+	if cause := context.Cause(s.execs); cause != nil {
+		return api.ExecResult{}, cause
+	}
 	// An exec is a use: the actor is not idle while one runs.
 	s.ports.Touch(a.ID)
 	defer s.ports.Touch(a.ID)
+	// A command still running when stasisd stops is ended then (its
+	// output and input go through this process, which is going), not
+	// waited for: an interactive shell would hold the stop for as long
+	// as its user stays.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.execs, cancel)()
 	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, p)
 	if err != nil {
+		if cause := context.Cause(s.execs); cause != nil {
+			return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, cause)
+		}
 		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
 	}
 	return api.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
+}
+
+// EndExecs ends the commands exec runs, now and from now on, each exec
+// answering that stasisd is stopping: the server calls it as it shuts
+// down, where it waits for the requests in flight.
+func (s *Actors) EndExecs() {
+	s.endExecs(fmt.Errorf("%w: stasisd is stopping, and the command was ended with it (run it again once stasisd is back)", errdefs.ErrUnavailable))
 }
 
 // terminalSize is a terminal's first size: the request's, else 80x24.

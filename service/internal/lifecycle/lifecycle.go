@@ -6,6 +6,7 @@
 package lifecycle
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -80,6 +81,9 @@ type Actors struct {
 	// went on during the resume) that a stopped stasisd left mounted:
 	// Reconcile removes them rather than keeping them.
 	lostViews map[string]bool
+	// execs ends with EndExecs: the commands exec runs end with it.
+	execs    context.Context
+	endExecs context.CancelCauseFunc
 }
 
 // New is the lifecycle of the actors in p.Journal. Call Reconcile before
@@ -91,8 +95,10 @@ func New(cfg Config, p Parts) *Actors {
 	if p.Networks == nil {
 		p.Networks = noNetworks{}
 	}
+	execs, endExecs := context.WithCancelCause(context.Background())
 	return &Actors{cfg: cfg, journal: p.Journal, runner: p.Runner, engines: p.Engines, templates: p.Templates,
-		store: p.Store, staged: p.Staged, lease: p.Lease, networks: p.Networks, ports: p.Ports, pulled: newPulledFolders(), idling: map[string]bool{}, exits: newExitWatch(), consoles: console.NewKeeper(cfg.Console)}
+		store: p.Store, staged: p.Staged, lease: p.Lease, networks: p.Networks, ports: p.Ports, pulled: newPulledFolders(), idling: map[string]bool{}, exits: newExitWatch(), consoles: console.NewKeeper(cfg.Console),
+		execs: execs, endExecs: endExecs}
 }
 
 // Close stops the writing of pulled copies still going on (they are pulled
