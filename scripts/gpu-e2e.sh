@@ -33,7 +33,9 @@
 # STASIS_ANYWHERE_STACKS=1 (where a remote resume's restore step waits when it
 # has not returned after 1 s and 2.5 s, anywhere-*.stacks.txt),
 # STASIS_ANYWHERE_ELSEWHERE=DIR (the suspend also pushed into a store in DIR,
-# off the image's disk, e.g. /dev/shm/x), STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS, STASIS_PULL_WRITEBACK and
+# off the image's disk, e.g. /dev/shm/x), STASIS_ANYWHERE_WARM_RUNTIME (the
+# remote resume again with runsc's binary read into the page cache after the
+# drop), STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS, STASIS_PULL_WRITEBACK and
 # STASIS_PULL_DOWNLOADS (anywhere; lists take turns run by run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
