@@ -111,6 +111,10 @@ type Engine struct {
 	// CleanupTimeout bounds the rollback steps that run after the caller's
 	// context is done; 2 minutes when zero.
 	CleanupTimeout time.Duration
+	// FollowWait is the least time a suspend waits, after the checkpoint,
+	// for its follower (SuspendOptions.Follower) to read the rest of the
+	// image before it hashes the image itself; 10 s when zero.
+	FollowWait time.Duration
 }
 
 // MemoryLoad is how a restore loads the image's memory into the sandbox.
@@ -300,6 +304,13 @@ func (e *Engine) helperPath() string {
 		return e.Helper
 	}
 	return bundle.HelperPath
+}
+
+func (e *Engine) followWait() time.Duration {
+	if e.FollowWait > 0 {
+		return e.FollowWait
+	}
+	return 10 * time.Second
 }
 
 func (e *Engine) lockTimeout() time.Duration {

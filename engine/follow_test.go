@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/snapshot"
@@ -21,6 +22,10 @@ import (
 // after the suspend writes no pack again.
 func TestSuspendFollowedIntoTheStore(t *testing.T) {
 	f := newFixture(t)
+	// The follower packs 1.1 GiB on this machine's cores beside runsc: a
+	// busy machine must not make the suspend give up waiting for it (10 s
+	// by default) and turn this test's question into one of load.
+	f.eng.FollowWait = 5 * time.Minute
 	ctx := context.Background()
 	be := mem.New("followed")
 	repo, err := store.Init(ctx, be)
@@ -47,7 +52,7 @@ func TestSuspendFollowedIntoTheStore(t *testing.T) {
 	}
 	commit := f.step("suspend", engine.StepCommit)
 	if !strings.Contains(commit.Message, "of them read as they were written") {
-		t.Fatalf("the commit hashed the image itself: %q", commit.Message)
+		t.Fatalf("the commit hashed the image itself: %q; the notes: %q", commit.Message, f.notes("suspend"))
 	}
 	t.Logf("%d packs stored when the checkpoint ended; commit: %s", packsAtCheckpointEnd, commit.Message)
 	packs := count(t, be, "data/")
@@ -121,6 +126,19 @@ func (f *fixture) step(op, name string) engine.Step {
 	}
 	f.t.Fatalf("no %s/%s event", op, name)
 	return engine.Step{}
+}
+
+// notes are the messages of op's notes so far.
+func (f *fixture) notes(op string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var notes []string
+	for _, ev := range f.events {
+		if ev.Op == op && ev.Name == "note" {
+			notes = append(notes, ev.Message)
+		}
+	}
+	return notes
 }
 
 // count counts be's objects under prefix.

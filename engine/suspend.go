@@ -162,7 +162,7 @@ func (e *Engine) follow(ctx context.Context, o op, follower ImageFollower, cp ru
 
 // followed waits for follower (nil: none) to read the rest of the image
 // and returns the blocks it hashed, for the commit. It waits as long as the
-// checkpoint took, 10 s at least: a store slow to take what the follower
+// checkpoint took, FollowWait at least: a store slow to take what the follower
 // packs must not keep the actor's GPU state in host memory and its sandbox
 // up much longer than the checkpoint did. A follower that fails or takes
 // longer is noted and stopped, and the commit reads the files itself.
@@ -170,7 +170,7 @@ func (e *Engine) followed(ctx context.Context, o op, follower ImageFollower, che
 	if follower == nil {
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, max(checkpointTook, followWait))
+	wctx, cancel := context.WithTimeout(ctx, max(checkpointTook, e.followWait()))
 	defer cancel()
 	known, err := follower.Written(wctx)
 	if err != nil {
@@ -180,9 +180,6 @@ func (e *Engine) followed(ctx context.Context, o op, follower ImageFollower, che
 	}
 	return known
 }
-
-// followWait is the least time followed waits for a follower.
-const followWait = 10 * time.Second
 
 // followMin is the least image a follower reads while it is written: a
 // smaller one is written in about a second, too soon for much to overlap,
