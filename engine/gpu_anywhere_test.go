@@ -463,8 +463,8 @@ type pullVariant struct {
 	whole, unstaged bool
 	// warmRuntime reads the runtime's binary into the page cache first.
 	warmRuntime bool
-	downloads       int
-	seeds           []archiver.Seed
+	downloads   int
+	seeds       []archiver.Seed
 }
 
 // name is the variant's part of a file name.
