@@ -159,7 +159,7 @@ func (s *Actors) Exec(ctx context.Context, req api.ExecRequest, streams api.Exec
 	res, err := s.engines.Of(a).Exec(ctx, a.Sandbox, p)
 	if err != nil {
 		if cause := context.Cause(s.execs); cause != nil {
-			return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, cause)
+			err = cause
 		}
 		return api.ExecResult{}, fmt.Errorf("exec %s in actor %s: %w", req.Args[0], a.ID, err)
 	}
