@@ -21,7 +21,6 @@ import (
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
-	"github.com/stasis-run/stasis/store/local"
 	"github.com/stasis-run/stasis/store/location"
 	"github.com/stasis-run/stasis/testkit/s3test"
 	"github.com/stasis-run/stasis/testkit/tracefile"
@@ -57,14 +56,7 @@ func TestGPUAnywhere(t *testing.T) {
 			result["writeback"] = w
 		}
 		repoDir := filepath.Join(g.work, "store-"+mode)
-		be, err := local.New(repoDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		repo, err := store.Init(ctx, be)
-		if err != nil {
-			t.Fatal(err)
-		}
+		repo := g.localRepo(repoDir)
 		firstToken := g.firstToken
 		// The machine's whole disks, whose counters tell what a step read
 		// and wrote.
@@ -237,14 +229,7 @@ func TestGPUAnywhere(t *testing.T) {
 			// The same whole push (no follower) into a fresh local
 			// store, for S3's against it.
 			fullDir := filepath.Join(g.work, "store-full-"+mode)
-			fbe, err := local.New(fullDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			frepo, err := store.Init(ctx, fbe)
-			if err != nil {
-				t.Fatal(err)
-			}
+			frepo := g.localRepo(fullDir)
 			if result["local_push_whole_s"], err = g.timed(func() error {
 				return transfer.Push(ctx, g.obs, a.ID, "suspend", dirA, m, transfer.Stored{Repo: frepo, Name: name}, nil)
 			}); err != nil {
@@ -264,6 +249,7 @@ func TestGPUAnywhere(t *testing.T) {
 		// The same suspend without a push, for the push's share.
 		dirN := filepath.Join(g.work, "snap-nopush-"+mode)
 		writtenBefore := readCounters(disks).writeSect
+		var err error
 		if result["suspend_s"], err = g.timed(func() error {
 			_, err := g.eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dirN})
 			return err
@@ -284,14 +270,7 @@ func TestGPUAnywhere(t *testing.T) {
 			if got, err := firstToken(a.ID); err != nil || got.Token != first.Token {
 				t.Fatalf("%s resume before the suspend into a store elsewhere: token %+v %v, want %d", mode, got, err, first.Token)
 			}
-			ebe, err := local.New(filepath.Join(elsewhere, "store-"+mode))
-			if err != nil {
-				t.Fatal(err)
-			}
-			erepo, err := store.Init(ctx, ebe)
-			if err != nil {
-				t.Fatal(err)
-			}
+			erepo := g.localRepo(filepath.Join(elsewhere, "store-"+mode))
 			dirE, pushE, suspendE, _, writtenE := suspendAndPush(a, "any-"+mode+".elsewhere", erepo)
 			result["suspend_elsewhere_s"], result["push_elsewhere_s"] = suspendE, pushE
 			result["suspend_elsewhere_disk_write_bytes"], result["suspend_elsewhere_disk_write_gbs"] = writtenE, writtenE/1e9/suspendE
@@ -338,12 +317,13 @@ func TestGPUAnywhere(t *testing.T) {
 		// cache dropped: its time to the first token and its pull's.
 		again := func(v pullVariant) (float64, float64) {
 			os.RemoveAll(dirB)
-			g.dropCaches()
 			if v.warmRuntime {
-				// ColdRead drops the page cache, then reads.
+				// The page cache dropped, then the binary read into it.
 				if _, err := fsutil.ColdRead([]string{g.rt.Path()}, 1); err != nil {
 					t.Fatal(err)
 				}
+			} else {
+				g.dropCaches()
 			}
 			s, _, pullS, _ := pullAndResume(a, repo, name, dirB, first.Token, v)
 			stop(a)

@@ -632,14 +632,7 @@ func TestGPUStoreDedup(t *testing.T) {
 		}
 		dirs = append(dirs, dir)
 	}
-	be, err := local.New(filepath.Join(g.work, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := store.Init(ctx, be)
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := g.localRepo(filepath.Join(g.work, "store"))
 	for i, dir := range dirs {
 		m, err := snapshot.Check(context.Background(), dir)
 		if err != nil {
@@ -665,4 +658,18 @@ func TestGPUStoreDedup(t *testing.T) {
 	if du.Dedup < 1.5 {
 		t.Errorf("two actors of one template stored at %.2fx; expected most of the second to be found in the first", du.Dedup)
 	}
+}
+
+// localRepo is a new repository in a local folder at dir.
+func (g *gpuEnv) localRepo(dir string) *store.Repository {
+	g.t.Helper()
+	be, err := local.New(dir)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	repo, err := store.Init(context.Background(), be)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return repo
 }
