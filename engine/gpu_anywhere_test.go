@@ -5,6 +5,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/node"
@@ -325,6 +327,13 @@ func TestGPUAnywhere(t *testing.T) {
 			} else {
 				g.dropCaches()
 			}
+			if v.warmRootfs {
+				// The page cache dropped, then the root file system's
+				// metadata (every entry's inode) read into it.
+				if err := statTree(a.Bundle); err != nil {
+					t.Fatal(err)
+				}
+			}
 			s, _, pullS, _ := pullAndResume(a, repo, name, dirB, first.Token, v)
 			stop(a)
 			return s, pullS
@@ -351,6 +360,15 @@ func TestGPUAnywhere(t *testing.T) {
 			// pull keeps busy.
 			s, _ := again(pullVariant{warmRuntime: true})
 			result["anywhere_warm_runtime_s"] = s
+			g.record("anywhere", result)
+		}
+		if forMode("STASIS_ANYWHERE_WARM_ROOTFS", mode) {
+			// The actor's root file system's metadata read after the drop:
+			// whether the restore waits on runsc's gofer opening again,
+			// one by one, the files the sandbox held, each a small read
+			// queued behind the pull's on the same disk.
+			s, _ := again(pullVariant{warmRootfs: true})
+			result["anywhere_warm_rootfs_s"] = s
 			g.record("anywhere", result)
 		}
 		// The same resume with other numbers of stretches read at once
@@ -443,8 +461,11 @@ type pullVariant struct {
 	whole, unstaged bool
 	// warmRuntime reads the runtime's binary into the page cache first.
 	warmRuntime bool
-	downloads   int
-	seeds       []archiver.Seed
+	// warmRootfs reads the metadata of the actor's root file system
+	// into the page cache first.
+	warmRootfs bool
+	downloads  int
+	seeds      []archiver.Seed
 }
 
 // name is the variant's part of a file name.
@@ -462,7 +483,30 @@ func (v pullVariant) name() string {
 	if v.warmRuntime {
 		s += "-warmruntime"
 	}
+	if v.warmRootfs {
+		s += "-warmrootfs"
+	}
 	return s
+}
+
+// statTree reads the metadata of every entry of the root file system of
+// the bundle in bundleDir.
+func statTree(bundleDir string) error {
+	spec, err := bundle.Load(bundleDir)
+	if err != nil {
+		return err
+	}
+	root := spec.Root.Path
+	if !filepath.IsAbs(root) {
+		root = filepath.Join(bundleDir, root)
+	}
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		_, err = d.Info()
+		return err
+	})
 }
 
 // cpuProfile profiles this process's CPU (the pull, the view's server)
