@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -121,7 +122,7 @@ func AddDevices(spec *specs.Spec, paths []string) error {
 // the bind mount at dir in the spec.
 func DurableSource(spec *specs.Spec, dir string) (string, error) {
 	for _, m := range spec.Mounts {
-		if filepath.Clean(m.Destination) == filepath.Clean(dir) && (m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")) {
+		if filepath.Clean(m.Destination) == filepath.Clean(dir) && isBind(m) {
 			return m.Source, nil
 		}
 	}
@@ -135,4 +136,33 @@ func HostPath(dir, p string) string {
 		return p
 	}
 	return filepath.Join(dir, p)
+}
+
+// HostPathOf is where the file at p inside the container lives on the
+// host: under the source of the deepest bind mount that holds p, else
+// under the root file system; "" where the deepest mount that holds p is
+// not a bind mount (a tmpfs, proc). p must be absolute and clean.
+func HostPathOf(spec *specs.Spec, dir, p string) string {
+	var best *specs.Mount
+	for i, m := range spec.Mounts {
+		dest := filepath.Clean(m.Destination)
+		if (p == dest || strings.HasPrefix(p, dest+"/") || dest == "/") && (best == nil || len(dest) > len(filepath.Clean(best.Destination))) {
+			best = &spec.Mounts[i]
+		}
+	}
+	if best == nil {
+		if spec.Root == nil {
+			return ""
+		}
+		return filepath.Join(HostPath(dir, spec.Root.Path), p)
+	}
+	if !isBind(*best) {
+		return ""
+	}
+	rel, _ := filepath.Rel(filepath.Clean(best.Destination), p)
+	return filepath.Join(HostPath(dir, best.Source), rel)
+}
+
+func isBind(m specs.Mount) bool {
+	return m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
 }

@@ -122,3 +122,31 @@ func TestDurableSource(t *testing.T) {
 		t.Errorf("a tmpfs taken as durable: %v", err)
 	}
 }
+
+func TestHostPathOf(t *testing.T) {
+	spec := &specs.Spec{Root: &specs.Root{Path: "rootfs"}, Mounts: []specs.Mount{
+		{Destination: "/usr", Type: "bind", Source: "/host/usr"},
+		{Destination: "/usr/local/lib/", Options: []string{"rbind", "ro"}, Source: "/host/lib"},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs"},
+		{Destination: "/weights", Type: "bind", Source: "w"},
+	}}
+	for p, want := range map[string]string{
+		"/counter":            "/b/rootfs/counter",
+		"/usr":                "/host/usr",
+		"/usr/bin/python3":    "/host/usr/bin/python3",
+		"/usr/local/lib/x.so": "/host/lib/x.so",
+		"/usr/local/libx/y":   "/host/usr/local/libx/y",
+		"/tmp/x":              "",
+		"/weights/model.bin":  "/b/w/model.bin",
+		"/usrx/a":             "/b/rootfs/usrx/a",
+		"/":                   "/b/rootfs",
+	} {
+		if got := HostPathOf(spec, "/b", p); got != want {
+			t.Errorf("HostPathOf(%q) = %q, want %q", p, got, want)
+		}
+	}
+	root := &specs.Spec{Root: &specs.Root{Path: "rootfs"}, Mounts: []specs.Mount{{Destination: "/", Type: "bind", Source: "/elsewhere"}}}
+	if got := HostPathOf(root, "/b", "/etc/hosts"); got != "/elsewhere/etc/hosts" {
+		t.Errorf("under a bind mount of /: %q", got)
+	}
+}

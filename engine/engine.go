@@ -288,7 +288,11 @@ type ResumeOptions struct {
 	// with what to report; its error fails the resume, and the new sandbox
 	// is removed.
 	Arriving func(context.Context) (string, error)
-	Observer Observer
+	// Prefetched says the caller ran Engine.Prefetch for this restore (a
+	// pull does, before it reads the disk hard), or wants none: the resume
+	// does not run it.
+	Prefetched bool
+	Observer   Observer
 }
 
 // Label is what messages and manifests call the actor: its Name, or its

@@ -156,7 +156,7 @@ func TestGPUAnywhere(t *testing.T) {
 			stopSampling := sampleMachine(100 * time.Millisecond)
 			stopProfile := cpuProfile(t, mode, name, v)
 			readBefore := readCounters(disks).readSect
-			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs})
+			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs, Prefetched: v.noPrefetch})
 			var got llmAnswer
 			var s, writtenS float64
 			if err == nil {
@@ -362,6 +362,14 @@ func TestGPUAnywhere(t *testing.T) {
 			result["anywhere_warm_runtime_s"] = s
 			g.record("anywhere", result)
 		}
+		if forMode("STASIS_ANYWHERE_NO_PREFETCH", mode) {
+			// Without Engine.Prefetch: the restore reads runsc's binary and
+			// the metadata of the files the sandbox held itself, beside the
+			// pull.
+			s, _ := again(pullVariant{noPrefetch: true})
+			result["anywhere_no_prefetch_s"] = s
+			g.record("anywhere", result)
+		}
 		if forMode("STASIS_ANYWHERE_WARM_ROOTFS", mode) {
 			// The actor's root file system's metadata read after the drop:
 			// whether the restore waits on runsc's gofer opening again,
@@ -464,6 +472,8 @@ type pullVariant struct {
 	// warmRootfs reads the metadata of the actor's root file system
 	// into the page cache first.
 	warmRootfs bool
+	// noPrefetch leaves out Engine.Prefetch.
+	noPrefetch bool
 	downloads  int
 	seeds      []archiver.Seed
 }
@@ -485,6 +495,9 @@ func (v pullVariant) name() string {
 	}
 	if v.warmRootfs {
 		s += "-warmrootfs"
+	}
+	if v.noPrefetch {
+		s += "-noprefetch"
 	}
 	return s
 }

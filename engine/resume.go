@@ -213,6 +213,11 @@ func (e *Engine) resumeFull(ctx context.Context, o op, a Actor, id, dir string, 
 		// the restore; the helper takes it from its environment.
 		ro.Env = []string{helper.DeviceMapEnv + "=" + opts.DeviceMap.String()}
 	}
+	if !opts.Prefetched {
+		if msg := e.Prefetch(ctx, a, m); msg != "" {
+			o.note(msg)
+		}
+	}
 	err := o.step(StepRestore, func() (string, error) { return load, e.Runtime.Restore(ctx, id, ro) })
 	if err != nil {
 		return err

@@ -246,6 +246,22 @@ type PauseCommander interface {
 	PauseCommand(id string) []string
 }
 
+// FileHolder is a Runtime whose restore opens again, one after another,
+// the files of the container's root file system and mounts that its
+// sandbox held, and whose own code is read from the disk as it restores:
+// on a disk that a pull keeps busy, each of those small reads waits
+// behind the pull's. The engine records the files at a suspend and reads
+// their metadata, and the runtime's code, into the page cache before a
+// restore.
+type FileHolder interface {
+	// OpenFiles lists the paths, inside container id, of the files of its
+	// root file system and mounts that its sandbox holds open.
+	OpenFiles(ctx context.Context, id string) ([]string, error)
+	// Prefetch starts reading the runtime's own binary into the page
+	// cache.
+	Prefetch() error
+}
+
 // GPUReport is what a GPU step did inside a sandbox: the part of
 // stasis-cuda's --json report (cuda/group.Report) that the engine reads,
 // decoded from the same JSON.

@@ -117,6 +117,14 @@ func Parse(data []byte) (*Manifest, error) {
 	if m.Scope != ScopeFull && m.Scope != ScopeData {
 		return nil, fmt.Errorf("unknown scope %q", m.Scope)
 	}
+	if len(m.OpenFiles) > MaxOpenFiles {
+		return nil, fmt.Errorf("manifest lists %d open files, at most %d are kept", len(m.OpenFiles), MaxOpenFiles)
+	}
+	for _, p := range m.OpenFiles {
+		if !path.IsAbs(p) || path.Clean(p) != p || len(p) > 4096 || strings.ContainsRune(p, 0) {
+			return nil, fmt.Errorf("manifest open file %q: want an absolute, clean path inside the sandbox", p)
+		}
+	}
 	seen := map[string]bool{}
 	for _, f := range m.Files {
 		if err := CheckPath(f.Path); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,6 +152,15 @@ func TestLoadRefusesBadManifests(t *testing.T) {
 		{"unclean path", func(m map[string]any) { m["files"].([]any)[0].(map[string]any)["path"] = "image/../../x" }, []string{"not clean"}},
 		{"absurd size", func(m map[string]any) { m["files"].([]any)[0].(map[string]any)["size"] = float64(1 << 62) }, []string{"absurd size"}},
 		{"block count", func(m map[string]any) { m["files"].([]any)[2].(map[string]any)["sha256Blocks"] = []any{"00"} }, []string{"1 block digests"}},
+		{"relative open file", func(m map[string]any) { m["openFiles"] = []any{"usr/lib/x.so"} }, []string{`open file "usr/lib/x.so"`, "absolute, clean"}},
+		{"unclean open file", func(m map[string]any) { m["openFiles"] = []any{"/usr/../../etc/shadow"} }, []string{"absolute, clean"}},
+		{"too many open files", func(m map[string]any) {
+			many := make([]any, snapshot.MaxOpenFiles+1)
+			for i := range many {
+				many[i] = fmt.Sprintf("/f%d", i)
+			}
+			m["openFiles"] = many
+		}, []string{"65537 open files"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -57,8 +57,18 @@ type Manifest struct {
 	// DurableDirs maps each durable folder inside the sandbox to the
 	// snapshot subfolder holding its copy (Data scope).
 	DurableDirs map[string]string `json:"durableDirs,omitempty"`
-	Files       []File            `json:"files"`
+	// OpenFiles are the paths, inside the sandbox, of the files of its
+	// root file system and mounts that the runtime held open when it was
+	// checkpointed (at most MaxOpenFiles, each absolute and clean). A
+	// restore opens each again, one after another; their metadata read
+	// first, all at once, keeps those opens from waiting behind a pull's
+	// reads of the same disk.
+	OpenFiles []string `json:"openFiles,omitempty"`
+	Files     []File   `json:"files"`
 }
+
+// MaxOpenFiles bounds Manifest.OpenFiles.
+const MaxOpenFiles = 1 << 16
 
 // Runtime is the runtime a snapshot was taken with; Full snapshots restore
 // only into the same build.

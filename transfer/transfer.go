@@ -206,6 +206,12 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 	// which sandbox read through a view it left behind.
 	id := a.SandboxID(opts.ID)
 	mnt := filepath.Join(from.Views, id)
+	// Before the pull reads the disk hard, what the restore reads from
+	// it beside the image.
+	var prefetched string
+	if !opts.Prefetched {
+		prefetched, opts.Prefetched = eng.Prefetch(ctx, a, m), true
+	}
 	started := time.Now()
 	before := store.Stats(from.Repo.Backend())
 	err := opts.Observer.Step(name, "resume", StepPull, func() (string, error) {
@@ -223,7 +229,11 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 			}
 			return fmt.Sprintf("%s; no view to resume from while it pulled (%v)", pulledMessage(from, p), err), nil
 		}
-		return fmt.Sprintf("%s (%s) from %s: restored through %s while it pulls, each chunk hash-checked before it is read", from.Name, units.Bytes(stored.Size()), from.Repo.Backend().Location(), mnt), nil
+		msg := fmt.Sprintf("%s (%s) from %s: restored through %s while it pulls, each chunk hash-checked before it is read", from.Name, units.Bytes(stored.Size()), from.Repo.Backend().Location(), mnt)
+		if prefetched != "" {
+			msg += "; " + prefetched
+		}
+		return msg, nil
 	})
 	if err != nil {
 		return nil, err
