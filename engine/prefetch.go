@@ -17,11 +17,9 @@ import (
 // own code and, one file after another, for the metadata of the files its
 // sandbox held (runtime.FileHolder). Each is a small read; on a disk that
 // a pull reads hard at the same time, each waits behind the pull's, and
-// the restore with them (seconds for a Python server's files; on this
-// project's build machine, runsc restoring a Python process that had
-// imported 372 modules took 0.6 s alone, 2.1-2.6 s beside four readers
-// of the disk and 0.8-0.9 s beside them with both read first). A suspend
-// records the files; Prefetch reads both, all at once, before the restore.
+// the restore with them (docs/benchmarks.md, "What runsc's restore reads
+// beside the image"). A suspend records the files; Prefetch reads both,
+// many at once, before the restore.
 const (
 	// prefetchWorkers is how many files' metadata is read at once: enough
 	// to keep a disk's queue full.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/conformance"
@@ -230,6 +231,55 @@ func TestDeleteWithItsFilestoreGone(t *testing.T) {
 	} {
 		if onlyMissingFilestores(other) {
 			t.Errorf("taken for a missing filestore file alone: %q", other)
+		}
+	}
+}
+
+// TestOpenFilesFoundThroughTheBundle: the files a running sandbox holds
+// are listed as paths inside the container (its program among them), each
+// of which the bundle maps to a file on the host; a container that does
+// not exist is not found.
+func TestOpenFilesFoundThroughTheBundle(t *testing.T) {
+	ctx := context.Background()
+	r := newRunsc(t, Config{Network: "none"})
+	dir := testactor.Bundle(t, t.TempDir(), testactor.Options{})
+	const id = "open-files"
+	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
+	if err := r.Create(ctx, id, dir, runtime.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	files, err := r.OpenFiles(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(files, "/counter") {
+		t.Fatalf("open files %q lack the sandbox's program", files)
+	}
+	spec, err := bundle.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := os.Lstat(bundle.HostPathOf(spec, dir, f)); err != nil {
+			t.Errorf("open file %s: %v", f, err)
+		}
+	}
+	if _, err := r.OpenFiles(ctx, "no-such-container"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("open files of a container that does not exist: %v", err)
+	}
+}
+
+func TestInsideCandidates(t *testing.T) {
+	for target, want := range map[string][]string{
+		"/root/usr/lib/x.so": {"/root/usr/lib/x.so", "/usr/lib/x.so"},
+		"/counter":           {"/counter"},
+		"/a/b":               {"/a/b", "/b"},
+	} {
+		if got := insideCandidates(target); !slices.Equal(got, want) {
+			t.Errorf("insideCandidates(%q) = %q, want %q", target, got, want)
 		}
 	}
 }
