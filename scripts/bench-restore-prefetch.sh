@@ -6,8 +6,9 @@
 # serves it), it is restored RUNS times each way: alone, by runsc restore
 # itself, and by stasis resume (which prefetches runsc's binary and the
 # metadata of the files the sandbox held), both alone and with four
-# readers of the same disk (O_DIRECT, 8 MiB reads) starting 0.25 s after
-# the command, as a pull starts after the prefetch. Prints a table of the
+# readers of the same disk (O_DIRECT, 8 MiB reads) that start as a pull
+# would (once stasis's prefetch is done; 0.05 s into runsc's restore,
+# before it opens the sandbox's files). Prints a table of the
 # restore's seconds (runsc's whole command; stasis's prefetch and restore
 # step).
 # Needs root, runsc on PATH and python3. Knobs: RUNS (3), READER_GIB (2,
@@ -23,6 +24,8 @@ python="$(python3 -c 'import sys; print(sys.executable)')"
 runsc=(runsc --root "$work/runsc" --platform systrap --network none)
 cleanup() {
 	"${runsc[@]}" delete -force prefetch >/dev/null 2>&1 || true
+	# stasis's runsc keeps an empty network namespace mounted here.
+	umount -l "$work/runsc/null-netns" 2>/dev/null || true
 	[ -n "${BENCH_DIR:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -83,7 +86,14 @@ restore() {
 	fi
 	local cmd=$!
 	if [ "$2" = busy ]; then
-		sleep 0.25
+		# As a pull does: it starts reading once the prefetch is done
+		# (stasis says so in a note), or, without one, as the restore
+		# begins.
+		if [ "$1" = stasis ]; then
+			until grep -q "read into the page cache" "$work/out" || ! kill -0 "$cmd" 2>/dev/null; do sleep 0.01; done
+		else
+			sleep 0.05
+		fi
 		for i in 1 2 3 4; do
 			dd if="$work/reader$i" of=/dev/null bs=8M iflag=direct status=none &
 			readers+=($!)
