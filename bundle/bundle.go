@@ -122,7 +122,7 @@ func AddDevices(spec *specs.Spec, paths []string) error {
 // the bind mount at dir in the spec.
 func DurableSource(spec *specs.Spec, dir string) (string, error) {
 	for _, m := range spec.Mounts {
-		if filepath.Clean(m.Destination) == filepath.Clean(dir) && isBind(m) {
+		if filepath.Clean(m.Destination) == filepath.Clean(dir) && IsBind(m) {
 			return m.Source, nil
 		}
 	}
@@ -144,10 +144,11 @@ func HostPath(dir, p string) string {
 // not a bind mount (a tmpfs, proc). p must be absolute and clean.
 func HostPathOf(spec *specs.Spec, dir, p string) string {
 	var best *specs.Mount
+	bestDest := ""
 	for i, m := range spec.Mounts {
 		dest := filepath.Clean(m.Destination)
-		if (p == dest || strings.HasPrefix(p, dest+"/") || dest == "/") && (best == nil || len(dest) > len(filepath.Clean(best.Destination))) {
-			best = &spec.Mounts[i]
+		if (p == dest || strings.HasPrefix(p, dest+"/") || dest == "/") && (best == nil || len(dest) > len(bestDest)) {
+			best, bestDest = &spec.Mounts[i], dest
 		}
 	}
 	if best == nil {
@@ -156,13 +157,13 @@ func HostPathOf(spec *specs.Spec, dir, p string) string {
 		}
 		return filepath.Join(HostPath(dir, spec.Root.Path), p)
 	}
-	if !isBind(*best) {
+	if !IsBind(*best) {
 		return ""
 	}
-	rel, _ := filepath.Rel(filepath.Clean(best.Destination), p)
-	return filepath.Join(HostPath(dir, best.Source), rel)
+	return filepath.Join(HostPath(dir, best.Source), strings.TrimPrefix(p, bestDest))
 }
 
-func isBind(m specs.Mount) bool {
+// IsBind tells whether m is a bind mount of a host path.
+func IsBind(m specs.Mount) bool {
 	return m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
 }

@@ -510,40 +510,32 @@ func statTree(bundleDir string) error {
 	if err != nil {
 		return err
 	}
-	roots := []string{spec.Root.Path}
-	if !filepath.IsAbs(roots[0]) {
-		roots[0] = filepath.Join(bundleDir, roots[0])
-	}
+	roots := []string{bundle.HostPath(bundleDir, spec.Root.Path)}
 	for _, m := range spec.Mounts {
-		if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
-			roots = append(roots, m.Source)
+		if bundle.IsBind(m) {
+			roots = append(roots, bundle.HostPath(bundleDir, m.Source))
 		}
 	}
 	var g errgroup.Group
 	g.SetLimit(32)
-	var walk func(dir string) error
-	walk = func(dir string) error {
+	var walk func(dir string)
+	walk = func(dir string) {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
-			return nil // not a folder, or gone: nothing to read
+			return // not a folder, or gone: nothing to read
 		}
 		for _, e := range entries {
-			if _, err := e.Info(); err != nil {
+			if _, err := e.Info(); err != nil || !e.IsDir() {
 				continue
 			}
-			if e.IsDir() {
-				sub := filepath.Join(dir, e.Name())
-				if !g.TryGo(func() error { return walk(sub) }) {
-					walk(sub)
-				}
+			sub := filepath.Join(dir, e.Name())
+			if !g.TryGo(func() error { walk(sub); return nil }) {
+				walk(sub)
 			}
 		}
-		return nil
 	}
 	for _, root := range roots {
-		if err := walk(root); err != nil {
-			return err
-		}
+		walk(root)
 	}
 	return g.Wait()
 }

@@ -214,7 +214,7 @@ func (p Policy) CheckSpec(spec *specs.Spec, bundleDir string) error {
 		}
 	}
 	for _, m := range spec.Mounts {
-		if !isBind(m) {
+		if !bundle.IsBind(m) {
 			continue
 		}
 		rw := !slices.Contains(m.Options, "ro")
@@ -223,8 +223,4 @@ func (p Policy) CheckSpec(spec *specs.Spec, bundleDir string) error {
 		}
 	}
 	return nil
-}
-
-func isBind(m specs.Mount) bool {
-	return m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
 }
