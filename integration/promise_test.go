@@ -521,6 +521,85 @@ func TestDeadlineRollsBackAHungRunsc(t *testing.T) {
 	}
 }
 
+// TestStoppedSandboxIsRefused: runsc cannot reach a sandbox whose process
+// is stopped (SIGSTOP, as a user or a debugger leaves it; a frozen cgroup
+// is the same to runsc) and would wait for as long as it stays stopped,
+// the actor held in SUSPENDING. Suspend, pause and exec each fail within
+// seconds, saying so and how to let it run; the actor stays RUNNING with
+// no operation under way, and once it runs again it suspends and resumes
+// with its memory. A stopped actor is deleted as any other.
+func TestStoppedSandboxIsRefused(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	d.template("counter", nil)
+	d.run("counter", "a1.b")
+	d.run("counter", "a1.b.c")
+	inst, _, _ := strings.Cut(d.counter("a1.b", "incr"), " ")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := d.rt.State(ctx, api.SandboxID("a1.b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = syscall.Kill(st.PID, syscall.SIGCONT)
+		}
+	})
+	mend := fmt.Sprintf("kill -CONT %d", st.PID)
+	for name, call := range map[string]func() error{
+		"suspend": func() error { _, err := d.api.Suspend(ctx, api.OpRequest{ID: "a1.b"}); return err },
+		"pause":   func() error { _, err := d.api.Pause(ctx, api.OpRequest{ID: "a1.b"}); return err },
+		"exec": func() error {
+			_, err := d.api.Exec(ctx, api.ExecRequest{ID: "a1.b", Args: []string{"/counter", "get"}})
+			return err
+		},
+	} {
+		start := time.Now()
+		err := call()
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), mend) {
+			t.Fatalf("%s of an actor whose sandbox is stopped: %v; want a failed precondition that says %q", name, err, mend)
+		}
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("the refused %s took %s", name, took)
+		}
+		if a := d.inspect("a1.b"); a.State != api.Running || a.Operation != nil {
+			t.Fatalf("after the refused %s: %+v", name, a)
+		}
+	}
+	other, err := d.rt.State(ctx, api.SandboxID("a1.b.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(other.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.api.Delete(ctx, api.DeleteRequest{ID: "a1.b.c"}); err != nil {
+		t.Fatalf("delete of an actor whose sandbox is stopped: %v", err)
+	}
+	if _, err := d.api.InspectActor(ctx, "a1.b.c"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("inspect after the delete: %v", err)
+	}
+	// Gone, or dead and waiting for its parent (runsc create's, long
+	// gone) to be reaped.
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", other.PID)); err == nil && !strings.Contains(string(stat), ") Z ") {
+		t.Fatalf("the deleted actor's sandbox process still runs: %s", stat)
+	}
+	stopped = false
+	if err := syscall.Kill(st.PID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	d.op("Suspend", "a1.b")
+	d.op("Resume", "a1.b")
+	if got := d.counter("a1.b", "incr"); got != inst+" 2" {
+		t.Fatalf("counter %q after the suspend and resume", got)
+	}
+}
+
 // TestCategoriesReachTheCLI: a damaged local manifest is data_loss with
 // its cause (the pause stops its sandbox, so that the resume reads the
 // snapshot), a missing command exits 127, an unknown actor exits 3, and

@@ -42,7 +42,7 @@ func (r *Runsc) Checkpoint(ctx context.Context, id string, opts runtime.Checkpoi
 		}
 		args = append(args, o.flag)
 	}
-	_, err := r.run(ctx, invocation{args: append(args, id)})
+	_, err := r.run(ctx, invocation{args: append(args, id), reaches: id})
 	return err
 }
 

@@ -72,13 +72,19 @@ func (r *Runsc) notifyGPU(gpu bool, notify func(string)) {
 }
 
 func (r *Runsc) Start(ctx context.Context, id string) error {
-	_, err := r.run(ctx, invocation{args: []string{"start", id}})
+	_, err := r.run(ctx, invocation{args: []string{"start", id}, reaches: id})
 	return err
 }
 
 func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime.ExecResult, error) {
 	if len(p.Args) == 0 {
 		return runtime.ExecResult{}, errors.New("exec: no command given")
+	}
+	// runsc exec would wait for a stopped sandbox to start the process for
+	// as long as it stays stopped. Looked at once, before: a command that
+	// runs on while the sandbox is stopped for a moment goes on after it.
+	if stopped := r.stopped(id); stopped != nil {
+		return runtime.ExecResult{}, fmt.Errorf("runsc exec %s: %w", id, stopped)
 	}
 	if p.Terminal != nil {
 		return r.execOnTerminal(ctx, id, p)
@@ -234,7 +240,7 @@ func (r *Runsc) locked(ctx context.Context, id, subcommand string) error {
 		return err
 	}
 	defer release()
-	_, err = r.run(ctx, invocation{args: []string{subcommand, id}})
+	_, err = r.run(ctx, invocation{args: []string{subcommand, id}, reaches: id})
 	return err
 }
 
@@ -245,7 +251,13 @@ func (r *Runsc) locked(ctx context.Context, id, subcommand string) error {
 func (r *Runsc) Stop(ctx context.Context, id string) error {
 	st, err := r.State(ctx, id)
 	if err != nil {
-		return err
+		// A stopped sandbox cannot say where it stands, but is killed
+		// as any other where the kill takes effect while it is stopped.
+		pid := r.sandboxPID(id)
+		if h := haltOf(pid); h == nil || h.unkillable {
+			return err
+		}
+		st = runtime.State{Status: runtime.StatusRunning, PID: pid}
 	}
 	if st.Status == runtime.StatusStopped {
 		return nil
@@ -354,7 +366,7 @@ func (r *Runsc) Wait(ctx context.Context, id string) (runtime.Exit, error) {
 }
 
 func (r *Runsc) State(ctx context.Context, id string) (runtime.State, error) {
-	out, err := r.run(ctx, invocation{args: []string{"state", id}})
+	out, err := r.run(ctx, invocation{args: []string{"state", id}, reaches: id})
 	if err != nil {
 		return runtime.State{}, err
 	}
@@ -382,7 +394,7 @@ func alive(pid int) bool {
 
 // MemoryUsage reads the sandbox's memory use from runsc events --stats.
 func (r *Runsc) MemoryUsage(ctx context.Context, id string) (uint64, error) {
-	out, err := r.run(ctx, invocation{args: []string{"events", "--stats", id}})
+	out, err := r.run(ctx, invocation{args: []string{"events", "--stats", id}, reaches: id})
 	if err != nil {
 		return 0, err
 	}

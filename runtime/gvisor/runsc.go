@@ -134,6 +134,10 @@ type invocation struct {
 	args []string
 	// gpu adds the nvproxy flags a GPU sandbox needs.
 	gpu bool
+	// reaches is the container whose running sandbox the command talks to
+	// (state, checkpoint, pause): run ends the command, with an error that
+	// says so, where that sandbox's process is stopped and cannot answer.
+	reaches string
 }
 
 func (r *Runsc) command(ctx context.Context, inv invocation) (*exec.Cmd, error) {
@@ -153,6 +157,18 @@ func (r *Runsc) command(ctx context.Context, inv invocation) (*exec.Cmd, error) 
 // run runs runsc and returns its standard output; a failure carries what
 // runsc said on standard error.
 func (r *Runsc) run(ctx context.Context, inv invocation) ([]byte, error) {
+	if inv.reaches != "" {
+		ctx, ended := r.watchStopped(ctx, inv.reaches)
+		out, err := r.runCommand(ctx, inv)
+		if stopped := ended(); stopped != nil && err != nil {
+			return out, fmt.Errorf("runsc %s: %w", strings.Join(inv.args, " "), stopped)
+		}
+		return out, err
+	}
+	return r.runCommand(ctx, inv)
+}
+
+func (r *Runsc) runCommand(ctx context.Context, inv invocation) ([]byte, error) {
 	cmd, err := r.command(ctx, inv)
 	if err != nil {
 		return nil, err

@@ -238,18 +238,22 @@ func TestDeleteWithItsFilestoreGone(t *testing.T) {
 // TestOpenFilesFoundThroughTheBundle: the files a running sandbox holds
 // are listed as paths inside the container (its program among them), each
 // of which the bundle maps to a file on the host; a container that does
-// not exist is not found.
+// not exist is not found. The ids are of the form stasisd gives (the
+// actor's between two '+') for actors whose ids hold dots and share a
+// prefix.
 func TestOpenFilesFoundThroughTheBundle(t *testing.T) {
 	ctx := context.Background()
 	r := newRunsc(t, Config{Network: "none"})
 	dir := testactor.Bundle(t, t.TempDir(), testactor.Options{})
-	const id = "open-files"
-	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
-	if err := r.Create(ctx, id, dir, runtime.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(ctx, id); err != nil {
-		t.Fatal(err)
+	const id, longer = "+open.files+", "+open.files.2+"
+	for _, c := range []string{longer, id} {
+		t.Cleanup(func() { _ = r.Delete(context.Background(), c) })
+		if err := r.Create(ctx, c, dir, runtime.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	files, err := r.OpenFiles(ctx, id)
 	if err != nil {

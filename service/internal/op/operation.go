@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/stasis-run/stasis/api"
@@ -116,6 +117,10 @@ func (o *Operation) AfterFailure(ctx context.Context, eng *engine.Engine, err er
 	defer cancel()
 	st, serr := eng.Status(sctx, o.Actor.Sandbox)
 	switch {
+	case serr != nil && strings.Contains(err.Error(), serr.Error()):
+		// The operation failed on the same question (a sandbox that
+		// cannot answer): said once.
+		return Outcome{State: api.Running, Reason: fmt.Sprintf("last operation failed: %v; the runtime cannot say where sandbox %s stands for the same reason, so it is taken to run on", err, o.Actor.Sandbox)}
 	case serr != nil:
 		return Outcome{State: api.Running, Reason: fmt.Sprintf("last operation failed: %v; and the runtime could not say where sandbox %s stands (%v), so it is taken to run on", err, o.Actor.Sandbox, serr)}
 	case st == runtime.StatusRunning:

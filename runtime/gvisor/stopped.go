@@ -1,0 +1,182 @@
+package gvisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stasis-run/stasis/errdefs"
+)
+
+// stoppedPoll is how often a runsc command that needs the sandbox to answer
+// looks at whether the sandbox process can run at all. A stop seen at two
+// looks in a row ends the command: runsc would wait on the sandbox's
+// control socket for as long as the stop lasts (hours, where a user or a
+// cgroup freezer left it), and the actor's operation with it.
+const stoppedPoll = 500 * time.Millisecond
+
+// watchStopped returns ctx for a runsc command on container id, which it
+// cancels where the sandbox process is found stopped at two looks in a
+// row, and ended, to call once the command has returned: it stops the
+// watch and says why the command was ended, nil where it was not.
+func (r *Runsc) watchStopped(ctx context.Context, id string) (context.Context, func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	found := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(stoppedPoll)
+		defer tick.Stop()
+		for seen := 0; ; {
+			select {
+			case <-done:
+				found <- nil
+				return
+			case <-tick.C:
+			}
+			stopped := r.stopped(id)
+			if stopped == nil {
+				seen = 0
+				continue
+			}
+			if seen++; seen == 2 {
+				found <- stopped
+				cancel()
+				return
+			}
+		}
+	}()
+	return ctx, func() error {
+		close(done)
+		stopped := <-found
+		cancel()
+		return stopped
+	}
+}
+
+// stopped is why container id's sandbox process cannot run now, with
+// what lets it run again; nil where it can, or where that cannot be told.
+func (r *Runsc) stopped(id string) error {
+	pid := r.sandboxPID(id)
+	h := haltOf(pid)
+	if h == nil {
+		return nil
+	}
+	return errdefs.Mark(fmt.Errorf("the sandbox process of container %s (pid %d) is %s, so runsc cannot reach it and nothing was done: %s, then try again", id, pid, h.how, h.mend), errdefs.ErrFailedPrecondition)
+}
+
+// sandboxPID reads the pid of container id's sandbox process from runsc's
+// own record of the container in its state folder (runsc state would ask
+// the sandbox, which is what cannot answer); 0 where there is none or it
+// cannot be read.
+func (r *Runsc) sandboxPID(id string) int {
+	entries, err := os.ReadDir(r.cfg.Root)
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), id+"_sandbox:")
+		if !ok || !strings.HasSuffix(rest, ".state") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(r.cfg.Root, e.Name()))
+		if err != nil {
+			return 0
+		}
+		var state struct {
+			Sandbox struct {
+				PID int `json:"pid"`
+			} `json:"sandbox"`
+		}
+		if json.Unmarshal(data, &state) != nil {
+			return 0
+		}
+		return state.Sandbox.PID
+	}
+	return 0
+}
+
+// halt is why a process cannot run.
+type halt struct {
+	how, mend string
+	// unkillable: a kill takes effect only once it runs again (cgroup
+	// v1's freezer holds even SIGKILL back; a stop by a signal, a tracer
+	// or cgroup v2's freezer does not).
+	unkillable bool
+}
+
+// haltOf says why process pid cannot run (stopped by a signal or a
+// tracer, or in a frozen cgroup) and what lets it run again; nil where it
+// can, is gone, or cannot be read.
+func haltOf(pid int) *halt {
+	if pid <= 0 {
+		return nil
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	if end := bytes.LastIndexByte(stat, ')'); end >= 0 && end+2 < len(stat) {
+		switch stat[end+2] {
+		case 'T':
+			return &halt{how: "stopped by a signal (SIGSTOP or SIGTSTP)", mend: fmt.Sprintf("let it continue (kill -CONT %d)", pid)}
+		case 't':
+			return &halt{how: "stopped by a tracer", mend: "detach the debugger or tracer"}
+		}
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	lines := bufio.NewScanner(f)
+	for lines.Scan() {
+		// hierarchy-ID:controllers:path; cgroup v2's has ID 0 and no
+		// controllers, v1's freezer names its own.
+		_, rest, _ := strings.Cut(lines.Text(), ":")
+		controllers, cgroup, _ := strings.Cut(rest, ":")
+		switch {
+		case controllers == "":
+			p := filepath.Join("/sys/fs/cgroup", cgroup)
+			if frozenV2(filepath.Join(p, "cgroup.events")) {
+				return &halt{how: "in a frozen cgroup (" + p + ")", mend: "thaw it (echo 0 > " + filepath.Join(p, "cgroup.freeze") + ")"}
+			}
+		case hasController(controllers, "freezer"):
+			p := filepath.Join("/sys/fs/cgroup/freezer", cgroup, "freezer.state")
+			if state, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(state)) != "THAWED" {
+				return &halt{how: "in a frozen cgroup (" + filepath.Dir(p) + ")", mend: "thaw it (echo THAWED > " + p + ")", unkillable: true}
+			}
+		}
+	}
+	return nil
+}
+
+// frozenV2 tells whether a cgroup v2 events file says "frozen 1".
+func frozenV2(events string) bool {
+	data, err := os.ReadFile(events)
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(data)) {
+		if k, v, _ := strings.Cut(strings.TrimSpace(line), " "); k == "frozen" {
+			n, _ := strconv.Atoi(v)
+			return n == 1
+		}
+	}
+	return false
+}
+
+func hasController(list, name string) bool {
+	for c := range strings.SplitSeq(list, ",") {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
