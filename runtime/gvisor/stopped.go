@@ -68,7 +68,7 @@ func (r *Runsc) stopped(id string) error {
 	if h == nil {
 		return nil
 	}
-	return errdefs.Mark(fmt.Errorf("the sandbox process of container %s (pid %d) is %s, so runsc cannot reach it and nothing was done: %s, then try again", id, pid, h.how, h.mend), errdefs.ErrFailedPrecondition)
+	return errdefs.Mark(fmt.Errorf("the sandbox process of container %s (pid %d) is %s, so runsc cannot reach it: %s, then try again", id, pid, h.how, h.mend), errdefs.ErrFailedPrecondition)
 }
 
 // sandboxPID reads the pid of container id's sandbox process from runsc's
