@@ -247,13 +247,7 @@ func TestOpenFilesFoundThroughTheBundle(t *testing.T) {
 	dir := testactor.Bundle(t, t.TempDir(), testactor.Options{})
 	const id, longer = "+open.files+", "+open.files.2+"
 	for _, c := range []string{longer, id} {
-		t.Cleanup(func() { _ = r.Delete(context.Background(), c) })
-		if err := r.Create(ctx, c, dir, runtime.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Start(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+		startSandbox(t, r, dir, c)
 	}
 	files, err := r.OpenFiles(ctx, id)
 	if err != nil {

@@ -16,16 +16,25 @@ import (
 	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
-// TestStoppedSandboxRefused: runsc waits on a sandbox that cannot run for
-// as long as it cannot. With the sandbox process stopped by SIGSTOP, then
-// in a frozen cgroup, the commands that need it to answer (state, pause,
-// checkpoint, exec) fail saying so and how to let it run, and change nothing:
-// once it runs again they work.
-func TestStoppedSandboxRefused(t *testing.T) {
+// halts are the ways a sandbox process is kept from running, each with
+// what the refusal's mend says and how the test lets it run again.
+var halts = []struct {
+	name, mend    string
+	stop, restart func(pid int) error
+}{
+	{"SIGSTOP", "kill -CONT",
+		func(pid int) error { return syscall.Kill(pid, syscall.SIGSTOP) },
+		func(pid int) error { return syscall.Kill(pid, syscall.SIGCONT) }},
+	{"frozen cgroup", "thaw it",
+		func(pid int) error { return freeze(pid, true) },
+		func(pid int) error { return freeze(pid, false) }},
+}
+
+// startSandbox creates and starts container id of bundle dir, deleted
+// when the test ends, and returns its sandbox process's pid.
+func startSandbox(t *testing.T, r *Runsc, dir, id string) int {
+	t.Helper()
 	ctx := context.Background()
-	r := newRunsc(t, Config{Network: "none"})
-	dir := testactor.Bundle(t, t.TempDir(), testactor.Options{})
-	const id = "+stopped.1+"
 	t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
 	if err := r.Create(ctx, id, dir, runtime.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -37,28 +46,32 @@ func TestStoppedSandboxRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.sandboxPID(id); got != st.PID {
-		t.Fatalf("sandbox pid read from runsc's state folder %d, runsc state says %d", got, st.PID)
+	return st.PID
+}
+
+// TestStoppedSandboxRefused: runsc waits on a sandbox that cannot run for
+// as long as it cannot. With the sandbox process stopped by SIGSTOP, then
+// in a frozen cgroup, the commands that need it to answer (state, pause,
+// checkpoint, exec) fail saying so and how to let it run, and change nothing:
+// once it runs again they work.
+func TestStoppedSandboxRefused(t *testing.T) {
+	ctx := context.Background()
+	r := newRunsc(t, Config{Network: "none"})
+	dir := testactor.Bundle(t, t.TempDir(), testactor.Options{})
+	const id = "+stopped.1+"
+	pid := startSandbox(t, r, dir, id)
+	if got := r.sandboxPID(id); got != pid {
+		t.Fatalf("sandbox pid read from runsc's state folder %d, runsc state says %d", got, pid)
 	}
-	for _, stop := range []struct {
-		name, mend    string
-		stop, restart func() error
-	}{
-		{"SIGSTOP", fmt.Sprintf("kill -CONT %d", st.PID),
-			func() error { return syscall.Kill(st.PID, syscall.SIGSTOP) },
-			func() error { return syscall.Kill(st.PID, syscall.SIGCONT) }},
-		{"frozen cgroup", "thaw it",
-			func() error { return freeze(st.PID, true) },
-			func() error { return freeze(st.PID, false) }},
-	} {
+	for _, stop := range halts {
 		t.Run(stop.name, func(t *testing.T) {
-			if err := stop.stop(); err != nil {
+			if err := stop.stop(pid); err != nil {
 				t.Fatal(err)
 			}
 			restarted := false
 			t.Cleanup(func() {
 				if !restarted {
-					_ = stop.restart()
+					_ = stop.restart(pid)
 				}
 			})
 			image := t.TempDir()
@@ -82,7 +95,7 @@ func TestStoppedSandboxRefused(t *testing.T) {
 				t.Errorf("the refused checkpoint left %d files", len(entries))
 			}
 			restarted = true
-			if err := stop.restart(); err != nil {
+			if err := stop.restart(pid); err != nil {
 				t.Fatal(err)
 			}
 			if got, err := r.State(ctx, id); err != nil || got.Status != runtime.StatusRunning {
@@ -107,48 +120,28 @@ func TestStoppedSandboxDeleted(t *testing.T) {
 	ctx := context.Background()
 	r := newRunsc(t, Config{Network: "none"})
 	dir := testactor.Bundle(t, t.TempDir(), testactor.Options{})
-	for i, stop := range []struct {
-		name          string
-		stop, restart func(pid int) error
-	}{
-		{"SIGSTOP",
-			func(pid int) error { return syscall.Kill(pid, syscall.SIGSTOP) },
-			func(pid int) error { return syscall.Kill(pid, syscall.SIGCONT) }},
-		{"frozen cgroup",
-			func(pid int) error { return freeze(pid, true) },
-			func(pid int) error { return freeze(pid, false) }},
-	} {
+	for i, stop := range halts {
 		t.Run(stop.name, func(t *testing.T) {
 			id := fmt.Sprintf("+stopped.%d+", i)
-			t.Cleanup(func() { _ = r.Delete(context.Background(), id) })
-			if err := r.Create(ctx, id, dir, runtime.CreateOptions{}); err != nil {
+			pid := startSandbox(t, r, dir, id)
+			if err := stop.stop(pid); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.Start(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-			st, err := r.State(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := stop.stop(st.PID); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = stop.restart(st.PID) })
+			t.Cleanup(func() { _ = stop.restart(pid) })
 			// A signal is delivered, and a freezer takes hold, a moment
 			// after it is sent.
 			var h *halt
 			for deadline := time.Now().Add(10 * time.Second); h == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				h = haltOf(st.PID)
+				h = haltOf(pid)
 			}
 			if h == nil {
-				t.Fatalf("process %d stopped (%s) is not seen stopped", st.PID, stop.name)
+				t.Fatalf("process %d stopped (%s) is not seen stopped", pid, stop.name)
 			}
 			if h.unkillable {
 				if err := r.Stop(ctx, id); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "thaw it") {
 					t.Fatalf("stop of a sandbox that a kill does not reach: %v", err)
 				}
-				if err := stop.restart(st.PID); err != nil {
+				if err := stop.restart(pid); err != nil {
 					t.Fatal(err)
 				}
 			}
