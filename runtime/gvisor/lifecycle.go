@@ -384,12 +384,8 @@ func (r *Runsc) State(ctx context.Context, id string) (runtime.State, error) {
 
 // alive tells whether pid runs (exists and is not a zombie).
 func alive(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	end := bytes.LastIndexByte(stat, ')')
-	return end < 0 || end+2 >= len(stat) || stat[end+2] != 'Z'
+	s := procState(pid)
+	return s != 0 && s != 'Z'
 }
 
 // MemoryUsage reads the sandbox's memory use from runsc events --stats.

@@ -1,14 +1,13 @@
 package gvisor
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,65 +117,68 @@ func haltOf(pid int) *halt {
 	if pid <= 0 {
 		return nil
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	switch procState(pid) {
+	case 0:
 		return nil
+	case 'T':
+		return &halt{how: "stopped by a signal (SIGSTOP or SIGTSTP)", mend: fmt.Sprintf("let it continue (kill -CONT %d)", pid)}
+	case 't':
+		return &halt{how: "stopped by a tracer", mend: "detach the debugger or tracer"}
 	}
-	if end := bytes.LastIndexByte(stat, ')'); end >= 0 && end+2 < len(stat) {
-		switch stat[end+2] {
-		case 'T':
-			return &halt{how: "stopped by a signal (SIGSTOP or SIGTSTP)", mend: fmt.Sprintf("let it continue (kill -CONT %d)", pid)}
-		case 't':
-			return &halt{how: "stopped by a tracer", mend: "detach the debugger or tracer"}
+	dir, v2 := freezerOf(pid)
+	switch {
+	case dir == "":
+		return nil
+	case v2:
+		if events, err := os.ReadFile(filepath.Join(dir, "cgroup.events")); err == nil && slices.Contains(strings.Split(string(events), "\n"), "frozen 1") {
+			return &halt{how: "in a frozen cgroup (" + dir + ")", mend: "thaw it (echo 0 > " + filepath.Join(dir, "cgroup.freeze") + ")"}
 		}
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	lines := bufio.NewScanner(f)
-	for lines.Scan() {
-		// hierarchy-ID:controllers:path; cgroup v2's has ID 0 and no
-		// controllers, v1's freezer names its own.
-		_, rest, _ := strings.Cut(lines.Text(), ":")
-		controllers, cgroup, _ := strings.Cut(rest, ":")
-		switch {
-		case controllers == "":
-			p := filepath.Join("/sys/fs/cgroup", cgroup)
-			if frozenV2(filepath.Join(p, "cgroup.events")) {
-				return &halt{how: "in a frozen cgroup (" + p + ")", mend: "thaw it (echo 0 > " + filepath.Join(p, "cgroup.freeze") + ")"}
-			}
-		case hasController(controllers, "freezer"):
-			p := filepath.Join("/sys/fs/cgroup/freezer", cgroup, "freezer.state")
-			if state, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(state)) != "THAWED" {
-				return &halt{how: "in a frozen cgroup (" + filepath.Dir(p) + ")", mend: "thaw it (echo THAWED > " + p + ")", unkillable: true}
-			}
+	default:
+		p := filepath.Join(dir, "freezer.state")
+		if state, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(state)) != "THAWED" {
+			return &halt{how: "in a frozen cgroup (" + dir + ")", mend: "thaw it (echo THAWED > " + p + ")", unkillable: true}
 		}
 	}
 	return nil
 }
 
-// frozenV2 tells whether a cgroup v2 events file says "frozen 1".
-func frozenV2(events string) bool {
-	data, err := os.ReadFile(events)
+// procState is process pid's state letter in /proc/PID/stat (R, S, T, Z
+// ...): 0 where the process is gone or the file cannot be read, '?' where
+// the line cannot be parsed.
+func procState(pid int) byte {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0
 	}
-	for line := range strings.Lines(string(data)) {
-		if k, v, _ := strings.Cut(strings.TrimSpace(line), " "); k == "frozen" {
-			n, _ := strconv.Atoi(v)
-			return n == 1
-		}
+	end := bytes.LastIndexByte(stat, ')')
+	if end < 0 || end+2 >= len(stat) {
+		return '?'
 	}
-	return false
+	return stat[end+2]
 }
 
-func hasController(list, name string) bool {
-	for c := range strings.SplitSeq(list, ",") {
-		if c == name {
-			return true
+// freezerOf is the folder of the freezer that holds process pid: its
+// cgroup v2 cgroup (v2 true) where that has one (cgroup.freeze), else its
+// cgroup in v1's freezer hierarchy; "" where it has neither.
+func freezerOf(pid int) (dir string, v2 bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", false
+	}
+	for line := range strings.Lines(string(data)) {
+		// hierarchy-ID:controllers:path; cgroup v2's has ID 0 and no
+		// controllers, v1's freezer names its own.
+		_, rest, _ := strings.Cut(strings.TrimSpace(line), ":")
+		controllers, cgroup, _ := strings.Cut(rest, ":")
+		switch {
+		case controllers == "":
+			dir := filepath.Join("/sys/fs/cgroup", cgroup)
+			if _, err := os.Stat(filepath.Join(dir, "cgroup.freeze")); err == nil {
+				return dir, true
+			}
+		case slices.Contains(strings.Split(controllers, ","), "freezer"):
+			return filepath.Join("/sys/fs/cgroup/freezer", cgroup), false
 		}
 	}
-	return false
+	return "", false
 }

@@ -158,24 +158,14 @@ func TestStoppedSandboxDeleted(t *testing.T) {
 	}
 }
 
-// freeze freezes (or thaws) the cgroup of process pid: cgroup v2's where
-// the machine has it, else v1's freezer.
+// freeze freezes (or thaws) the freezer that holds process pid.
 func freeze(pid int, frozen bool) error {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		return err
+	dir, v2 := freezerOf(pid)
+	switch {
+	case dir == "":
+		return fmt.Errorf("process %d is in no cgroup this test can freeze", pid)
+	case v2:
+		return os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte(map[bool]string{true: "1", false: "0"}[frozen]), 0)
 	}
-	for line := range strings.Lines(string(data)) {
-		_, rest, _ := strings.Cut(strings.TrimSpace(line), ":")
-		controllers, cgroup, _ := strings.Cut(rest, ":")
-		switch {
-		case controllers == "" && cgroup != "/":
-			value := map[bool]string{true: "1", false: "0"}[frozen]
-			return os.WriteFile(filepath.Join("/sys/fs/cgroup", cgroup, "cgroup.freeze"), []byte(value), 0)
-		case hasController(controllers, "freezer"):
-			value := map[bool]string{true: "FROZEN", false: "THAWED"}[frozen]
-			return os.WriteFile(filepath.Join("/sys/fs/cgroup/freezer", cgroup, "freezer.state"), []byte(value), 0)
-		}
-	}
-	return fmt.Errorf("process %d is in no cgroup this test can freeze: %q", pid, data)
+	return os.WriteFile(filepath.Join(dir, "freezer.state"), []byte(map[bool]string{true: "FROZEN", false: "THAWED"}[frozen]), 0)
 }
