@@ -268,8 +268,6 @@ const (
 type ResumeOptions struct {
 	// Verify is VerifyBlocks unless set.
 	Verify Verification
-	// ID is the new sandbox's container id; the actor's own when empty.
-	ID string
 	// DeviceMap restores GPU state onto other GPUs; when empty, the map the
 	// compatibility check chose is used.
 	DeviceMap gpu.DeviceMap
@@ -298,10 +296,6 @@ type ResumeOptions struct {
 // Label is what messages and manifests call the actor: its Name, or its
 // container id when it has none.
 func (a Actor) Label() string { return cmp.Or(a.Name, a.ID) }
-
-// SandboxID is the container id of a sandbox made for the actor: id, when
-// the caller names one (a resume into a new sandbox), else the actor's.
-func (a Actor) SandboxID(id string) string { return cmp.Or(id, a.ID) }
 
 func (e *Engine) helperPath() string {
 	if e.Helper != "" {

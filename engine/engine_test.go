@@ -135,14 +135,11 @@ func TestFullSuspendResumeCycles(t *testing.T) {
 		f.requireGone(a.ID)
 		opts := engine.ResumeOptions{Observer: f.obs, Probe: engine.Probe{Command: []string{"/counter", "await", "get"}}}
 		if cycle == 3 {
-			opts.ID = "cycles-moved"
+			a = movedTo(a, "cycles-moved")
+			t.Cleanup(func() { _ = f.rt.Delete(context.Background(), "cycles-moved") })
 		}
 		if _, err := f.eng.Resume(ctx, a, dir, opts); err != nil {
 			t.Fatalf("cycle %d: %v", cycle, err)
-		}
-		if opts.ID != "" {
-			a.ID = opts.ID
-			t.Cleanup(func() { _ = f.rt.Delete(context.Background(), opts.ID) })
 		}
 		got := f.counter(a.ID, "incr")
 		want := fmt.Sprintf("%s %d", inst, 3+cycle)
@@ -444,4 +441,11 @@ func TestFailedStopKeepsSnapshotAndActor(t *testing.T) {
 	if got := f.counter(a.ID, "incr"); got != inst+" 2" {
 		t.Fatalf("counter: %q", got)
 	}
+}
+
+// movedTo is actor a, called as before, in a sandbox of another id (a
+// resume into a new sandbox).
+func movedTo(a engine.Actor, id string) engine.Actor {
+	a.Name, a.ID = a.Label(), id
+	return a
 }

@@ -100,7 +100,7 @@ func TestGPUPathFollowsTheRuntime(t *testing.T) {
 			}
 			swap, _ := gpu.ParseDeviceMap("GPU-00112233-4455-6677-8899-aabbccddeeff=GPU-ffeeddcc-bbaa-9988-7766-554433221100")
 			seen = nil
-			if _, err := eng.Resume(ctx, a, dir, engine.ResumeOptions{ID: "g2", DeviceMap: swap, Observer: stepNames(&seen)}); err != nil {
+			if _, err := eng.Resume(ctx, movedTo(a, "g2"), dir, engine.ResumeOptions{DeviceMap: swap, Observer: stepNames(&seen)}); err != nil {
 				t.Fatal(err)
 			}
 			env := strings.Join(rt.LastRestore.Env, " ")
@@ -169,7 +169,7 @@ func TestCorruptGPUSnapshotNeverRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen []string
-	_, err = eng.Resume(ctx, a, dir, engine.ResumeOptions{ID: "g2", Verify: engine.VerifyWhileRestoring, Observer: stepNames(&seen)})
+	_, err = eng.Resume(ctx, movedTo(a, "g2"), dir, engine.ResumeOptions{Verify: engine.VerifyWhileRestoring, Observer: stepNames(&seen)})
 	if errdefs.Code(err) != "data_loss" || !slices.Contains(seen, "verify-blocks") || !slices.Contains(seen, "cleanup") {
 		t.Fatalf("resume of a corrupt GPU snapshot: %v, steps %v", err, seen)
 	}

@@ -21,14 +21,14 @@ import (
 )
 
 // Resume brings the actor back from the snapshot in dir, in a new sandbox
-// (opts.ID, or the actor's own id), and returns the snapshot's manifest.
+// of the actor's ID, and returns the snapshot's manifest.
 // Before any sandbox exists the snapshot is checked (see Verification, and
 // ResumeOptions.Checked) and compared with this node; a corrupt or
 // incompatible one is refused with the reason. On failure the new sandbox
 // is removed and the snapshot is left as it was.
 func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOptions) (m *snapshot.Manifest, err error) {
 	o := op{actor: a.Label(), name: "resume", obs: opts.Observer}
-	id := a.SandboxID(opts.ID)
+	id := a.ID
 	if _, vm := e.Runtime.(runtime.GuestReporter); vm && opts.Verify == VerifyWhileRestoring {
 		// A VM's restore loads the whole migration stream and runs the
 		// guest at once: nothing is won by hashing alongside, and a guest
@@ -150,12 +150,12 @@ func refusal(cause error) error {
 
 // CheckRestore is a restore's compatibility step, reported to
 // opts.Observer: the snapshot whose manifest is m against this node, and
-// the new sandbox's container id (opts.ID, or the actor's) free. It
+// the new sandbox's container id (the actor's ID) free. It
 // returns the device map the GPU state is to move by: opts.DeviceMap when
 // given, else the one the check chose. A pull runs it before any byte
 // moves, then resumes with ResumeOptions.Checked and that device map.
 func (e *Engine) CheckRestore(ctx context.Context, a Actor, m *snapshot.Manifest, opts ResumeOptions) (gpu.DeviceMap, error) {
-	id := a.SandboxID(opts.ID)
+	id := a.ID
 	var devices gpu.DeviceMap
 	err := opts.Observer.Step(a.Label(), "resume", StepCompatibility, func() (msg string, err error) {
 		if msg, devices, err = e.compatibility(ctx, a, m, opts.DeviceMap); err != nil {

@@ -107,7 +107,7 @@ func (f *rollbackFixture) resumable(id string) error {
 		return fmt.Errorf("the snapshot: %w", err)
 	}
 	f.rt.Hook = nil
-	if _, err := f.eng.Resume(context.Background(), f.a, f.dir, engine.ResumeOptions{ID: id}); err != nil {
+	if _, err := f.eng.Resume(context.Background(), movedTo(f.a, id), f.dir, engine.ResumeOptions{}); err != nil {
 		return fmt.Errorf("a resume of the snapshot: %w", err)
 	}
 	return f.intact(id)
@@ -171,7 +171,7 @@ func resumeOp(name string, gpu bool) rollbackOp {
 	return rollbackOp{
 		name: name, gpu: gpu, prepare: suspended(false),
 		run: func(f *rollbackFixture) error {
-			_, err := f.eng.Resume(context.Background(), f.a, f.dir, engine.ResumeOptions{ID: "a2", Probe: counterProbe})
+			_, err := f.eng.Resume(context.Background(), movedTo(f.a, "a2"), f.dir, engine.ResumeOptions{Probe: counterProbe})
 			return err
 		},
 		check: func(f *rollbackFixture, _ error) error {

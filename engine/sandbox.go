@@ -13,8 +13,6 @@ import (
 
 // BootOptions tune Boot.
 type BootOptions struct {
-	// ID is the sandbox's container id; the actor's own when empty.
-	ID       string
 	Probe    Probe
 	Observer Observer
 }
@@ -23,7 +21,7 @@ type BootOptions struct {
 // for its readiness probe. On failure the sandbox is removed again.
 func (e *Engine) Boot(ctx context.Context, a Actor, opts BootOptions) (err error) {
 	o := op{actor: a.Label(), name: "boot", obs: opts.Observer}
-	id := a.SandboxID(opts.ID)
+	id := a.ID
 	defer func() {
 		if err != nil {
 			cctx, cancel := e.cleanupContext(ctx)
@@ -199,9 +197,8 @@ func (e *Engine) thaw(ctx context.Context, o op, a Actor, id string, st runtime.
 // back is not there, frozen: the caller resumes from the snapshot instead.
 var ErrNotKept = errors.New("no kept sandbox")
 
-// ResumeKept brings back an actor whose sandbox (opts.ID, or the actor's
-// own id) a suspend kept frozen (SuspendOptions.Keep), with nothing to
-// load: its memory never left. The snapshot in dir, which holds the same
+// ResumeKept brings back an actor whose sandbox a suspend kept frozen
+// (SuspendOptions.Keep), with nothing to load: its memory never left. The snapshot in dir, which holds the same
 // state, is first checked against this node as for a restore of it, and a
 // refusal touches nothing. Then the sandbox is thawed (unpaused, its
 // devices attached, its GPU state resumed) and probed. On a failure after
@@ -210,7 +207,7 @@ var ErrNotKept = errors.New("no kept sandbox")
 // for Resume. A sandbox that is not there frozen is an ErrNotKept too.
 func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
 	o := op{actor: a.Label(), name: "resume", obs: opts.Observer}
-	id := a.SandboxID(opts.ID)
+	id := a.ID
 	st, err := e.Runtime.State(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return fmt.Errorf("%w: sandbox %s is gone", ErrNotKept, id)

@@ -204,7 +204,7 @@ func pullWhileResuming(ctx context.Context, eng *engine.Engine, a engine.Actor, 
 	var view *lazyfs.View
 	// Named after the sandbox, so that a stasisd that restarts knows
 	// which sandbox read through a view it left behind.
-	id := a.SandboxID(opts.ID)
+	id := a.ID
 	mnt := filepath.Join(from.Views, id)
 	// Before the pull reads the disk hard, what the restore reads from
 	// it beside the image.

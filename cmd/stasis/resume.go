@@ -30,7 +30,7 @@ func newResume(g *globals) *cobra.Command {
 			if err := checkProbeCommand(probeCmd); err != nil {
 				return err
 			}
-			opts := engine.ResumeOptions{ID: newID, DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}, Observer: g.observer()}
+			opts := engine.ResumeOptions{DeviceMap: devices, Probe: engine.Probe{Command: probeCmd, URL: probeURL, Timeout: probeTimeout}, Observer: g.observer()}
 			switch verify {
 			case "blocks":
 			case "while-restoring":
@@ -49,6 +49,11 @@ func newResume(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a := af.actor(args[0])
+			if newID != "" {
+				// The same actor, called as before, in a sandbox of the new id.
+				a.Name, a.ID = a.ID, newID
+			}
 			if pull != "" {
 				// The stored manifest is checked against this node before any
 				// byte is fetched, every chunk as it arrives.
@@ -56,21 +61,17 @@ func newResume(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				p, err := transfer.PullAndResume(cmd.Context(), eng, af.actor(args[0]), dir, transfer.Stored{Repo: r, Name: pull, Options: g.transferProgress("pull")}, opts)
+				p, err := transfer.PullAndResume(cmd.Context(), eng, a, dir, transfer.Stored{Repo: r, Name: pull, Options: g.transferProgress("pull")}, opts)
 				if err != nil {
 					return err
 				}
 				if err := p.Written(); err != nil {
 					return fmt.Errorf("resumed, but the pulled copy in %s was not written (the store holds the snapshot): %w", dir, err)
 				}
-			} else if _, err := eng.Resume(cmd.Context(), af.actor(args[0]), dir, opts); err != nil {
+			} else if _, err := eng.Resume(cmd.Context(), a, dir, opts); err != nil {
 				return err
 			}
-			id := args[0]
-			if newID != "" {
-				id = newID
-			}
-			return g.print(map[string]string{"container": id, "snapshot": dir}, fmt.Sprintf("resumed %s from %s\n", id, dir))
+			return g.print(map[string]string{"container": a.ID, "snapshot": dir}, fmt.Sprintf("resumed %s from %s\n", a.ID, dir))
 		},
 	}
 	af.register(cmd)
