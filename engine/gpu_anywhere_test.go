@@ -80,6 +80,9 @@ func TestGPUAnywhere(t *testing.T) {
 		// push after the suspend, of the suspend, and until the GPU was
 		// free (the history's note), and what the disks wrote during the
 		// suspend, in bytes.
+		// heldFiles are the files the last suspended sandbox held
+		// (manifest openFiles), whose pages a resume may read again.
+		var heldFiles []string
 		suspendAndPush := func(a engine.Actor, name string, to *store.Repository) (dir string, pushS, suspendS, gpuFreeS, diskWrite float64) {
 			dir = filepath.Join(g.work, "snap-"+name)
 			begin := time.Now()
@@ -106,6 +109,7 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatalf("%s push: %v", mode, err)
 			}
 			result["imageBytes"] = m.Size()
+			heldFiles = m.OpenFiles
 			return dir, pushS, suspendS, gpuFreeS, diskWrite
 		}
 		// pullAndResume resumes a on "another node" from name, into dir,
@@ -159,10 +163,31 @@ func TestGPUAnywhere(t *testing.T) {
 			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs, Prefetched: v.noPrefetch})
 			var got llmAnswer
 			var s, writtenS float64
+			// From the resume's end to the first token: what the disks
+			// read, and how much of the held files' data the page cache
+			// gained (the restored processes' own files read again after
+			// the drop, not the image).
+			tail := map[string]any{}
 			if err == nil {
+				resumedS := time.Since(begin).Seconds()
+				readResumed := readCounters(disks).readSect
+				heldBefore, heldSize := g.heldResident(a, heldFiles) // not timed
+				asked := time.Now()
 				got, err = firstToken(a.ID)
-				s = time.Since(begin).Seconds()
+				tokenS := time.Since(asked).Seconds()
+				s = resumedS + tokenS
+				tail["disk_read_bytes"] = (readCounters(disks).readSect - readResumed) * 512
+				heldAfter, _ := g.heldResident(a, heldFiles)
 				lastDiskRead = (readCounters(disks).readSect - readBefore) * 512
+				tail["resumed_s"], tail["token_s"] = resumedS, tokenS
+				tail["held_bytes"], tail["held_resident_resumed_bytes"], tail["held_resident_token_bytes"] = heldSize, heldBefore, heldAfter
+				// The same request again: what the first one's took beyond
+				// the exec and the token themselves.
+				if err == nil {
+					again := time.Now()
+					_, err = firstToken(a.ID)
+					tail["second_token_s"] = time.Since(again).Seconds()
+				}
 				if werr := pull.Written(); werr != nil && err == nil {
 					err = fmt.Errorf("the pulled folder was not written: %w", werr)
 				}
@@ -174,7 +199,7 @@ func TestGPUAnywhere(t *testing.T) {
 			marksMu.Lock()
 			defer marksMu.Unlock()
 			g.record("anywhere-timeline", map[string]any{"mode": mode, "snapshot": name, "whole": v.whole, "unstaged": v.unstaged, "seeded": len(v.seeds) > 0,
-				"downloads": v.downloads, "steps": marks, "samples": samples, "first_token_s": s, "written_s": writtenS})
+				"downloads": v.downloads, "steps": marks, "samples": samples, "first_token_s": s, "written_s": writtenS, "token_tail": tail})
 			if err != nil {
 				t.Fatalf("%s pull and resume of %s: %v", mode, name, err)
 			}
@@ -606,4 +631,29 @@ func storedSize(repo *store.Repository, s *store.Snapshot) int64 {
 		}
 	}
 	return n
+}
+
+// heldResident is how many bytes of the files a sandbox held (manifest
+// openFiles, found through a's bundle) are in the page cache, and their
+// size; a file not found counts for neither.
+func (g *gpuEnv) heldResident(a engine.Actor, held []string) (resident, size int64) {
+	spec, err := bundle.Load(a.Bundle)
+	if err != nil {
+		g.t.Logf("held files: %v", err)
+		return 0, 0
+	}
+	for _, p := range held {
+		f, err := os.Open(bundle.HostPathOf(spec, a.Bundle, p))
+		if err != nil {
+			continue
+		}
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			if pages, err := fsutil.ResidentPages(f); err == nil {
+				resident += pages.Bytes(0, pages.Size)
+				size += pages.Size
+			}
+		}
+		f.Close()
+	}
+	return resident, size
 }
