@@ -81,8 +81,11 @@ func TestGPUAnywhere(t *testing.T) {
 		// free (the history's note), and what the disks wrote during the
 		// suspend, in bytes.
 		// heldFiles are the files the last suspended sandbox held
-		// (manifest openFiles), whose pages a resume may read again.
+		// (manifest openFiles), whose pages a resume may read again, and
+		// heldAtSuspend which of their pages were in the page cache when
+		// its suspend ended.
 		var heldFiles []string
+		var heldAtSuspend heldPages
 		suspendAndPush := func(a engine.Actor, name string, to *store.Repository) (dir string, pushS, suspendS, gpuFreeS, diskWrite float64) {
 			dir = filepath.Join(g.work, "snap-"+name)
 			begin := time.Now()
@@ -110,6 +113,7 @@ func TestGPUAnywhere(t *testing.T) {
 			}
 			result["imageBytes"] = m.Size()
 			heldFiles = m.OpenFiles
+			heldAtSuspend = g.heldPages(a, heldFiles)
 			return dir, pushS, suspendS, gpuFreeS, diskWrite
 		}
 		// pullAndResume resumes a on "another node" from name, into dir,
@@ -171,16 +175,16 @@ func TestGPUAnywhere(t *testing.T) {
 			if err == nil {
 				resumedS := time.Since(begin).Seconds()
 				readResumed := readCounters(disks).readSect
-				heldBefore, heldSize := g.heldResident(a, heldFiles) // not timed
+				heldResumed := g.heldPages(a, heldFiles) // not timed
 				asked := time.Now()
 				got, err = firstToken(a.ID)
 				tokenS := time.Since(asked).Seconds()
 				s = resumedS + tokenS
 				tail["disk_read_bytes"] = (readCounters(disks).readSect - readResumed) * 512
-				heldAfter, _ := g.heldResident(a, heldFiles)
+				heldToken := g.heldPages(a, heldFiles)
 				lastDiskRead = (readCounters(disks).readSect - readBefore) * 512
 				tail["resumed_s"], tail["token_s"] = resumedS, tokenS
-				tail["held_bytes"], tail["held_resident_resumed_bytes"], tail["held_resident_token_bytes"] = heldSize, heldBefore, heldAfter
+				tokenRead(tail, heldAtSuspend, heldResumed, heldToken)
 				// The same request again: what the first one's took beyond
 				// the exec and the token themselves.
 				if err == nil {
@@ -633,27 +637,75 @@ func storedSize(repo *store.Repository, s *store.Snapshot) int64 {
 	return n
 }
 
-// heldResident is how many bytes of the files a sandbox held (manifest
-// openFiles, found through a's bundle) are in the page cache, and their
-// size; a file not found counts for neither.
-func (g *gpuEnv) heldResident(a engine.Actor, held []string) (resident, size int64) {
+// heldPages are the page maps of the files a sandbox held (manifest
+// openFiles, found on the host through a's bundle), by path inside the
+// container, each with whether it lies in the container's root file
+// system (or a mount); a file not found is left out.
+type heldPages map[string]heldFile
+
+type heldFile struct {
+	pages fsutil.PageMap
+	root  bool
+}
+
+func (g *gpuEnv) heldPages(a engine.Actor, held []string) heldPages {
 	spec, err := bundle.Load(a.Bundle)
 	if err != nil {
 		g.t.Logf("held files: %v", err)
-		return 0, 0
+		return nil
 	}
+	root := bundle.HostPath(a.Bundle, spec.Root.Path)
+	hp := heldPages{}
 	for _, p := range held {
-		f, err := os.Open(bundle.HostPathOf(spec, a.Bundle, p))
+		host := bundle.HostPathOf(spec, a.Bundle, p)
+		f, err := os.Open(host)
 		if err != nil {
 			continue
 		}
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 			if pages, err := fsutil.ResidentPages(f); err == nil {
-				resident += pages.Bytes(0, pages.Size)
-				size += pages.Size
+				hp[p] = heldFile{pages: pages, root: strings.HasPrefix(host, root+"/")}
 			}
 		}
 		f.Close()
 	}
-	return resident, size
+	return hp
+}
+
+// tokenRead puts into tail what the held files' page cache held at the
+// suspend's end, the resume's and the first token's, and which pages the
+// first token brought in (in the cache after it, not after the resume):
+// how many of those the suspend's cache also held, of the root file
+// system's files and of all, the set a prefetch of what was cached at the
+// suspend would have read.
+func tokenRead(tail map[string]any, suspended, resumed, token heldPages) {
+	const page = 4096
+	var size, atSuspend, rootAtSuspend, atResume, atToken, read, readCachedAtSuspend, readRootCachedAtSuspend int64
+	for p, t := range token {
+		size += t.pages.Size
+		atToken += t.pages.Bytes(0, t.pages.Size)
+		s, r := suspended[p], resumed[p]
+		atResume += r.pages.Bytes(0, r.pages.Size)
+		cached := s.pages.Bytes(0, s.pages.Size)
+		atSuspend += cached
+		if t.root {
+			rootAtSuspend += cached
+		}
+		for at := int64(0); at < t.pages.Size; at += page {
+			if t.pages.Bytes(at, page) == 0 || r.pages.Bytes(at, page) != 0 {
+				continue
+			}
+			n := min(page, t.pages.Size-at)
+			read += n
+			if s.pages.Bytes(at, page) != 0 {
+				readCachedAtSuspend += n
+				if t.root {
+					readRootCachedAtSuspend += n
+				}
+			}
+		}
+	}
+	tail["held_bytes"], tail["held_cached_suspended_bytes"], tail["held_root_cached_suspended_bytes"] = size, atSuspend, rootAtSuspend
+	tail["held_cached_resumed_bytes"], tail["held_cached_token_bytes"] = atResume, atToken
+	tail["token_read_bytes"], tail["token_read_cached_at_suspend_bytes"], tail["token_read_root_cached_at_suspend_bytes"] = read, readCachedAtSuspend, readRootCachedAtSuspend
 }
