@@ -664,7 +664,9 @@ func (g *gpuEnv) heldPages(a engine.Actor, held []string) heldPages {
 		}
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 			if pages, err := fsutil.ResidentPages(f); err == nil {
-				hp[p] = heldFile{pages: pages, root: strings.HasPrefix(host, root+"/")}
+				// In the root file system where no mount holds it (the
+				// root may be the host's own /).
+				hp[p] = heldFile{pages: pages, root: host == filepath.Join(root, p)}
 			}
 		}
 		f.Close()
