@@ -316,6 +316,11 @@ func (e *Engine) Compatible(ctx context.Context, a Actor, m *snapshot.Manifest) 
 // idFree refuses to restore over a live container; a stopped leftover of an
 // earlier run is deleted.
 func (e *Engine) idFree(ctx context.Context, id string) error {
+	if c, ok := e.Runtime.(runtime.IDChecker); ok {
+		if err := c.CheckNewID(id); err != nil {
+			return fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+	}
 	st, err := e.Runtime.State(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return nil

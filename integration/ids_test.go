@@ -3,12 +3,13 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stasis-run/stasis/api"
-	"github.com/stasis-run/stasis/runtime"
 )
 
 // TestIDsThatSharePrefixes: actors whose ids begin one another (a1 beside
@@ -100,13 +101,21 @@ func TestSandboxesNamedByAnOlderStasisd(t *testing.T) {
 		if err := d.rt.Delete(ctx, api.SandboxID(id)); err != nil {
 			t.Fatal(err)
 		}
+		// runsc itself: Runsc.Create no longer makes an id that begins
+		// another's, as an older stasisd did.
 		dir := filepath.Join(d.data, "actors", id)
-		if err := d.rt.Create(ctx, id, filepath.Join(dir, "bundle"), runtime.CreateOptions{ConsoleLog: filepath.Join(dir, "console.log")}); err != nil {
+		console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := d.rt.Start(ctx, id); err != nil {
-			t.Fatal(err)
+		for _, args := range [][]string{{"create", "--bundle", filepath.Join(dir, "bundle"), id}, {"start", id}} {
+			cmd := exec.Command(d.rt.Path(), append(d.rt.GlobalFlags(), args...)...)
+			cmd.Stdout, cmd.Stderr = console, console
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("runsc %v: %v", args, err)
+			}
 		}
+		console.Close()
 		if _, err := db.Exec(`UPDATE actors SET sandbox = ? WHERE id = ?`, id, id); err != nil {
 			t.Fatal(err)
 		}

@@ -246,6 +246,14 @@ type PauseCommander interface {
 	PauseCommand(id string) []string
 }
 
+// IDChecker is a Runtime that cannot use every id for a new container
+// beside the containers it has.
+type IDChecker interface {
+	// CheckNewID says why id cannot be given to a new container, nil
+	// where it can.
+	CheckNewID(id string) error
+}
+
 // FileHolder is a Runtime whose restore opens again, one after another,
 // the files of the container's root file system and mounts that its
 // sandbox held, and whose own code is read from the disk as it restores:

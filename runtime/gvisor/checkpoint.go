@@ -42,12 +42,15 @@ func (r *Runsc) Checkpoint(ctx context.Context, id string, opts runtime.Checkpoi
 		}
 		args = append(args, o.flag)
 	}
-	_, err := r.run(ctx, invocation{args: append(args, id), reaches: id})
+	_, err := r.run(ctx, invocation{args: append(args, id), container: id, talks: true})
 	return err
 }
 
 // Restore creates container id from a checkpoint image and runs it.
 func (r *Runsc) Restore(ctx context.Context, id string, opts runtime.RestoreOptions) error {
+	if err := r.CheckNewID(id); err != nil {
+		return err
+	}
 	gpu, err := IsGPUBundle(opts.Bundle)
 	if err != nil {
 		return err

@@ -25,6 +25,9 @@ import (
 // Create creates container id from the OCI bundle; Start runs its process.
 // A bundle that lists /dev/nvidiactl among its devices is a GPU sandbox.
 func (r *Runsc) Create(ctx context.Context, id, bundleDir string, opts runtime.CreateOptions) error {
+	if err := r.CheckNewID(id); err != nil {
+		return err
+	}
 	gpu, err := IsGPUBundle(bundleDir)
 	if err != nil {
 		return err
@@ -72,7 +75,7 @@ func (r *Runsc) notifyGPU(gpu bool, notify func(string)) {
 }
 
 func (r *Runsc) Start(ctx context.Context, id string) error {
-	_, err := r.run(ctx, invocation{args: []string{"start", id}, reaches: id})
+	_, err := r.run(ctx, invocation{args: []string{"start", id}, container: id, talks: true})
 	return err
 }
 
@@ -97,7 +100,7 @@ func (r *Runsc) Exec(ctx context.Context, id string, p runtime.Process) (runtime
 		args = append(args, "--env", e)
 	}
 	args = append(append(args, id), p.Args...)
-	cmd, err := r.command(ctx, invocation{args: args})
+	cmd, err := r.command(ctx, invocation{args: args, container: id})
 	if err != nil {
 		return runtime.ExecResult{}, err
 	}
@@ -240,7 +243,7 @@ func (r *Runsc) locked(ctx context.Context, id, subcommand string) error {
 		return err
 	}
 	defer release()
-	_, err = r.run(ctx, invocation{args: []string{subcommand, id}, reaches: id})
+	_, err = r.run(ctx, invocation{args: []string{subcommand, id}, container: id, talks: true})
 	return err
 }
 
@@ -307,7 +310,7 @@ func killAndWait(ctx context.Context, pid int) error {
 // Delete removes the container whatever its state, with the bundle a
 // restore of it may have run with.
 func (r *Runsc) Delete(ctx context.Context, id string) error {
-	_, err := r.run(ctx, invocation{args: []string{"delete", "--force", id}})
+	_, err := r.run(ctx, invocation{args: []string{"delete", "--force", id}, container: id})
 	if err != nil && !isNotFound(err) && !r.deletedAnyway(ctx, id, err) {
 		return err
 	}
@@ -352,7 +355,7 @@ func onlyMissingFilestores(said string) bool {
 // when the container's process ends. Started after the end, it may not
 // learn the exit status (the sandbox is gone, and with it the status).
 func (r *Runsc) Wait(ctx context.Context, id string) (runtime.Exit, error) {
-	out, err := r.run(ctx, invocation{args: []string{"wait", id}})
+	out, err := r.run(ctx, invocation{args: []string{"wait", id}, container: id})
 	if err != nil {
 		return runtime.Exit{}, err
 	}
@@ -366,7 +369,7 @@ func (r *Runsc) Wait(ctx context.Context, id string) (runtime.Exit, error) {
 }
 
 func (r *Runsc) State(ctx context.Context, id string) (runtime.State, error) {
-	out, err := r.run(ctx, invocation{args: []string{"state", id}, reaches: id})
+	out, err := r.run(ctx, invocation{args: []string{"state", id}, container: id, talks: true})
 	if err != nil {
 		return runtime.State{}, err
 	}
@@ -390,7 +393,7 @@ func alive(pid int) bool {
 
 // MemoryUsage reads the sandbox's memory use from runsc events --stats.
 func (r *Runsc) MemoryUsage(ctx context.Context, id string) (uint64, error) {
-	out, err := r.run(ctx, invocation{args: []string{"events", "--stats", id}, reaches: id})
+	out, err := r.run(ctx, invocation{args: []string{"events", "--stats", id}, container: id, talks: true})
 	if err != nil {
 		return 0, err
 	}

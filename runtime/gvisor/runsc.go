@@ -134,13 +134,23 @@ type invocation struct {
 	args []string
 	// gpu adds the nvproxy flags a GPU sandbox needs.
 	gpu bool
-	// reaches is the container whose running sandbox the command talks to
-	// (state, checkpoint, pause): run ends the command, with an error that
-	// says so, where that sandbox's process is stopped and cannot answer.
-	reaches string
+	// container is the existing container the command is about: it is
+	// refused where no container has that id but one id begins with it,
+	// which runsc would take for it (prefixTaken).
+	container string
+	// talks says the command talks to the container's running sandbox
+	// (state, checkpoint, pause): run ends the command, with an error
+	// that says so, where that sandbox's process is stopped and cannot
+	// answer.
+	talks bool
 }
 
 func (r *Runsc) command(ctx context.Context, inv invocation) (*exec.Cmd, error) {
+	if inv.container != "" {
+		if err := r.prefixTaken(inv.container); err != nil {
+			return nil, fmt.Errorf("runsc %s: %w", strings.Join(inv.args, " "), err)
+		}
+	}
 	args := r.GlobalFlags()
 	if inv.gpu {
 		abi, err := r.nvproxyABI()
@@ -157,8 +167,8 @@ func (r *Runsc) command(ctx context.Context, inv invocation) (*exec.Cmd, error) 
 // run runs runsc and returns its standard output; a failure carries what
 // runsc said on standard error.
 func (r *Runsc) run(ctx context.Context, inv invocation) ([]byte, error) {
-	if inv.reaches != "" {
-		ctx, ended := r.watchStopped(ctx, inv.reaches)
+	if inv.talks {
+		ctx, ended := r.watchStopped(ctx, inv.container)
 		out, err := r.runCommand(ctx, inv)
 		if stopped := ended(); stopped != nil && err != nil {
 			return out, fmt.Errorf("runsc %s: %w", strings.Join(inv.args, " "), stopped)

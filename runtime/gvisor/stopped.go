@@ -75,30 +75,23 @@ func (r *Runsc) stopped(id string) error {
 // the sandbox, which is what cannot answer); 0 where there is none or it
 // cannot be read.
 func (r *Runsc) sandboxPID(id string) int {
-	entries, err := os.ReadDir(r.cfg.Root)
+	path, ok := r.containers()[id]
+	if !ok {
+		return 0
+	}
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), id+"_sandbox:")
-		if !ok || !strings.HasSuffix(rest, ".state") {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(r.cfg.Root, e.Name()))
-		if err != nil {
-			return 0
-		}
-		var state struct {
-			Sandbox struct {
-				PID int `json:"pid"`
-			} `json:"sandbox"`
-		}
-		if json.Unmarshal(data, &state) != nil {
-			return 0
-		}
-		return state.Sandbox.PID
+	var state struct {
+		Sandbox struct {
+			PID int `json:"pid"`
+		} `json:"sandbox"`
 	}
-	return 0
+	if json.Unmarshal(data, &state) != nil {
+		return 0
+	}
+	return state.Sandbox.PID
 }
 
 // halt is why a process cannot run.

@@ -65,7 +65,7 @@ func (r *Runsc) execOnTerminal(ctx context.Context, id string, p runtime.Process
 	// process (after starting it): a resize before that would send a
 	// SIGWINCH that runsc ignores, and the process would never hear of it.
 	forwarding := dir + "/pid"
-	cmd, err := r.command(ctx, invocation{args: []string{"--log", logFile, "exec", "--internal-pid-file", forwarding, "--process", processFile, id}})
+	cmd, err := r.command(ctx, invocation{args: []string{"--log", logFile, "exec", "--internal-pid-file", forwarding, "--process", processFile, id}, container: id})
 	if err != nil {
 		return runtime.ExecResult{}, err
 	}
