@@ -198,13 +198,14 @@ func (e *Engine) thaw(ctx context.Context, o op, a Actor, id string, st runtime.
 var ErrNotKept = errors.New("no kept sandbox")
 
 // ResumeKept brings back an actor whose sandbox a suspend kept frozen
-// (SuspendOptions.Keep), with nothing to load: its memory never left. The snapshot in dir, which holds the same
-// state, is first checked against this node as for a restore of it, and a
-// refusal touches nothing. Then the sandbox is thawed (unpaused, its
-// devices attached, its GPU state resumed) and probed. On a failure after
-// the check the kept sandbox is removed, so that nothing half resumed
-// runs, and the error wraps ErrNotKept: the snapshot in dir is as it was,
-// for Resume. A sandbox that is not there frozen is an ErrNotKept too.
+// (SuspendOptions.Keep), with nothing to load: its memory never left. The
+// snapshot in dir, which holds the same state, is first checked against
+// this node as for a restore of it, and a refusal touches nothing. Then
+// the sandbox is thawed (unpaused, its devices attached, its GPU state
+// resumed) and probed. On a failure after the check the kept sandbox is
+// removed, so that nothing half resumed runs, and the error wraps
+// ErrNotKept: the snapshot in dir is as it was, for Resume. A sandbox
+// that is not there frozen is an ErrNotKept too.
 func (e *Engine) ResumeKept(ctx context.Context, a Actor, dir string, opts ResumeOptions) (err error) {
 	o := op{actor: a.Label(), name: "resume", obs: opts.Observer}
 	id := a.ID
