@@ -13,13 +13,14 @@ import (
 // Container ids in runsc. runsc finds a container by the beginning of its
 // id (runsc/container's findContainerID): an id that begins no other
 // names its container; one that begins another's and names none is taken
-// for that other (a suspend of a1 would checkpoint and stop a1.b); one
-// that names a container and begins another's is refused as ambiguous,
-// and so is a restore into it. So no container is made whose id begins
-// another's, or that another's begins (CheckNewID), and a command for an
-// id that names no container is never given to runsc where it would be
-// taken for another (prefixTaken). stasisd's ids (+ID+, api.SandboxID)
-// never begin one another.
+// for that other (a suspend of a1 would checkpoint and stop a1.b), and a
+// restore into it finds that other (and fails); one that names a
+// container and begins another's is refused as ambiguous, whatever the
+// command. So no container is made whose id begins another's, or that
+// another's begins (CheckNewID), and a command for an id that names no
+// container is never given to runsc where it would be taken for another
+// (prefixTaken). stasisd's ids (+ID+, api.SandboxID) never begin one
+// another.
 
 // containers are the containers in runsc's state folder (--root), where
 // runsc keeps each one's state as ID_sandbox:SANDBOX.state, by id, each
