@@ -18,6 +18,7 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/testkit/testactor"
+	"github.com/stasis-run/stasis/testkit/vmtest"
 )
 
 // These tests start the real stasisd binary on a fresh data folder and drive
@@ -33,6 +34,18 @@ type program struct {
 }
 
 var stasisd, stasisCLI = &program{name: "stasisd", pkg: "../cmd/stasisd"}, &program{name: "stasis", pkg: "../cmd/stasis"}
+
+// TestMain removes, after the tests, the programs they built, the micro-VM
+// guest and the test actors.
+func TestMain(m *testing.M) {
+	testactor.Main(m, vmtest.RemoveGuest, func() {
+		for _, p := range []*program{stasisd, stasisCLI, stasisKube} {
+			if p.bin != "" {
+				os.RemoveAll(filepath.Dir(p.bin))
+			}
+		}
+	})
+}
 
 func (p *program) path(t *testing.T) string {
 	t.Helper()

@@ -224,3 +224,6 @@ func TestExecCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// TestMain removes, after the tests, what they built to run in sandboxes.
+func TestMain(m *testing.M) { testactor.Main(m) }

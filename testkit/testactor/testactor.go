@@ -17,13 +17,28 @@ import (
 	"github.com/stasis-run/stasis/bundle"
 )
 
-// binaries are built once per test binary, into a folder removed at exit.
+// binaries are built once per test binary, into a folder that Main removes
+// after the tests.
 var binaries struct {
 	once            sync.Once
 	dir             string
 	counter, helper string
 	memholder       string
 	err             error
+}
+
+// Main runs a package's tests (its TestMain calls it), then each of after
+// and the removal of what Binaries built, and exits with the tests' code:
+// a test binary leaves nothing in the temporary folder.
+func Main(m *testing.M, after ...func()) {
+	code := m.Run()
+	for _, f := range after {
+		f()
+	}
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
 }
 
 // Binaries builds the counter and the fake helper as static binaries.

@@ -33,8 +33,17 @@ func Dir() string {
 
 var guest struct {
 	once           sync.Once
+	work           string
 	kernel, initrd string
 	err            error
+}
+
+// RemoveGuest removes the initramfs and agent Guest built (a TestMain
+// passes it to testactor.Main).
+func RemoveGuest() {
+	if guest.work != "" {
+		os.RemoveAll(guest.work)
+	}
 }
 
 // Guest returns the guest kernel and an initramfs built once per test
@@ -54,6 +63,7 @@ func Guest(t testing.TB) (kernel, initrd string) {
 			guest.err = err
 			return
 		}
+		guest.work = work
 		agentBin := filepath.Join(work, "stasis-agent")
 		cmd := exec.Command("go", "build", "-o", agentBin, "github.com/stasis-run/stasis/cmd/stasis-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
