@@ -74,18 +74,18 @@ func TestGPUAnywhere(t *testing.T) {
 			}
 			return a, first, time.Since(begin).Seconds()
 		}
-		// suspendAndPush suspends a into a folder and pushes it as name,
-		// as stasisd does (the push reading the image while the checkpoint
-		// writes it, then storing the rest): the folder, the seconds of the
-		// push after the suspend, of the suspend, and until the GPU was
-		// free (the history's note), and what the disks wrote during the
-		// suspend, in bytes.
 		// heldFiles are the files the last suspended sandbox held
 		// (manifest openFiles), whose pages a resume may read again, and
 		// heldAtSuspend which of their pages were in the page cache when
 		// its suspend ended.
 		var heldFiles []string
 		var heldAtSuspend heldPages
+		// suspendAndPush suspends a into a folder and pushes it as name,
+		// as stasisd does (the push reading the image while the checkpoint
+		// writes it, then storing the rest): the folder, the seconds of the
+		// push after the suspend, of the suspend, and until the GPU was
+		// free (the history's note), and what the disks wrote during the
+		// suspend, in bytes.
 		suspendAndPush := func(a engine.Actor, name string, to *store.Repository) (dir string, pushS, suspendS, gpuFreeS, diskWrite float64) {
 			dir = filepath.Join(g.work, "snap-"+name)
 			begin := time.Now()
@@ -681,7 +681,7 @@ func (g *gpuEnv) heldPages(a engine.Actor, held []string) heldPages {
 // system's files and of all, the set a prefetch of what was cached at the
 // suspend would have read.
 func tokenRead(tail map[string]any, suspended, resumed, token heldPages) {
-	const page = 4096
+	page := int64(os.Getpagesize())
 	var size, atSuspend, rootAtSuspend, atResume, atToken, read, readCachedAtSuspend, readRootCachedAtSuspend int64
 	for p, t := range token {
 		size += t.pages.Size

@@ -35,14 +35,19 @@ type program struct {
 
 var stasisd, stasisCLI = &program{name: "stasisd", pkg: "../cmd/stasisd"}, &program{name: "stasis", pkg: "../cmd/stasis"}
 
+// programs is the folder every program is built into, made by the first.
+var programs struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
 // TestMain removes, after the tests, the programs they built, the micro-VM
 // guest and the test actors.
 func TestMain(m *testing.M) {
 	testactor.Main(m, vmtest.RemoveGuest, func() {
-		for _, p := range []*program{stasisd, stasisCLI, stasisKube} {
-			if p.bin != "" {
-				os.RemoveAll(filepath.Dir(p.bin))
-			}
+		if programs.dir != "" {
+			os.RemoveAll(programs.dir)
 		}
 	})
 }
@@ -50,12 +55,12 @@ func TestMain(m *testing.M) {
 func (p *program) path(t *testing.T) string {
 	t.Helper()
 	p.once.Do(func() {
-		dir, err := os.MkdirTemp("", p.name+"-test-")
-		if err != nil {
-			p.err = err
+		programs.once.Do(func() { programs.dir, programs.err = os.MkdirTemp("", "stasis-programs-") })
+		if programs.err != nil {
+			p.err = programs.err
 			return
 		}
-		p.bin = filepath.Join(dir, p.name)
+		p.bin = filepath.Join(programs.dir, p.name)
 		if out, err := exec.Command("go", "build", "-o", p.bin, p.pkg).CombinedOutput(); err != nil {
 			p.err = errors.New(string(out))
 		}
