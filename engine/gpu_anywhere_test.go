@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/node"
+	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
@@ -77,9 +79,11 @@ func TestGPUAnywhere(t *testing.T) {
 		// heldFiles are the files the last suspended sandbox held
 		// (manifest openFiles), whose pages a resume may read again, and
 		// heldAtSuspend which of their pages were in the page cache when
-		// its suspend ended.
+		// its suspend ended; mapped the ranges of files it had mapped
+		// (manifest mappedFiles).
 		var heldFiles []string
 		var heldAtSuspend heldPages
+		var mapped []runtime.MappedFile
 		// suspendAndPush suspends a into a folder and pushes it as name,
 		// as stasisd does (the push reading the image while the checkpoint
 		// writes it, then storing the rest): the folder, the seconds of the
@@ -112,7 +116,7 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatalf("%s push: %v", mode, err)
 			}
 			result["imageBytes"] = m.Size()
-			heldFiles = m.OpenFiles
+			heldFiles, mapped = m.OpenFiles, m.MappedFiles
 			heldAtSuspend = g.heldPages(a, heldFiles)
 			return dir, pushS, suspendS, gpuFreeS, diskWrite
 		}
@@ -184,7 +188,7 @@ func TestGPUAnywhere(t *testing.T) {
 				heldToken := g.heldPages(a, heldFiles)
 				lastDiskRead = (readCounters(disks).readSect - readBefore) * 512
 				tail["resumed_s"], tail["token_s"] = resumedS, tokenS
-				tokenRead(tail, heldAtSuspend, heldResumed, heldToken)
+				tokenRead(tail, heldAtSuspend, heldResumed, heldToken, mapped)
 				// The same request again: what the first one's took beyond
 				// the exec and the token themselves.
 				if err == nil {
@@ -680,9 +684,16 @@ func (g *gpuEnv) heldPages(a engine.Actor, held []string) heldPages {
 // how many of those the suspend's cache also held, of the root file
 // system's files and of all, the set a prefetch of what was cached at the
 // suspend would have read.
-func tokenRead(tail map[string]any, suspended, resumed, token heldPages) {
+func tokenRead(tail map[string]any, suspended, resumed, token heldPages, mapped []runtime.MappedFile) {
 	page := int64(os.Getpagesize())
-	var size, atSuspend, rootAtSuspend, atResume, atToken, read, readCachedAtSuspend, readRootCachedAtSuspend int64
+	var size, atSuspend, rootAtSuspend, atResume, atToken, read, readCachedAtSuspend, readRootCachedAtSuspend, readMapped, mappedSize int64
+	ranges := map[string][][2]int64{}
+	for _, f := range mapped {
+		ranges[f.Path] = f.Ranges
+		for _, r := range f.Ranges {
+			mappedSize += r[1]
+		}
+	}
 	for p, t := range token {
 		size += t.pages.Size
 		atToken += t.pages.Bytes(0, t.pages.Size)
@@ -699,6 +710,9 @@ func tokenRead(tail map[string]any, suspended, resumed, token heldPages) {
 			}
 			n := min(page, t.pages.Size-at)
 			read += n
+			if inRanges(ranges[p], at) {
+				readMapped += n
+			}
 			if s.pages.Bytes(at, page) != 0 {
 				readCachedAtSuspend += n
 				if t.root {
@@ -710,4 +724,12 @@ func tokenRead(tail map[string]any, suspended, resumed, token heldPages) {
 	tail["held_bytes"], tail["held_cached_suspended_bytes"], tail["held_root_cached_suspended_bytes"] = size, atSuspend, rootAtSuspend
 	tail["held_cached_resumed_bytes"], tail["held_cached_token_bytes"] = atResume, atToken
 	tail["token_read_bytes"], tail["token_read_cached_at_suspend_bytes"], tail["token_read_root_cached_at_suspend_bytes"] = read, readCachedAtSuspend, readRootCachedAtSuspend
+	tail["mapped_bytes"], tail["mapped_files"], tail["token_read_mapped_bytes"] = mappedSize, len(mapped), readMapped
+}
+
+// inRanges tells whether offset at lies in one of ranges (offset and
+// length, in increasing order).
+func inRanges(ranges [][2]int64, at int64) bool {
+	i := sort.Search(len(ranges), func(i int) bool { return ranges[i][0]+ranges[i][1] > at })
+	return i < len(ranges) && ranges[i][0] <= at
 }
