@@ -688,8 +688,10 @@ func tokenRead(tail map[string]any, suspended, resumed, token heldPages, mapped 
 	page := int64(os.Getpagesize())
 	var size, atSuspend, rootAtSuspend, atResume, atToken, read, readCachedAtSuspend, readRootCachedAtSuspend, readMapped, mappedSize int64
 	ranges := map[string][][2]int64{}
+	mappedRanges := 0
 	for _, f := range mapped {
 		ranges[f.Path] = f.Ranges
+		mappedRanges += len(f.Ranges)
 		for _, r := range f.Ranges {
 			mappedSize += r[1]
 		}
@@ -724,7 +726,7 @@ func tokenRead(tail map[string]any, suspended, resumed, token heldPages, mapped 
 	tail["held_bytes"], tail["held_cached_suspended_bytes"], tail["held_root_cached_suspended_bytes"] = size, atSuspend, rootAtSuspend
 	tail["held_cached_resumed_bytes"], tail["held_cached_token_bytes"] = atResume, atToken
 	tail["token_read_bytes"], tail["token_read_cached_at_suspend_bytes"], tail["token_read_root_cached_at_suspend_bytes"] = read, readCachedAtSuspend, readRootCachedAtSuspend
-	tail["mapped_bytes"], tail["mapped_files"], tail["token_read_mapped_bytes"] = mappedSize, len(mapped), readMapped
+	tail["mapped_bytes"], tail["mapped_files"], tail["mapped_ranges"], tail["token_read_mapped_bytes"] = mappedSize, len(mapped), mappedRanges, readMapped
 }
 
 // inRanges tells whether offset at lies in one of ranges (offset and
