@@ -15,3 +15,6 @@ func ReadMappedPieces(ctx context.Context, spec *specs.Spec, dir string, mapped 
 	pieces, size, files := mappedPieces(spec, dir, mapped, max)
 	return readPieces(ctx, pieces), size, files
 }
+
+// FirstRanges keeps the first max ranges of files.
+var FirstRanges = firstRanges

@@ -79,13 +79,17 @@ func (e *Engine) mappedFiles(ctx context.Context, o op, id string) []runtime.Map
 		o.note("the pages the sandbox had mapped are not recorded for its restore to read first: " + err.Error())
 		return nil
 	}
-	left := snapshot.MaxMappedRanges
+	return firstRanges(files, snapshot.MaxMappedRanges)
+}
+
+// firstRanges keeps the first max ranges of files, in their order.
+func firstRanges(files []runtime.MappedFile, max int) []runtime.MappedFile {
 	for i := range files {
-		if len(files[i].Ranges) >= left {
-			files[i].Ranges = files[i].Ranges[:left]
+		if len(files[i].Ranges) >= max {
+			files[i].Ranges = files[i].Ranges[:max]
 			return files[:i+1]
 		}
-		left -= len(files[i].Ranges)
+		max -= len(files[i].Ranges)
 	}
 	return files
 }

@@ -131,3 +131,23 @@ func TestMappedPiecesRead(t *testing.T) {
 		}
 	}
 }
+
+func TestFirstRanges(t *testing.T) {
+	files := func() []runtime.MappedFile {
+		return []runtime.MappedFile{
+			{Path: "/a", Ranges: [][2]int64{{0, 1}, {2, 1}}},
+			{Path: "/b", Ranges: [][2]int64{{0, 1}, {2, 1}, {4, 1}}},
+		}
+	}
+	for max, want := range map[int][]runtime.MappedFile{
+		1: {{Path: "/a", Ranges: [][2]int64{{0, 1}}}},
+		2: {{Path: "/a", Ranges: [][2]int64{{0, 1}, {2, 1}}}},
+		3: {{Path: "/a", Ranges: [][2]int64{{0, 1}, {2, 1}}}, {Path: "/b", Ranges: [][2]int64{{0, 1}}}},
+		5: files(),
+		9: files(),
+	} {
+		if got := engine.FirstRanges(files(), max); !reflect.DeepEqual(got, want) {
+			t.Errorf("the first %d ranges: %v, want %v", max, got, want)
+		}
+	}
+}
