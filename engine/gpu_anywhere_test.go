@@ -79,11 +79,11 @@ func TestGPUAnywhere(t *testing.T) {
 		// heldFiles are the files the last suspended sandbox held
 		// (manifest openFiles), whose pages a resume may read again, and
 		// heldAtSuspend which of their pages were in the page cache when
-		// its suspend ended; mapped the ranges of files it had mapped
-		// (manifest mappedFiles).
+		// its suspend ended.
 		var heldFiles []string
 		var heldAtSuspend heldPages
-		var mapped []runtime.MappedFile
+		// manifests are the suspends' manifests, by snapshot name.
+		manifests := map[string]*snapshot.Manifest{}
 		// suspendAndPush suspends a into a folder and pushes it as name,
 		// as stasisd does (the push reading the image while the checkpoint
 		// writes it, then storing the rest): the folder, the seconds of the
@@ -116,7 +116,7 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatalf("%s push: %v", mode, err)
 			}
 			result["imageBytes"] = m.Size()
-			heldFiles, mapped = m.OpenFiles, m.MappedFiles
+			heldFiles, manifests[name] = m.OpenFiles, m
 			heldAtSuspend = g.heldPages(a, heldFiles)
 			return dir, pushS, suspendS, gpuFreeS, diskWrite
 		}
@@ -168,7 +168,13 @@ func TestGPUAnywhere(t *testing.T) {
 			stopSampling := sampleMachine(100 * time.Millisecond)
 			stopProfile := cpuProfile(t, mode, name, v)
 			readBefore := readCounters(disks).readSect
-			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs, Prefetched: v.noPrefetch})
+			if v.noMapped {
+				// Prefetch as PullAndResume would, but for the mapped pages.
+				m := *manifests[name]
+				m.MappedFiles = nil
+				t.Logf("%s: %s", name, g.eng.Prefetch(ctx, a, &m))
+			}
+			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs, Prefetched: v.noPrefetch || v.noMapped})
 			var got llmAnswer
 			var s, writtenS float64
 			// From the resume's end to the first token: what the disks
@@ -188,7 +194,7 @@ func TestGPUAnywhere(t *testing.T) {
 				heldToken := g.heldPages(a, heldFiles)
 				lastDiskRead = (readCounters(disks).readSect - readBefore) * 512
 				tail["resumed_s"], tail["token_s"] = resumedS, tokenS
-				tokenRead(tail, heldAtSuspend, heldResumed, heldToken, mapped)
+				tokenRead(tail, heldAtSuspend, heldResumed, heldToken, manifests[name].MappedFiles)
 				// The same request again: what the first one's took beyond
 				// the exec and the token themselves.
 				if err == nil {
@@ -406,6 +412,14 @@ func TestGPUAnywhere(t *testing.T) {
 			result["anywhere_no_prefetch_s"] = s
 			g.record("anywhere", result)
 		}
+		if forMode("STASIS_ANYWHERE_NO_MAPPED", mode) {
+			// Engine.Prefetch without its reading of the pages the
+			// sandbox had mapped: the restored sandbox faults them in
+			// from the disk, its first request waiting on each.
+			s, _ := again(pullVariant{noMapped: true})
+			result["anywhere_no_mapped_s"] = s
+			g.record("anywhere", result)
+		}
 		if forMode("STASIS_ANYWHERE_WARM_ROOTFS", mode) {
 			// The actor's root file system's metadata read after the drop:
 			// whether the restore waits on runsc's gofer opening again,
@@ -508,8 +522,9 @@ type pullVariant struct {
 	// warmRootfs reads the metadata of the actor's root file system
 	// into the page cache first.
 	warmRootfs bool
-	// noPrefetch leaves out Engine.Prefetch.
-	noPrefetch bool
+	// noPrefetch leaves out Engine.Prefetch, noMapped its reading of
+	// the pages the sandbox had mapped.
+	noPrefetch, noMapped bool
 	downloads  int
 	seeds      []archiver.Seed
 }
@@ -534,6 +549,9 @@ func (v pullVariant) name() string {
 	}
 	if v.noPrefetch {
 		s += "-noprefetch"
+	}
+	if v.noMapped {
+		s += "-nomapped"
 	}
 	return s
 }
