@@ -190,6 +190,21 @@ func (g *globals) fingerprint(ctx context.Context) (fingerprint.Fingerprint, err
 	return eng.Fingerprint(ctx)
 }
 
+// sandboxEngine takes the runsc state folder for a daemon-less command
+// that drives sandboxes (compose.Options.LockSandboxes) and gives the
+// engine to drive them with; release frees the folder.
+func (g *globals) sandboxEngine(ctx context.Context) (eng *engine.Engine, release func(), err error) {
+	release, err = g.LockSandboxes()
+	if err != nil {
+		return nil, nil, err
+	}
+	if eng, err = g.Engine(ctx); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return eng, release, nil
+}
+
 // emit writes one JSON line on stderr, for machines following progress.
 func (g *globals) emit(v any) { _ = json.NewEncoder(g.stderr).Encode(v) }
 

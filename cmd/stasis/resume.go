@@ -40,15 +40,11 @@ func newResume(g *globals) *cobra.Command {
 			default:
 				return errdefs.Mark(fmt.Errorf("--verify %q: want while-restoring, blocks or sizes", verify), errdefs.ErrInvalidArgument)
 			}
-			release, err := g.LockSandboxes()
+			eng, release, err := g.sandboxEngine(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer release()
-			eng, err := g.Engine(cmd.Context())
-			if err != nil {
-				return err
-			}
 			a := af.actor(args[0])
 			if newID != "" {
 				// The same actor, called as before, in a sandbox of the new id.

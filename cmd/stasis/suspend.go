@@ -42,15 +42,11 @@ checkpoints the sandbox into a new snapshot folder, syncs and hashes it, writes 
 manifest last, and stops the sandbox. On any failure the actor keeps running.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			release, err := g.LockSandboxes()
+			eng, release, err := g.sandboxEngine(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer release()
-			eng, err := g.Engine(cmd.Context())
-			if err != nil {
-				return err
-			}
 			var to transfer.Stored
 			if push != "" {
 				// The store is opened before anything is touched, so that a
