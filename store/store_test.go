@@ -46,15 +46,22 @@ func makeFolderZeros(t testing.TB, templateMiB, ownMiB int, own uint64, zeroMiB 
 // pages, beside a little kernel state.
 func commitFolder(t testing.TB, pages []byte) string {
 	t.Helper()
+	return commitFiles(t, map[string][]byte{"pages.img": pages})
+}
+
+// commitFiles makes a committed snapshot folder whose image folder holds
+// files (by name), beside a little kernel state.
+func commitFiles(t testing.TB, files map[string][]byte) string {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "image"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "image", "pages.img"), pages, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "image", "checkpoint.img"), []byte("kernel state"), 0o600); err != nil {
-		t.Fatal(err)
+	files["checkpoint.img"] = []byte("kernel state")
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, "image", name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a"}); err != nil {
 		t.Fatal(err)
@@ -111,7 +118,12 @@ func sameFiles(t *testing.T, a, b string) {
 	if err1 != nil || err2 != nil || !reflect.DeepEqual(ma, mb) {
 		t.Fatalf("manifests differ after the round trip (%v, %v)", err1, err2)
 	}
-	for _, name := range []string{"image/pages.img", "image/checkpoint.img"} {
+	names, err := os.ReadDir(filepath.Join(a, "image"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range names {
+		name := filepath.Join("image", e.Name())
 		x, err1 := os.ReadFile(filepath.Join(a, name))
 		y, err2 := os.ReadFile(filepath.Join(b, name))
 		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
