@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/fingerprint"
+	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/testkit/testactor"
 )
 
@@ -227,3 +228,40 @@ func TestExecCommandLine(t *testing.T) {
 
 // TestMain removes, after the tests, what they built to run in sandboxes.
 func TestMain(m *testing.M) { testactor.Main(m) }
+
+// TestStoreListIsATable: stasis store ls prints a header and one row a
+// snapshot, its columns lined up whatever the names' lengths (an actor's
+// id may be 63 characters, its stored name more).
+func TestStoreListIsATable(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "repo")
+	if _, err := runStasis(t, "store", "init", "--repo", repo); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "pages.img"), []byte("some pages"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Commit(context.Background(), dir, snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("y", 63) + ".snap-0123456789ab"
+	for _, name := range []string{"a.snap-0123456789ab", long} {
+		if _, err := runStasis(t, "store", "push", "--repo", repo, dir, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := runStasis(t, "store", "ls", "--repo", repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME ") {
+		t.Fatalf("store ls: want a header and two rows:\n%s", out)
+	}
+	created := strings.Index(lines[0], "CREATED")
+	for _, l := range lines[1:] {
+		if created < len(long) || len(l) <= created || l[created-1] != ' ' || l[created] == ' ' || !strings.HasSuffix(l, " 1") {
+			t.Fatalf("store ls: the CREATED column (at %d) does not line up, or FILES is not 1:\n%s", created, out)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -119,9 +118,12 @@ func newSnapshotStaged(g *globals) *cobra.Command {
 				return err
 			}
 			var b strings.Builder
+			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tSIZE\tUSED\tRESUMES READING IT")
 			for _, st := range list {
-				fmt.Fprintf(&b, "%-40s %10s  used %s  %d resume(s) reading it\n", st.Name, units.Bytes(st.SizeBytes), st.UsedAt.Format(time.RFC3339), st.InUse)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", st.Name, units.Bytes(st.SizeBytes), st.UsedAt.Local().Format("2006-01-02 15:04:05"), st.InUse)
 			}
+			w.Flush()
 			return g.print(list, b.String())
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -101,19 +102,22 @@ func newStoreLs(g *globals) *cobra.Command {
 				return err
 			}
 			var b strings.Builder
+			w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tCREATED\tSIZE\tFILES")
 			damaged := 0
 			for _, i := range infos {
 				if i.Damaged != "" {
 					damaged++
-					fmt.Fprintf(&b, "%-40s DAMAGED: %s\n", i.Name, i.Damaged)
+					fmt.Fprintf(w, "%s\tDAMAGED: %s\n", i.Name, i.Damaged)
 					continue
 				}
-				fmt.Fprintf(&b, "%-40s %s  %10s  %d files\n", i.Name, i.CreatedAt.Format(time.RFC3339), units.Bytes(i.Size), i.Files)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", i.Name, i.CreatedAt.Local().Format("2006-01-02 15:04:05"), units.Bytes(i.Size), i.Files)
 			}
 			for _, d := range r.DamagedIndexes() {
 				damaged++
-				fmt.Fprintf(&b, "%-40s DAMAGED: %s\n", d.Object, d.Reason)
+				fmt.Fprintf(w, "%s\tDAMAGED: %s\n", d.Object, d.Reason)
 			}
+			w.Flush()
 			if damaged > 0 && !g.json {
 				fmt.Fprintf(g.stderr, "stasis: %d damaged object(s) in the store; the other snapshots are listed and usable (stasis store verify checks them all)\n", damaged)
 			}
