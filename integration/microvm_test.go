@@ -3,10 +3,13 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
+	"github.com/stasis-run/stasis/errdefs"
 	"github.com/stasis-run/stasis/fingerprint"
 	stasisv1alpha1 "github.com/stasis-run/stasis/kube/api/v1alpha1"
 	"github.com/stasis-run/stasis/service"
@@ -423,5 +427,73 @@ func TestMicroVMFullDisk(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(snapshots); len(left) != 0 {
 		t.Fatalf("the failed suspend left %d entries in %s", len(left), snapshots)
+	}
+}
+
+// TestStoppedMicroVMIsRefused: a micro-VM actor whose QEMU is stopped
+// (SIGSTOP, as a user or a debugger leaves it) answers neither its monitor
+// nor its guest agent, and a suspend would wait on it up to its deadline
+// (an hour), the actor held in SUSPENDING. Suspend, pause and exec each
+// fail within seconds, saying so and how to let it run; the actor stays
+// RUNNING with no operation under way, and once QEMU runs again it
+// suspends and resumes with its memory.
+func TestStoppedMicroVMIsRefused(t *testing.T) {
+	d := vmDaemon(t)
+	d.start("")
+	d.vmTemplate("vm")
+	d.run("vm", "a1")
+	inst, _, _ := strings.Cut(d.vmCounter("a1", "incr"), " ")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	qemu := pidMatching(func(cmdline string) bool {
+		return strings.Contains(cmdline, "qemu") && strings.Contains(cmdline, "/"+api.SandboxID("a1")+"/")
+	})
+	if qemu == 0 {
+		t.Fatal("no QEMU process of actor a1 found")
+	}
+	if err := syscall.Kill(qemu, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = syscall.Kill(qemu, syscall.SIGCONT)
+		}
+	})
+	mend := fmt.Sprintf("kill -CONT %d", qemu)
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"suspend", func() error { _, err := d.api.Suspend(ctx, api.OpRequest{ID: "a1"}); return err }},
+		{"pause", func() error { _, err := d.api.Pause(ctx, api.OpRequest{ID: "a1"}); return err }},
+		{"exec", func() error {
+			_, err := d.api.Exec(ctx, api.ExecRequest{ID: "a1", Args: []string{"/counter", "get"}})
+			return err
+		}},
+	} {
+		start := time.Now()
+		err := c.call()
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), mend) {
+			t.Fatalf("%s of an actor whose QEMU is stopped: %v; want a failed precondition that says %q", c.name, err, mend)
+		}
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("the refused %s took %s", c.name, took)
+		}
+		if a := d.inspect("a1"); a.State != api.Running || a.Operation != nil {
+			t.Fatalf("after the refused %s: %+v", c.name, a)
+		}
+	}
+	stopped = false
+	if err := syscall.Kill(qemu, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	d.op("Suspend", "a1")
+	d.op("Resume", "a1")
+	if got := d.vmCounter("a1", "incr"); got != inst+" 2" {
+		t.Fatalf("counter %q after the suspend and resume", got)
+	}
+	if n := d.standIns("a1"); n != 1 {
+		t.Fatalf("after the suspend and resume the guest lists %d stand-in devices, want 1", n)
 	}
 }

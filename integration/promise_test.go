@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -143,15 +144,22 @@ func lockWaiter(ino uint64) bool {
 	return false
 }
 
-func processMatching(match func(string) bool) bool {
+func processMatching(match func(string) bool) bool { return pidMatching(match) > 0 }
+
+// pidMatching is the pid of a process whose command line (arguments
+// joined by spaces) match accepts; 0 where none does.
+func pidMatching(match func(string) bool) int {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && match(strings.ReplaceAll(string(data), "\x00", " ")) {
-			return true
+		if err != nil || !match(strings.ReplaceAll(string(data), "\x00", " ")) {
+			continue
+		}
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			return pid
 		}
 	}
-	return false
+	return 0
 }
 
 // waitFor polls cond, which observes what another process does, for up to

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stasis-run/stasis/bundle"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/halt"
 	"github.com/stasis-run/stasis/internal/pauselock"
 	"github.com/stasis-run/stasis/runtime"
 )
@@ -257,7 +258,7 @@ func (r *Runsc) Stop(ctx context.Context, id string) error {
 		// A stopped sandbox cannot say where it stands, but is killed
 		// as any other where the kill takes effect while it is stopped.
 		pid := r.sandboxPID(id)
-		if h := haltOf(pid); h == nil || h.unkillable {
+		if h := halt.Of(pid); h == nil || h.Unkillable {
 			return err
 		}
 		st = runtime.State{Status: runtime.StatusRunning, PID: pid}
@@ -387,7 +388,7 @@ func (r *Runsc) State(ctx context.Context, id string) (runtime.State, error) {
 
 // alive tells whether pid runs (exists and is not a zombie).
 func alive(pid int) bool {
-	s := procState(pid)
+	s := halt.ProcState(pid)
 	return s != 0 && s != 'Z'
 }
 

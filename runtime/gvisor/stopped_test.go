@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/halt"
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/testkit/testactor"
 )
@@ -130,14 +131,14 @@ func TestStoppedSandboxDeleted(t *testing.T) {
 			t.Cleanup(func() { _ = stop.restart(pid) })
 			// A signal is delivered, and a freezer takes hold, a moment
 			// after it is sent.
-			var h *halt
+			var h *halt.Halt
 			for deadline := time.Now().Add(10 * time.Second); h == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				h = haltOf(pid)
+				h = halt.Of(pid)
 			}
 			if h == nil {
 				t.Fatalf("process %d stopped (%s) is not seen stopped", pid, stop.name)
 			}
-			if h.unkillable {
+			if h.Unkillable {
 				if err := r.Stop(ctx, id); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "thaw it") {
 					t.Fatalf("stop of a sandbox that a kill does not reach: %v", err)
 				}
@@ -160,7 +161,7 @@ func TestStoppedSandboxDeleted(t *testing.T) {
 
 // freeze freezes (or thaws) the freezer that holds process pid.
 func freeze(pid int, frozen bool) error {
-	dir, v2 := freezerOf(pid)
+	dir, v2 := halt.Freezer(pid)
 	switch {
 	case dir == "":
 		return fmt.Errorf("process %d is in no cgroup this test can freeze", pid)

@@ -43,7 +43,11 @@ const maxBandwidth = 1 << 40
 // and initramfs it booted, into opts.ImageDir. With LeaveRunning a VM that
 // was running runs again afterwards, also when the checkpoint fails; else
 // QEMU is stopped once the image is written.
-func (r *Runtime) Checkpoint(ctx context.Context, id string, opts runtime.CheckpointOptions) (err error) {
+func (r *Runtime) Checkpoint(ctx context.Context, id string, opts runtime.CheckpointOptions) error {
+	return r.talk(ctx, id, true, func(ctx context.Context) error { return r.checkpoint(ctx, id, opts) })
+}
+
+func (r *Runtime) checkpoint(ctx context.Context, id string, opts runtime.CheckpointOptions) (err error) {
 	st, q, err := r.session(ctx, id)
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 // DetachDevices unplugs every device of the VM's bundle, one by one, each
 // only once the guest has released it (QEMU's DEVICE_DELETED event).
 func (r *Runtime) DetachDevices(ctx context.Context, id string) error {
-	return r.changeDevices(ctx, id, func(q *qmp, st *vmState, present *[]string) error {
+	return r.changeDevices(ctx, id, func(ctx context.Context, q *qmp, st *vmState, present *[]string) error {
 		for _, d := range st.Spec.Devices {
 			if !slices.Contains(*present, d.ID) {
 				continue
@@ -43,7 +43,7 @@ func (r *Runtime) DetachDevices(ctx context.Context, id string) error {
 // AttachDevices plugs in every device of the VM's bundle that the VM does
 // not hold, and waits until the guest lists each on its PCI bus.
 func (r *Runtime) AttachDevices(ctx context.Context, id string) error {
-	return r.changeDevices(ctx, id, func(q *qmp, st *vmState, present *[]string) error {
+	return r.changeDevices(ctx, id, func(ctx context.Context, q *qmp, st *vmState, present *[]string) error {
 		for _, d := range st.Spec.Devices {
 			if slices.Contains(*present, d.ID) {
 				continue
@@ -66,17 +66,19 @@ func (r *Runtime) AttachDevices(ctx context.Context, id string) error {
 
 // changeDevices runs change on the VM's monitor with the ids of the devices
 // the VM holds, which QEMU's device tree tells (nothing else keeps them).
-func (r *Runtime) changeDevices(ctx context.Context, id string, change func(q *qmp, st *vmState, present *[]string) error) error {
-	st, q, err := r.session(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer q.close()
-	present, err := peripherals(ctx, q)
-	if err != nil {
-		return fmt.Errorf("VM %s: %w", id, err)
-	}
-	return change(q, st, &present)
+func (r *Runtime) changeDevices(ctx context.Context, id string, change func(ctx context.Context, q *qmp, st *vmState, present *[]string) error) error {
+	return r.talk(ctx, id, true, func(ctx context.Context) error {
+		st, q, err := r.session(ctx, id)
+		if err != nil {
+			return err
+		}
+		defer q.close()
+		present, err := peripherals(ctx, q)
+		if err != nil {
+			return fmt.Errorf("VM %s: %w", id, err)
+		}
+		return change(ctx, q, st, &present)
+	})
 }
 
 // peripherals lists the ids of the VM's user-created devices.

@@ -270,6 +270,10 @@ func (r *Runtime) Create(ctx context.Context, id, bundleDir string, opts runtime
 // Start boots the guest, waits for its agent to open its port, and has it
 // start the workload.
 func (r *Runtime) Start(ctx context.Context, id string) error {
+	return r.talk(ctx, id, true, func(ctx context.Context) error { return r.start(ctx, id) })
+}
+
+func (r *Runtime) start(ctx context.Context, id string) error {
 	st, q, err := r.session(ctx, id)
 	if err != nil {
 		return err
@@ -403,12 +407,17 @@ func (r *Runtime) call(ctx context.Context, id string, req agent.Request) (agent
 		ctx, cancel = context.WithTimeout(ctx, agentTimeout)
 		defer cancel()
 	}
-	c, err := agent.Dial(ctx, r.files(id).agent())
-	if err != nil {
-		return agent.Reply{}, err
-	}
-	defer c.Close()
-	return c.Call(ctx, req)
+	var reply agent.Reply
+	err := r.talk(ctx, id, !longRequests[req.Op], func(ctx context.Context) error {
+		c, err := agent.Dial(ctx, r.files(id).agent())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		reply, err = c.Call(ctx, req)
+		return err
+	})
+	return reply, err
 }
 
 // Exec runs p in the guest through the agent.
@@ -496,15 +505,17 @@ func (r *Runtime) session(ctx context.Context, id string) (*vmState, *qmp, error
 }
 
 func (r *Runtime) qmpCommand(ctx context.Context, id, command string) error {
-	_, q, err := r.session(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer q.close()
-	if err := q.execute(ctx, command, nil, nil); err != nil {
-		return fmt.Errorf("VM %s: %w", id, err)
-	}
-	return nil
+	return r.talk(ctx, id, true, func(ctx context.Context) error {
+		_, q, err := r.session(ctx, id)
+		if err != nil {
+			return err
+		}
+		defer q.close()
+		if err := q.execute(ctx, command, nil, nil); err != nil {
+			return fmt.Errorf("VM %s: %w", id, err)
+		}
+		return nil
+	})
 }
 
 // Pause stops the VM's CPUs.
@@ -545,22 +556,25 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
 	if !alive(st.PID, st.Start) {
 		return s, nil
 	}
-	q, err := dialQMP(ctx, r.files(id).qmpQuery())
-	if err != nil {
-		if !alive(st.PID, st.Start) {
-			return s, nil
+	err = r.talk(ctx, id, true, func(ctx context.Context) error {
+		q, err := dialQMP(ctx, r.files(id).qmpQuery())
+		if err != nil {
+			if !alive(st.PID, st.Start) {
+				return nil
+			}
+			return fmt.Errorf("VM %s: %w", id, err)
 		}
-		return s, fmt.Errorf("VM %s: %w", id, err)
-	}
-	defer q.close()
-	var status struct {
-		Status string `json:"status"`
-	}
-	if err := q.execute(ctx, "query-status", nil, &status); err != nil {
-		return s, fmt.Errorf("VM %s: %w", id, err)
-	}
-	s.Status = runStatus(status.Status)
-	return s, nil
+		defer q.close()
+		var status struct {
+			Status string `json:"status"`
+		}
+		if err := q.execute(ctx, "query-status", nil, &status); err != nil {
+			return fmt.Errorf("VM %s: %w", id, err)
+		}
+		s.Status = runStatus(status.Status)
+		return nil
+	})
+	return s, err
 }
 
 // runStatus maps QEMU's run states onto the OCI ones.
