@@ -21,6 +21,7 @@ import (
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/store/location"
 	"github.com/stasis-run/stasis/testkit/testactor"
+	"github.com/stasis-run/stasis/testkit/testcni"
 )
 
 // These tests run stasisd with runsc's own network (each actor in a
@@ -433,4 +434,41 @@ func TestKilledDuringAnIdleSuspend(t *testing.T) {
 	if gotID, n := mustAsk(t, published, "incr"); gotID != id || n != 2 {
 		t.Fatalf("after the restart: %s %d, want %s 2", gotID, n, id)
 	}
+}
+
+// TestCNIPluginsThatDoNotAnswer: a CNI plugin that waits on what does not
+// come (its daemon, a lock another holds) is stopped at --cni-timeout, and
+// the run fails saying so (deadline_exceeded), where it held the actor in
+// STARTING up to the run's deadline (half an hour). The actor is CRASHED
+// with that cause, no operation held; its delete leaves nothing of it, its
+// host port free again.
+func TestCNIPluginsThatDoNotAnswer(t *testing.T) {
+	h := testcni.NewHanging(t)
+	d := servingDaemon(t, "--cni-conf-dir", h.ConfDir, "--cni-network", h.Network, "--cni-bin-dir", h.BinDir, "--cni-timeout", "2s")
+	hp := freePort(t)
+	d.servingTemplate("srv", hp, nil)
+	ctx := context.Background()
+	const cause = "its plugins (hangs) did not attach within 2s"
+	_, err := d.api.Run(ctx, api.RunRequest{Template: "srv", ID: "s1", Network: api.Network{Mode: network.ModeCNI}})
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), cause) {
+		t.Fatalf("run on a network whose plugin does not answer: %v", err)
+	}
+	h.Stopped(t, "ADD")
+	if a := d.inspect("s1"); a.State != api.Crashed || a.Operation != nil || !strings.Contains(a.Reason, cause) {
+		t.Fatalf("the actor whose run failed: %+v", a)
+	}
+	if _, err := d.api.Delete(ctx, api.DeleteRequest{ID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.api.InspectActor(ctx, "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("the deleted actor: %v, want not found", err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(d.data, "netns")); len(left) != 0 {
+		t.Fatalf("the deleted actor left %d namespace(s)", len(left))
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(hp)))
+	if err != nil {
+		t.Fatalf("the deleted actor's host port %d is still held: %v", hp, err)
+	}
+	l.Close()
 }

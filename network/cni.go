@@ -1,6 +1,7 @@
 package network
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/stasis-run/stasis/errdefs"
 )
 
 // CNIConfig is the node's CNI setup.
@@ -26,7 +31,18 @@ type CNIConfig struct {
 	// CacheDir is where libcni keeps each attachment's result, for the
 	// teardown (DATA/cni).
 	CacheDir string
+	// Timeout bounds each attach and detach by the plugins;
+	// DefaultCNITimeout where zero.
+	Timeout time.Duration
 }
+
+// DefaultCNITimeout bounds each attach and detach by the plugins: one that
+// waits on what does not come (its daemon, an address lock another plugin
+// holds) would hold the actor's operation up to its deadline (half an
+// hour for a run, ten minutes for a delete). Two minutes is kubelet's
+// runtime-request timeout, within which a pod's sandbox and its network
+// are made.
+const DefaultCNITimeout = 2 * time.Minute
 
 // DefaultNetwork is the name of Stasis's own network.
 const DefaultNetwork = "stasis"
@@ -61,9 +77,10 @@ const DefaultConfList = `{
 
 // cni is the node's CNI network as loaded, or why it cannot be used.
 type cni struct {
-	conf *libcni.CNIConfig
-	list *libcni.NetworkConfigList
-	err  error
+	conf    *libcni.CNIConfig
+	list    *libcni.NetworkConfigList
+	timeout time.Duration
+	err     error
 }
 
 func loadCNI(cfg CNIConfig) *cni {
@@ -86,7 +103,26 @@ func loadCNI(cfg CNIConfig) *cni {
 			}
 		}
 	}
-	return &cni{conf: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, nil), list: list}
+	return &cni{conf: libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, nil), list: list, timeout: cmp.Or(cfg.Timeout, DefaultCNITimeout)}
+}
+
+// errPluginsTimedOut ends plugins that ran past the timeout.
+var errPluginsTimedOut = errors.New("the CNI plugins ran past their timeout")
+
+// plugins runs the network's plugins through call, for the verb what
+// (attach, detach), within c.timeout: libcni kills them at its end.
+func (c *cni) plugins(ctx context.Context, what string, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.timeout, errPluginsTimedOut)
+	defer cancel()
+	err := call(ctx)
+	if err != nil && errors.Is(context.Cause(ctx), errPluginsTimedOut) {
+		var types []string
+		for _, p := range c.list.Plugins {
+			types = append(types, pluginTypes(p)...)
+		}
+		return errdefs.Mark(fmt.Errorf("its plugins (%s) did not %s within %s and were stopped: one waits on what does not come (its daemon, a lock another holds); the plugins' own logs say which", strings.Join(types, ", "), what, c.timeout), errdefs.ErrDeadlineExceeded)
+	}
+	return err
 }
 
 // pluginTypes are the plugins one entry of a list runs: its own and its
@@ -156,9 +192,15 @@ func (c *cni) add(ctx context.Context, id, netns string, was netip.Addr) (netip.
 		return addr, nil
 	}
 	// Whatever a half-made attachment left (an address held, a veth) goes
-	// first.
-	_ = c.del(ctx, id, netns)
-	res, err := c.conf.AddNetworkList(ctx, c.list, runtimeConf(id, netns, was))
+	// first. Plugins that do not answer that will not answer the attach.
+	if err := c.del(ctx, id, netns); errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		return netip.Addr{}, err
+	}
+	var res types.Result
+	err := c.plugins(ctx, "attach", func(ctx context.Context) (err error) {
+		res, err = c.conf.AddNetworkList(ctx, c.list, runtimeConf(id, netns, was))
+		return err
+	})
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -194,5 +236,7 @@ func (c *cni) del(ctx context.Context, id, netns string) error {
 	if _, err := os.Stat(netns); err != nil {
 		netns = ""
 	}
-	return c.conf.DelNetworkList(ctx, c.list, runtimeConf(id, netns, netip.Addr{}))
+	return c.plugins(ctx, "detach", func(ctx context.Context) error {
+		return c.conf.DelNetworkList(ctx, c.list, runtimeConf(id, netns, netip.Addr{}))
+	})
 }

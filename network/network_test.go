@@ -22,6 +22,7 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/gvisor"
 	"github.com/stasis-run/stasis/testkit/testactor"
+	"github.com/stasis-run/stasis/testkit/testcni"
 )
 
 func newManager(t *testing.T) *network.Manager {
@@ -232,4 +233,42 @@ func TestRuncsOwnNetworkForEveryActor(t *testing.T) {
 	if err := own.Check(network.Want{Mode: network.ModeHost}); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--network host") {
 		t.Fatalf("mode host with actors' own networks: %v", err)
 	}
+}
+
+// TestPluginsThatDoNotAnswerAreStopped: a plugin that waits on what does
+// not come (its daemon, a lock another holds) is stopped at the timeout,
+// and the setup or teardown fails saying so, where it waited up to the
+// actor operation's deadline. A first setup leaves no namespace behind.
+func TestPluginsThatDoNotAnswerAreStopped(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the network tests make network namespaces, and need root")
+	}
+	h := testcni.NewHanging(t)
+	netnsDir := t.TempDir()
+	m, err := network.New(network.Config{NetnsDir: netnsDir, CNI: network.CNIConfig{ConfDir: h.ConfDir, Network: h.Network, BinDirs: []string{h.BinDir},
+		CacheDir: t.TempDir(), Timeout: time.Second}})
+	if err != nil || m.CNIError() != nil {
+		t.Fatalf("network %s: %v, %v", h.Network, err, m.CNIError())
+	}
+	ctx := context.Background()
+	_, err = m.Setup(ctx, "slow1", network.Want{Mode: network.ModeCNI}, network.Attachment{})
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "its plugins (hangs) did not attach within 1s") {
+		t.Fatalf("setup through a plugin that does not answer ADD: %v", err)
+	}
+	h.Stopped(t, "ADD")
+	if left, _ := os.ReadDir(netnsDir); len(left) != 0 {
+		t.Fatalf("the failed setup left %d namespace(s)", len(left))
+	}
+
+	h.HangDel(t)
+	_, err = m.Setup(ctx, "slow2", network.Want{Mode: network.ModeCNI}, network.Attachment{})
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "did not detach within 1s") {
+		t.Fatalf("setup through a plugin that answers nothing: %v", err)
+	}
+	h.Stopped(t, "DEL")
+	err = m.Teardown(ctx, "slow3", network.Attachment{Mode: network.ModeCNI})
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "did not detach within 1s") {
+		t.Fatalf("teardown through a plugin that does not answer DEL: %v", err)
+	}
+	h.Stopped(t, "DEL")
 }

@@ -125,6 +125,7 @@ line win).`,
 	f.StringVar(&o.cni.ConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the operator's CNI network configuration lists are (docs/service.md, \"Networking\")")
 	f.StringVar(&o.cni.Network, "cni-network", network.DefaultNetwork, "the CNI network actors join (network mode cni): a list of that name in --cni-conf-dir, or for stasis when there is none Stasis's own (a bridge stasis0 on 10.89.0.0/16)")
 	f.StringSliceVar(&o.cni.BinDirs, "cni-bin-dir", network.DefaultBinDirs, "where the CNI plugins are (scripts/install-cni.sh installs them in the first)")
+	f.DurationVar(&o.cni.Timeout, "cni-timeout", network.DefaultCNITimeout, "how long the CNI plugins may take to attach or detach an actor before they are stopped and its run, resume or delete fails")
 	f.IntVar(&o.maxHeld, "max-held-connections", service.DefaultMaxHeldConnections, "connections an actor's published ports hold at most while it wakes; more are refused")
 	cmd.AddCommand(newWatchdog())
 	// Older stasisd took single-dash flags (-data); they still work.
