@@ -18,6 +18,7 @@ import (
 
 	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
 	"github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
+	"github.com/stasis-run/stasis/internal/halt"
 
 	"github.com/stasis-run/stasis/errdefs"
 )
@@ -40,7 +41,20 @@ const DefaultSocket = "/run/stasis/stasisd.sock"
 func Dial(socket string) *Client {
 	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
+		conn, err := d.DialContext(ctx, "unix", socket)
+		if err != nil {
+			return nil, err
+		}
+		// A stasisd that cannot run (stopped by SIGSTOP, a debugger, a
+		// frozen cgroup) still has its socket accept connections, and
+		// would leave every call waiting for as long as the stop lasts.
+		if pid := peerPID(conn); pid > 0 {
+			if h := halt.Of(pid); h != nil {
+				conn.Close()
+				return nil, &stoppedDaemon{pid: pid, halt: h}
+			}
+		}
+		return conn, nil
 	}
 	var h2 http.Protocols
 	h2.SetUnencryptedHTTP2(true)
@@ -49,6 +63,17 @@ func Dial(socket string) *Client {
 		h2:     stasisv1connect.NewStasisClient(&http.Client{Transport: &http.Transport{DialContext: dial, Protocols: &h2}}, "http://stasisd"),
 		socket: socket,
 	}
+}
+
+// stoppedDaemon is why a connection to stasisd was not used: its process
+// cannot run, and would answer nothing.
+type stoppedDaemon struct {
+	pid  int
+	halt *halt.Halt
+}
+
+func (e *stoppedDaemon) Error() string {
+	return fmt.Sprintf("stasisd (pid %d) is %s, so it answers nothing: %s, then try again", e.pid, e.halt.How, e.halt.Mend)
 }
 
 // Error is an error stasisd answered with. errors.Is finds its category
@@ -82,6 +107,10 @@ func (c *Client) explain(err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return err
+	}
+	var stopped *stoppedDaemon
+	if errors.As(ce.Unwrap(), &stopped) {
+		return &Error{Code: errdefs.Code(errdefs.ErrUnavailable), Message: fmt.Sprintf("%v (its socket %s)", stopped, c.socket)}
 	}
 	var netErr net.Error
 	if ce.Code() == connect.CodeUnavailable && errors.As(ce.Unwrap(), &netErr) && errors.Is(ce.Unwrap(), os.ErrPermission) {

@@ -608,6 +608,48 @@ func TestStoppedSandboxIsRefused(t *testing.T) {
 	}
 }
 
+// TestStoppedDaemonIsNamed: a stasisd stopped (SIGSTOP, a debugger) still
+// has its socket accept connections, and a client would wait for as long
+// as the stop lasts. The API's client and the CLI fail at once, unavailable,
+// naming the process and how to let it run; once it runs they work.
+func TestStoppedDaemonIsNamed(t *testing.T) {
+	d := newDaemon(t)
+	d.start("")
+	pid := d.cmd.Process.Pid
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = d.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	// The stop takes hold a moment after the signal.
+	waitFor(t, "stasisd stopped", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err == nil && strings.Contains(string(stat), ") T ")
+	})
+	mend := fmt.Sprintf("kill -CONT %d", pid)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := d.api.ListActors(ctx); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), mend) || ctx.Err() != nil {
+		t.Fatalf("a call to a stopped stasisd: %v; want unavailable, saying %q", err, mend)
+	}
+	cmd := exec.CommandContext(ctx, stasisCLI.path(t), "--socket", d.socket, "actor", "ps")
+	out, err := cmd.CombinedOutput()
+	if code := exitCode(err); code != 8 || !strings.Contains(string(out), mend) {
+		t.Fatalf("stasis actor ps against a stopped stasisd: exit %d\n%s", code, out)
+	}
+	stopped = false
+	if err := d.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.api.ListActors(ctx); err != nil {
+		t.Fatalf("once stasisd runs again: %v", err)
+	}
+}
+
 // TestCategoriesReachTheCLI: a damaged local manifest is data_loss with
 // its cause (the pause stops its sandbox, so that the resume reads the
 // snapshot), a missing command exits 127, an unknown actor exits 3, and
