@@ -18,9 +18,9 @@ import (
 
 	stasisv1 "github.com/stasis-run/stasis/api/gen/stasis/v1"
 	"github.com/stasis-run/stasis/api/gen/stasis/v1/stasisv1connect"
-	"github.com/stasis-run/stasis/internal/halt"
 
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/halt"
 )
 
 // Client calls a stasisd over its unix socket. It is safe for concurrent

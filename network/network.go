@@ -86,6 +86,9 @@ type Manager struct {
 // New is a manager for cfg, with the CNI network loaded when cfg.CNI
 // names one that is installed; CNIError says why not.
 func New(cfg Config) (*Manager, error) {
+	if cfg.CNI.Timeout < 0 {
+		return nil, fmt.Errorf("%w: CNI timeout %s: want a positive duration (or none, for %s)", errdefs.ErrInvalidArgument, cfg.CNI.Timeout, DefaultCNITimeout)
+	}
 	if err := os.MkdirAll(cfg.NetnsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("network namespaces: %w", err)
 	}

@@ -244,6 +244,10 @@ func TestPluginsThatDoNotAnswerAreStopped(t *testing.T) {
 		t.Fatal("the network tests make network namespaces, and need root")
 	}
 	h := testcni.NewHanging(t)
+	if _, err := network.New(network.Config{NetnsDir: t.TempDir(), CNI: network.CNIConfig{ConfDir: h.ConfDir, Network: h.Network, BinDirs: []string{h.BinDir},
+		Timeout: -time.Second}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("a negative timeout: %v, want invalid_argument", err)
+	}
 	netnsDir := t.TempDir()
 	m, err := network.New(network.Config{NetnsDir: netnsDir, CNI: network.CNIConfig{ConfDir: h.ConfDir, Network: h.Network, BinDirs: []string{h.BinDir},
 		CacheDir: t.TempDir(), Timeout: time.Second}})
