@@ -27,6 +27,7 @@ import (
 	"github.com/stasis-run/stasis/api"
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/errdefs"
+	"github.com/stasis-run/stasis/internal/halt"
 	"github.com/stasis-run/stasis/service"
 	"github.com/stasis-run/stasis/testkit/testdisk"
 )
@@ -626,10 +627,7 @@ func TestStoppedDaemonIsNamed(t *testing.T) {
 		}
 	})
 	// The stop takes hold a moment after the signal.
-	waitFor(t, "stasisd stopped", func() bool {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		return err == nil && strings.Contains(string(stat), ") T ")
-	})
+	waitFor(t, "stasisd stopped", func() bool { return halt.ProcState(pid) == 'T' })
 	mend := fmt.Sprintf("kill -CONT %d", pid)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -116,11 +116,11 @@ func (c *cni) plugins(ctx context.Context, what string, call func(context.Contex
 	defer cancel()
 	err := call(ctx)
 	if err != nil && errors.Is(context.Cause(ctx), errPluginsTimedOut) {
-		var types []string
+		var names []string
 		for _, p := range c.list.Plugins {
-			types = append(types, pluginTypes(p)...)
+			names = append(names, pluginTypes(p)...)
 		}
-		return errdefs.Mark(fmt.Errorf("its plugins (%s) did not %s within %s and were stopped: one waits on what does not come (its daemon, a lock another holds); the plugins' own logs say which", strings.Join(types, ", "), what, c.timeout), errdefs.ErrDeadlineExceeded)
+		return errdefs.Mark(fmt.Errorf("its plugins (%s) did not %s within %s and were stopped: one waits on what does not come (its daemon, a lock another holds); the plugins' own logs say which", strings.Join(names, ", "), what, c.timeout), errdefs.ErrDeadlineExceeded)
 	}
 	return err
 }
