@@ -111,9 +111,6 @@ type Engine struct {
 	// CleanupTimeout bounds the rollback steps that run after the caller's
 	// context is done; 2 minutes when zero.
 	CleanupTimeout time.Duration
-	// NoMappedPages leaves out a resume's reading of the pages the
-	// sandbox had mapped (readMapped): for measuring what it wins.
-	NoMappedPages bool
 	// FollowWait is the least time a suspend waits, after the checkpoint,
 	// for its follower (SuspendOptions.Follower) to read the rest of the
 	// image before it hashes the image itself; 10 s when zero.

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +19,6 @@ import (
 	"github.com/stasis-run/stasis/engine"
 	"github.com/stasis-run/stasis/internal/fsutil"
 	"github.com/stasis-run/stasis/node"
-	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/snapshot"
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
@@ -82,8 +80,6 @@ func TestGPUAnywhere(t *testing.T) {
 		// its suspend ended.
 		var heldFiles []string
 		var heldAtSuspend heldPages
-		// manifests are the suspends' manifests, by snapshot name.
-		manifests := map[string]*snapshot.Manifest{}
 		// suspendAndPush suspends a into a folder and pushes it as name,
 		// as stasisd does (the push reading the image while the checkpoint
 		// writes it, then storing the rest): the folder, the seconds of the
@@ -116,7 +112,7 @@ func TestGPUAnywhere(t *testing.T) {
 				t.Fatalf("%s push: %v", mode, err)
 			}
 			result["imageBytes"] = m.Size()
-			heldFiles, manifests[name] = m.OpenFiles, m
+			heldFiles = m.OpenFiles
 			heldAtSuspend = g.heldPages(a, heldFiles)
 			return dir, pushS, suspendS, gpuFreeS, diskWrite
 		}
@@ -168,12 +164,7 @@ func TestGPUAnywhere(t *testing.T) {
 			stopSampling := sampleMachine(100 * time.Millisecond)
 			stopProfile := cpuProfile(t, mode, name, v)
 			readBefore := readCounters(disks).readSect
-			// Without reading the pages the sandbox had mapped: the restored
-			// sandbox faults them in from the disk, its first request
-			// waiting on each.
-			g.eng.NoMappedPages = v.noMapped
 			pull, err := transfer.PullAndResume(ctx, g.eng, a, dir, to, engine.ResumeOptions{Observer: obs, Prefetched: v.noPrefetch})
-			g.eng.NoMappedPages = false
 			var got llmAnswer
 			var s, writtenS float64
 			// From the resume's end to the first token: what the disks
@@ -193,7 +184,7 @@ func TestGPUAnywhere(t *testing.T) {
 				heldToken := g.heldPages(a, heldFiles)
 				lastDiskRead = (readCounters(disks).readSect - readBefore) * 512
 				tail["resumed_s"], tail["token_s"] = resumedS, tokenS
-				tokenRead(tail, heldAtSuspend, heldResumed, heldToken, manifests[name].MappedFiles)
+				tokenRead(tail, heldAtSuspend, heldResumed, heldToken)
 				// The same request again: what the first one's took beyond
 				// the exec and the token themselves.
 				if err == nil {
@@ -411,13 +402,6 @@ func TestGPUAnywhere(t *testing.T) {
 			result["anywhere_no_prefetch_s"] = s
 			g.record("anywhere", result)
 		}
-		if forMode("STASIS_ANYWHERE_NO_MAPPED", mode) {
-			// The resume without its reading of the pages the sandbox had
-			// mapped (Engine.NoMappedPages).
-			s, _ := again(pullVariant{noMapped: true})
-			result["anywhere_no_mapped_s"] = s
-			g.record("anywhere", result)
-		}
 		if forMode("STASIS_ANYWHERE_WARM_ROOTFS", mode) {
 			// The actor's root file system's metadata read after the drop:
 			// whether the restore waits on runsc's gofer opening again,
@@ -520,11 +504,10 @@ type pullVariant struct {
 	// warmRootfs reads the metadata of the actor's root file system
 	// into the page cache first.
 	warmRootfs bool
-	// noPrefetch leaves out Engine.Prefetch, noMapped the resume's
-	// reading of the pages the sandbox had mapped.
-	noPrefetch, noMapped bool
-	downloads            int
-	seeds                []archiver.Seed
+	// noPrefetch leaves out Engine.Prefetch.
+	noPrefetch bool
+	downloads  int
+	seeds      []archiver.Seed
 }
 
 // name is the variant's part of a file name.
@@ -547,9 +530,6 @@ func (v pullVariant) name() string {
 	}
 	if v.noPrefetch {
 		s += "-noprefetch"
-	}
-	if v.noMapped {
-		s += "-nomapped"
 	}
 	return s
 }
@@ -700,18 +680,9 @@ func (g *gpuEnv) heldPages(a engine.Actor, held []string) heldPages {
 // how many of those the suspend's cache also held, of the root file
 // system's files and of all, the set a prefetch of what was cached at the
 // suspend would have read.
-func tokenRead(tail map[string]any, suspended, resumed, token heldPages, mapped []runtime.MappedFile) {
+func tokenRead(tail map[string]any, suspended, resumed, token heldPages) {
 	page := int64(os.Getpagesize())
-	var size, atSuspend, rootAtSuspend, atResume, atToken, read, readCachedAtSuspend, readRootCachedAtSuspend, readMapped, mappedSize int64
-	ranges := map[string][][2]int64{}
-	mappedRanges := 0
-	for _, f := range mapped {
-		ranges[f.Path] = f.Ranges
-		mappedRanges += len(f.Ranges)
-		for _, r := range f.Ranges {
-			mappedSize += r[1]
-		}
-	}
+	var size, atSuspend, rootAtSuspend, atResume, atToken, read, readCachedAtSuspend, readRootCachedAtSuspend int64
 	for p, t := range token {
 		size += t.pages.Size
 		atToken += t.pages.Bytes(0, t.pages.Size)
@@ -728,9 +699,6 @@ func tokenRead(tail map[string]any, suspended, resumed, token heldPages, mapped 
 			}
 			n := min(page, t.pages.Size-at)
 			read += n
-			if inRanges(ranges[p], at) {
-				readMapped += n
-			}
 			if s.pages.Bytes(at, page) != 0 {
 				readCachedAtSuspend += n
 				if t.root {
@@ -742,12 +710,4 @@ func tokenRead(tail map[string]any, suspended, resumed, token heldPages, mapped 
 	tail["held_bytes"], tail["held_cached_suspended_bytes"], tail["held_root_cached_suspended_bytes"] = size, atSuspend, rootAtSuspend
 	tail["held_cached_resumed_bytes"], tail["held_cached_token_bytes"] = atResume, atToken
 	tail["token_read_bytes"], tail["token_read_cached_at_suspend_bytes"], tail["token_read_root_cached_at_suspend_bytes"] = read, readCachedAtSuspend, readRootCachedAtSuspend
-	tail["mapped_bytes"], tail["mapped_files"], tail["mapped_ranges"], tail["token_read_mapped_bytes"] = mappedSize, len(mapped), mappedRanges, readMapped
-}
-
-// inRanges tells whether offset at lies in one of ranges (offset and
-// length, in increasing order).
-func inRanges(ranges [][2]int64, at int64) bool {
-	i := sort.Search(len(ranges), func(i int) bool { return ranges[i][0]+ranges[i][1] > at })
-	return i < len(ranges) && ranges[i][0] <= at
 }

@@ -112,11 +112,6 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 	} else {
 		err = e.resumeFull(rctx, o, a, id, dir, m, opts, startHash)
 	}
-	if err == nil {
-		if msg := e.readMapped(ctx, a, m); msg != "" {
-			o.note(msg)
-		}
-	}
 	if err == nil && opts.Arriving != nil {
 		err = o.step(StepArrived, func() (string, error) { return opts.Arriving(rctx) })
 	}

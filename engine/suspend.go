@@ -97,7 +97,6 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		o.gpuFree(began, manifest.GPU)
 	}
 	manifest.OpenFiles = e.openFiles(ctx, o, a.ID)
-	manifest.MappedFiles = e.mappedFiles(ctx, o, a.ID)
 	follower = e.follow(ctx, o, follower, cp, dir, plan.HostMemory)
 	var checkpointTook time.Duration
 	err = o.step(StepCheckpoint, func() (string, error) {

@@ -270,29 +270,6 @@ type FileHolder interface {
 	Prefetch() error
 }
 
-// PageHolder is a Runtime whose restored sandbox reads again, one page
-// fault after another, the pages of its root file system's and mounts'
-// files that it had mapped (programs and their libraries): after a restore
-// on a node whose page cache does not hold them, the sandbox's first
-// request waits on each. The engine records them at a suspend and reads
-// them beside a restore (docs/benchmarks.md, "The first request after a
-// remote resume").
-type PageHolder interface {
-	// MappedPages lists, by path inside container id, the ranges of the
-	// files of its root file system and mounts that its sandbox has
-	// mapped and that are in memory now.
-	MappedPages(ctx context.Context, id string) ([]MappedFile, error)
-}
-
-// MappedFile is a file's ranges that a sandbox had mapped and in memory.
-type MappedFile struct {
-	// Path is the file's path inside the container.
-	Path string `json:"path"`
-	// Ranges are byte ranges of the file, each its offset and length,
-	// in increasing order, apart from one another.
-	Ranges [][2]int64 `json:"ranges"`
-}
-
 // GPUReport is what a GPU step did inside a sandbox: the part of
 // stasis-cuda's --json report (cuda/group.Report) that the engine reads,
 // decoded from the same JSON.

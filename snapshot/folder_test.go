@@ -161,32 +161,6 @@ func TestLoadRefusesBadManifests(t *testing.T) {
 			}
 			m["openFiles"] = many
 		}, []string{"65537 open files"}},
-		{"relative mapped file", func(m map[string]any) {
-			m["mappedFiles"] = []any{map[string]any{"path": "lib/x.so", "ranges": []any{[]any{0, 4096}}}}
-		}, []string{`mapped file "lib/x.so"`, "absolute, clean"}},
-		{"mapped file twice", func(m map[string]any) {
-			f := map[string]any{"path": "/lib/x.so", "ranges": []any{[]any{0, 4096}}}
-			m["mappedFiles"] = []any{f, f}
-		}, []string{`mapped file "/lib/x.so" twice`}},
-		{"overlapping mapped ranges", func(m map[string]any) {
-			m["mappedFiles"] = []any{map[string]any{"path": "/lib/x.so", "ranges": []any{[]any{0, 8192}, []any{4096, 4096}}}}
-		}, []string{"range at 4096 of 4096 bytes", "increasing order"}},
-		{"negative mapped range", func(m map[string]any) {
-			m["mappedFiles"] = []any{map[string]any{"path": "/lib/x.so", "ranges": []any{[]any{-4096, 4096}}}}
-		}, []string{"range at -4096"}},
-		{"empty mapped range", func(m map[string]any) {
-			m["mappedFiles"] = []any{map[string]any{"path": "/lib/x.so", "ranges": []any{[]any{0, 0}}}}
-		}, []string{"range at 0 of 0 bytes"}},
-		{"mapped range past any file", func(m map[string]any) {
-			m["mappedFiles"] = []any{map[string]any{"path": "/lib/x.so", "ranges": []any{[]any{1 << 50, 4096}}}}
-		}, []string{"range at 1125899906842624 of 4096 bytes"}},
-		{"too many mapped ranges", func(m map[string]any) {
-			many := make([]any, snapshot.MaxMappedRanges+1)
-			for i := range many {
-				many[i] = []any{i * 8192, 4096}
-			}
-			m["mappedFiles"] = []any{map[string]any{"path": "/lib/x.so", "ranges": many}}
-		}, []string{"more than 65536 mapped ranges"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

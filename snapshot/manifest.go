@@ -9,7 +9,6 @@
 package snapshot
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/stasis-run/stasis/fingerprint"
@@ -65,21 +64,11 @@ type Manifest struct {
 	// first, all at once, keeps those opens from waiting behind a pull's
 	// reads of the same disk.
 	OpenFiles []string `json:"openFiles,omitempty"`
-	// MappedFiles are the ranges of the files of the sandbox's root file
-	// system and mounts that it had mapped and in memory when it was
-	// checkpointed (at most MaxMappedRanges in all, each path absolute
-	// and clean). The restored sandbox faults them in again one after
-	// another as it runs; a restore reads them first, all at once.
-	MappedFiles []runtime.MappedFile `json:"mappedFiles,omitempty"`
-	Files       []File               `json:"files"`
+	Files     []File   `json:"files"`
 }
 
 // MaxOpenFiles bounds Manifest.OpenFiles.
 const MaxOpenFiles = 1 << 16
-
-// MaxMappedRanges bounds the ranges of Manifest.MappedFiles, all files'
-// together.
-const MaxMappedRanges = 1 << 16
 
 // Runtime is the runtime a snapshot was taken with; Full snapshots restore
 // only into the same build.
@@ -137,32 +126,4 @@ type File struct {
 	Size   int64    `json:"size"`
 	Mode   uint32   `json:"mode"`
 	Blocks []string `json:"sha256Blocks"`
-}
-
-// checkMappedFiles checks a manifest's mappedFiles: paths inside the
-// sandbox, each once, at most MaxMappedRanges ranges in all, each within
-// a file's possible size and after the one before it.
-func checkMappedFiles(files []runtime.MappedFile) error {
-	seen := map[string]bool{}
-	ranges := 0
-	for _, f := range files {
-		if !insidePath(f.Path) {
-			return fmt.Errorf("manifest mapped file %q: want an absolute, clean path inside the sandbox", f.Path)
-		}
-		if seen[f.Path] {
-			return fmt.Errorf("manifest lists mapped file %q twice", f.Path)
-		}
-		seen[f.Path] = true
-		if ranges += len(f.Ranges); ranges > MaxMappedRanges {
-			return fmt.Errorf("manifest lists more than %d mapped ranges", MaxMappedRanges)
-		}
-		end := int64(0)
-		for _, r := range f.Ranges {
-			if r[0] < end || r[1] <= 0 || r[1] > maxFileSize || r[0] > maxFileSize-r[1] {
-				return fmt.Errorf("manifest mapped file %q: range at %d of %d bytes: want ranges in increasing order, apart, within %d bytes", f.Path, r[0], r[1], int64(maxFileSize))
-			}
-			end = r[0] + r[1]
-		}
-	}
-	return nil
 }

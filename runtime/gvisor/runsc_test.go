@@ -15,7 +15,6 @@ import (
 	"github.com/stasis-run/stasis/runtime"
 	"github.com/stasis-run/stasis/runtime/conformance"
 	"github.com/stasis-run/stasis/testkit/testactor"
-	"golang.org/x/sys/unix"
 )
 
 // The runsc builds scripts/install-runsc.sh installs, and what each can do.
@@ -268,86 +267,6 @@ func TestOpenFilesFoundThroughTheBundle(t *testing.T) {
 	}
 	if _, err := r.OpenFiles(ctx, "no-such-container"); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("open files of a container that does not exist: %v", err)
-	}
-}
-
-// TestMappedPagesOfTheSandboxsProgram: the pages of its program that a
-// running sandbox has mapped are listed under the program's path inside
-// the container, in ranges within the file, in increasing order and apart;
-// a container that does not exist is not found.
-func TestMappedPagesOfTheSandboxsProgram(t *testing.T) {
-	ctx := context.Background()
-	r := newRunsc(t, Config{Network: "none"})
-	dir := testactor.Bundle(t, t.TempDir(), testactor.Options{})
-	const id = "+mapped.pages+"
-	startSandbox(t, r, dir, id)
-	files, err := r.MappedPages(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := bundle.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var program *runtime.MappedFile
-	for i, f := range files {
-		st, err := os.Stat(bundle.HostPathOf(spec, dir, f.Path))
-		if err != nil {
-			t.Fatalf("mapped file %s: %v", f.Path, err)
-		}
-		end := int64(0)
-		for _, r := range f.Ranges {
-			if r[0] < end || r[1] <= 0 || r[0]%int64(os.Getpagesize()) != 0 {
-				t.Fatalf("mapped file %s: ranges %v not in increasing order, apart and page-aligned", f.Path, f.Ranges)
-			}
-			end = r[0] + r[1]
-		}
-		if pageEnd := (st.Size() + int64(os.Getpagesize()) - 1) / int64(os.Getpagesize()) * int64(os.Getpagesize()); end > pageEnd {
-			t.Fatalf("mapped file %s: ranges %v end past the file's %d bytes", f.Path, f.Ranges, st.Size())
-		}
-		if f.Path == "/counter" {
-			program = &files[i]
-		}
-	}
-	if program == nil {
-		t.Fatalf("mapped files %v lack the sandbox's program", files)
-	}
-	t.Logf("mapped: %v", files)
-	if _, err := r.MappedPages(ctx, "no-such-container"); !errors.Is(err, runtime.ErrNotFound) {
-		t.Fatalf("mapped pages of a container that does not exist: %v", err)
-	}
-}
-
-func TestParseMapping(t *testing.T) {
-	m, ok := parseMapping("7eb9a9828000-7eb9a9aa5000 r-xs 000c5000 fe:01 326295                     /root/usr/lib/libcrypto.so.3")
-	want := mapping{start: 0x7eb9a9828000, end: 0x7eb9a9aa5000, offset: 0xc5000, file: fileID{dev: unix.Mkdev(0xfe, 1), ino: 326295}, path: "/root/usr/lib/libcrypto.so.3"}
-	if !ok || m != want {
-		t.Fatalf("parsed %+v, %v; want %+v", m, ok, want)
-	}
-	m, ok = parseMapping("00400000-0041f000 r--s 00000000 fe:00 247702                             /root/usr/bin/a b")
-	if !ok || m.path != "/root/usr/bin/a b" {
-		t.Fatalf("a path with a space: %+v, %v", m, ok)
-	}
-	for _, line := range []string{
-		"7ffd1c9e4000-7ffd1ca05000 rw-p 00000000 00:00 0                          [stack]",
-		"7eb9a9600000-7eb9a9700000 rw-p 00000000 00:00 0 ",
-		"7eb9a9600000-7eb9a9700000 rw-s 00000000 00:01 2048                       /memfd:runsc-memory (deleted)",
-		"7eb9a9600000-7eb9a9700000 r--s 00000000 fe:00 12                         /root/usr/lib/gone.so (deleted)",
-		"zz-7eb9a9700000 r--s 00000000 fe:00 12                                   /root/usr/lib/x.so",
-		"7eb9a9700000-7eb9a9600000 r--s 00000000 fe:00 12                         /root/usr/lib/x.so",
-		"7eb9a9600000-7eb9a9700000 r--s",
-	} {
-		if m, ok := parseMapping(line); ok {
-			t.Errorf("parseMapping(%q) = %+v, want none", line, m)
-		}
-	}
-}
-
-func TestMergeRanges(t *testing.T) {
-	got := mergeRanges([][2]int64{{100, 101}, {0, 4}, {2, 6}, {10, 12}, {50, 60}, {40, 45}}, 4)
-	want := [][2]int64{{0, 12}, {40, 45}, {50, 60}, {100, 101}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("mergeRanges = %v, want %v", got, want)
 	}
 }
 

@@ -34,7 +34,7 @@ for mode in ("compiled", "plain"):
                                                        "suspend_followed_s", "suspend_push_over_no_push", "local_push_whole_s",
                                                        "suspend_disk_write_gbs", "suspend_followed_disk_write_gbs",
                                                        "suspend_elsewhere_s", "push_elsewhere_s", "suspend_push_elsewhere_over_no_push",
-                                                       "suspend_elsewhere_disk_write_gbs", "anywhere_warm_runtime_s", "anywhere_warm_rootfs_s", "anywhere_no_prefetch_s", "anywhere_no_mapped_s")}
+                                                       "suspend_elsewhere_disk_write_gbs", "anywhere_warm_runtime_s", "anywhere_warm_rootfs_s", "anywhere_no_prefetch_s")}
 plain = modes.get("plain", {})
 # The fleet-wide figures: the plain server's, else the compiled one's.
 for key in ("second_actor_fetched_fraction", "second_actor_over_local", "second_actor_over_first", "second_disk_over_store",
@@ -58,7 +58,6 @@ for mode in ("compiled", "plain"):
         print(f"| {mode}, pushed into a store off the image's disk | | | | | | | | | | | {r['suspend_push_elsewhere_over_no_push']:.2f}x"
               f" ({r['suspend_elsewhere_s']:.2f} s + {r['push_elsewhere_s']:.2f} s) |")
     for key, what in (("anywhere_no_prefetch_s", "no prefetch (the restore reads runsc and the held files' metadata itself)"),
-                      ("anywhere_no_mapped_s", "no reading ahead of the pages the sandbox had mapped (it faults them in)"),
                       ("anywhere_warm_runtime_s", "runsc's binary in the page cache"), ("anywhere_warm_rootfs_s", "the root file system's metadata in the page cache")):
         if r and key in r:
             print(f"| {mode}, again with {what} | | {r[key]:.2f} s | | | {r[key] / r['data_floor_s']:.2f}x | | | | | | |")
