@@ -132,7 +132,7 @@ func TestGPUAnywhere(t *testing.T) {
 		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, v pullVariant) (float64, archiver.Pulled, float64, float64) {
 			g.takeEvents()
 			begin := time.Now()
-			to := transfer.Stored{Repo: from, Name: name, Options: archiver.Options{NoSync: true, Seeds: v.seeds, Downloads: v.downloads}, Views: views}
+			to := transfer.Stored{Repo: from, Name: name, Options: archiver.Options{NoSync: true, Seeds: v.seeds, Downloads: v.downloads, ReadAhead: v.readAhead}, Views: views}
 			if v.whole {
 				to.Views = ""
 			}
@@ -426,6 +426,23 @@ func TestGPUAnywhere(t *testing.T) {
 			result["downloads"] = runs
 			g.record("anywhere", result)
 		}
+		// Again with other read-aheads (STASIS_ANYWHERE_READAHEAD, a list
+		// of MiB; -1 for none: each stretch decoded by the worker that
+		// read it, as before read-ahead).
+		if list := os.Getenv("STASIS_ANYWHERE_READAHEAD"); list != "" {
+			var runs []map[string]any
+			for _, d := range strings.Split(list, ",") {
+				n, err := strconv.ParseInt(d, 10, 64)
+				if err != nil || n == 0 || n < -1 {
+					t.Fatalf("STASIS_ANYWHERE_READAHEAD=%q: want MiB above 0, or -1", list)
+				}
+				ra := max(n<<20, -1)
+				s, pullS := again(pullVariant{readAhead: ra})
+				runs = append(runs, map[string]any{"readAheadMiB": n, "anywhere_s": s, "pull_s": pullS, "anywhere_over_data_floor": s / floorRead, "pull_over_floor": floorRead / pullS})
+			}
+			result["read_ahead"] = runs
+			g.record("anywhere", result)
+		}
 		t.Logf("%s: cold %.1f s, anywhere %.2f s (%.1fx; pull %.2f s, %.2fx the disk's cold read), floor %.2f s, own node %.2f s",
 			mode, coldS, anywhereS, coldS/anywhereS, pullS, floorRead/pullS, result["floor_s"], result["local_s"])
 
@@ -507,7 +524,9 @@ type pullVariant struct {
 	// noPrefetch leaves out Engine.Prefetch.
 	noPrefetch bool
 	downloads  int
-	seeds      []archiver.Seed
+	// readAhead is archiver.Options.ReadAhead (0: its default).
+	readAhead int64
+	seeds     []archiver.Seed
 }
 
 // name is the variant's part of a file name.
@@ -521,6 +540,9 @@ func (v pullVariant) name() string {
 	}
 	if v.downloads > 0 {
 		s += fmt.Sprintf("-d%d", v.downloads)
+	}
+	if v.readAhead != 0 {
+		s += fmt.Sprintf("-ra%d", max(v.readAhead>>20, -1))
 	}
 	if v.warmRuntime {
 		s += "-warmruntime"

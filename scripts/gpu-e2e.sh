@@ -28,7 +28,9 @@
 # written back while the pull reads), STASIS_ANYWHERE_PROFILE=1 (a CPU
 # profile of the test process over each remote resume, anywhere-*.pprof),
 # STASIS_ANYWHERE_TRACE=1 (each remote resume's pull traced piece by piece,
-# anywhere-*.trace.jsonl.gz: archiver.Trace), STASIS_ANYWHERE_DOWNLOADS (a
+# anywhere-*.trace.jsonl.gz: archiver.Trace), STASIS_ANYWHERE_READAHEAD (a list
+# of MiB, -1 for none: the remote resume again with that archiver read-ahead),
+# STASIS_ANYWHERE_DOWNLOADS (a
 # list: the remote resume again with that many stretches read at once),
 # STASIS_ANYWHERE_STACKS=1 (where a remote resume's restore step waits when it
 # has not returned after 1 s and 2.5 s, anywhere-*.stacks.txt),

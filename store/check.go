@@ -32,7 +32,7 @@ func (r *Repository) Verify(ctx context.Context, names ...string) error {
 		}
 		snaps = append(snaps, s)
 	}
-	chunks, err := r.NewChunkReader(8)
+	chunks, err := r.NewChunkReader(8, 8)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stasis-run/stasis/store"
 	"github.com/stasis-run/stasis/store/archiver"
@@ -72,8 +73,12 @@ func TestAwaitedBytesComeFirst(t *testing.T) {
 	gate.tokens <- struct{}{} // the first stretch
 	<-gate.waiting
 	gate.tokens <- struct{}{} // the awaited one
-	<-gate.waiting
-	if err := f.Await(asked, "image/pages.img", tail, 1<<20); err != nil {
+	<-gate.waiting            // the third read asks, and waits
+	// The awaited stretch is decoded beside the third read: it comes
+	// whole while nothing more can be read.
+	bounded, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	if err := f.Await(bounded, "image/pages.img", tail, 1<<20); err != nil {
 		t.Fatalf("the last MiB was not fetched second, ahead of the rest: %v", err)
 	}
 	if err := f.Await(asked, "image/pages.img", middle, 1); !errors.Is(err, context.Canceled) {

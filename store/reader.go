@@ -19,20 +19,27 @@ type ChunkReader struct {
 	r    *Repository
 	dec  *zstd.Decoder
 	bufs *freeList[*chunkBuffers]
+	// stretches holds the stored bytes fetched and not yet decoded.
+	stretches *freeList[*[]byte]
 }
 
 type chunkBuffers struct {
-	compressed, raw []byte
-	grouped         groupedCoder
+	raw     []byte
+	grouped groupedCoder
 }
 
-// NewChunkReader returns a reader for parallel reads at once; Close it.
-func (r *Repository) NewChunkReader(parallel int) (*ChunkReader, error) {
+// NewChunkReader returns a reader that decodes parallel stretches at once
+// and holds at most stretches of them fetched (at least parallel; each up
+// to the run's length, Repository.PackRead for a pull's); Close it.
+func (r *Repository) NewChunkReader(parallel, stretches int) (*ChunkReader, error) {
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(parallel), zstd.WithDecoderMaxMemory(64<<20))
 	if err != nil {
 		return nil, err
 	}
-	return &ChunkReader{r: r, dec: dec, bufs: newFreeList(parallel, func() *chunkBuffers { return &chunkBuffers{} })}, nil
+	return &ChunkReader{r: r, dec: dec,
+		bufs:      newFreeList(parallel, func() *chunkBuffers { return &chunkBuffers{} }),
+		stretches: newFreeList(max(parallel, stretches), func() *[]byte { return new([]byte) }),
+	}, nil
 }
 
 // Close frees the decoder.

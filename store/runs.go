@@ -98,21 +98,68 @@ type RunTimes struct {
 // it stopped by the retrying backend (WithRetry). It says where its own
 // time went (use's not counted).
 func (c *ChunkReader) ReadRun(ctx context.Context, run Run, use func(RunChunk, []byte) error) (RunTimes, error) {
-	var times RunTimes
+	st, err := c.FetchRun(ctx, run)
+	if err != nil {
+		return RunTimes{}, err
+	}
+	return c.DecodeRun(ctx, st, use)
+}
+
+// Stretch is a run's stored bytes, fetched (FetchRun) and not yet decoded
+// (DecodeRun): a pull reads stretches ahead of its decoding, so that the
+// disk is not left idle while the cores are busy.
+type Stretch struct {
+	Run Run
+	// Read is how long the backend took to deliver it.
+	Read time.Duration
+	buf  *[]byte
+}
+
+// FetchRun reads run's stored bytes with one request into one of the
+// reader's stretch buffers, waiting for one to be free: at most stretches
+// (NewChunkReader) are held at once. DecodeRun, or Release, gives the
+// buffer back.
+func (c *ChunkReader) FetchRun(ctx context.Context, run Run) (*Stretch, error) {
+	buf, err := c.stretches.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	*buf = slices.Grow((*buf)[:0], int(run.Length))[:run.Length]
+	began := time.Now()
+	if err := c.r.readFull(ctx, run.Pack, run.Offset, *buf); err != nil {
+		c.stretches.put(buf)
+		return nil, err
+	}
+	return &Stretch{Run: run, Read: time.Since(began), buf: buf}, nil
+}
+
+// Stretches is how many stretches the reader holds fetched at most.
+func (c *ChunkReader) Stretches() int { return cap(c.stretches.free) }
+
+// Release gives a stretch not decoded back to its reader.
+func (c *ChunkReader) Release(st *Stretch) {
+	if st.buf != nil {
+		c.stretches.put(st.buf)
+		st.buf = nil
+	}
+}
+
+// DecodeRun passes each chunk of a fetched stretch, decompressed and
+// checked against its id, to use, in order, as ReadRun does, and then
+// releases the stretch. At most parallel (NewChunkReader) decode at once.
+func (c *ChunkReader) DecodeRun(ctx context.Context, st *Stretch, use func(RunChunk, []byte) error) (RunTimes, error) {
+	defer c.Release(st)
+	times := RunTimes{Read: st.Read}
 	b, err := c.bufs.get(ctx)
 	if err != nil {
 		return times, err
 	}
 	defer c.bufs.put(b)
-	b.compressed = slices.Grow(b.compressed[:0], int(run.Length))[:run.Length]
-	began := time.Now()
-	if err := c.r.readFull(ctx, run.Pack, run.Offset, b.compressed); err != nil {
-		return times, err
-	}
+	run := st.Run
+	compressed := *st.buf
 	mark := time.Now()
-	times.Read = mark.Sub(began)
 	for _, ch := range run.Chunks {
-		stored := b.compressed[ch.At : ch.At+ch.Stored]
+		stored := compressed[ch.At : ch.At+ch.Stored]
 		var data []byte
 		if isGrouped(stored) {
 			data, err = b.grouped.decode(b.raw, stored, int(ch.Raw))

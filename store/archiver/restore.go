@@ -380,14 +380,46 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 		close(st.done)
 		return waited, nil
 	}
-	chunks, err := repo.NewChunkReader(workers)
+	decoders := runtime.GOMAXPROCS(0)
+	chunks, err := repo.NewChunkReader(decoders, max(workers, decoders)+readAhead(opts.ReadAhead, repo.PackRead()))
 	if err != nil {
 		return pulled, err
 	}
 	defer chunks.Close()
 	buffers := make(chan []byte, workers)
 	var missed []string
-	do := func(ctx context.Context, worker int, j job) error {
+	// decode checks and writes a stretch a worker fetched (fetched says
+	// when its read began, what it traces).
+	decode := func(ctx context.Context, st *store.Stretch, fetched time.Time, tr Trace) error {
+		defer func() {
+			if f.trace.on() {
+				tr.Start, tr.End = f.trace.since(fetched), f.trace.since(time.Now())
+				f.trace.emit(tr)
+			}
+		}()
+		tr.Kind, tr.Stored, tr.Chunks = "run", st.Run.Length, len(st.Run.Chunks)
+		times, err := chunks.DecodeRun(ctx, st, func(c store.RunChunk, data []byte) error {
+			mu.Lock()
+			pulled.Fetched += c.Raw
+			pulled.Stored += c.Stored
+			mu.Unlock()
+			rep.add(0, c.Stored, 0)
+			tr.Raw += c.Raw
+			wrote := time.Now()
+			waited, err := write(c.ID, data, nil)
+			tr.Write += time.Since(wrote)
+			tr.WriterWait += waited
+			return err
+		})
+		tr.Read, tr.Decode, tr.Check = times.Read, times.Decode, times.Check
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", st.Run.Pack, err)
+		}
+		return nil
+	}
+	// copySeed copies a chunk a seed holds, checked against its hash; one
+	// that is no longer what it was is fetched after (missed).
+	copySeed := func(worker int, j job) error {
 		began := time.Now()
 		tr := Trace{Worker: worker, Urgent: j.urgent}
 		defer func() {
@@ -396,27 +428,6 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 				f.trace.emit(tr)
 			}
 		}()
-		if j.run != nil {
-			tr.Kind, tr.Stored, tr.Chunks = "run", j.run.Length, len(j.run.Chunks)
-			times, err := chunks.ReadRun(ctx, *j.run, func(c store.RunChunk, data []byte) error {
-				mu.Lock()
-				pulled.Fetched += c.Raw
-				pulled.Stored += c.Stored
-				mu.Unlock()
-				rep.add(0, c.Stored, 0)
-				tr.Raw += c.Raw
-				wrote := time.Now()
-				waited, err := write(c.ID, data, nil)
-				tr.Write += time.Since(wrote)
-				tr.WriterWait += waited
-				return err
-			})
-			tr.Read, tr.Decode, tr.Check = times.Read, times.Decode, times.Check
-			if err != nil {
-				return fmt.Errorf("pack %s: %w", j.run.Pack, err)
-			}
-			return nil
-		}
 		tr.Kind, tr.Raw, tr.Chunks = "seed", j.seed.raw, 1
 		var buf []byte
 		select {
@@ -449,7 +460,8 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 	if err != nil {
 		return pulled, err
 	}
-	if err := f.runQueue(ctx, q, workers, do); err != nil {
+	p := pipeline{chunks: chunks, workers: workers, decoders: decoders, copySeed: copySeed, decode: decode}
+	if err := f.runQueue(ctx, q, p); err != nil {
 		return pulled, err
 	}
 	if len(missed) > 0 {
@@ -457,7 +469,7 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 		if err != nil {
 			return pulled, err
 		}
-		if err := f.runQueue(ctx, q, workers, do); err != nil {
+		if err := f.runQueue(ctx, q, p); err != nil {
 			return pulled, err
 		}
 	}
@@ -488,15 +500,63 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 	return pulled, err
 }
 
-// runQueue runs q's jobs on workers goroutines, and fails f with the
-// first error.
-func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do func(context.Context, int, job) error) error {
+// DefaultReadAhead is Options.ReadAhead's default: 1 GiB, what the H100
+// machine's disk reads in about half a second, the time the pull's first
+// stretches waited for cores while runsc's restore began beside it
+// (docs/benchmarks.md).
+const DefaultReadAhead = 1 << 30
+
+// readAhead is how many stretches of at most packRead bytes a restore may
+// hold read and not decoded beyond one per download: with none, a
+// stretch's buffer is taken from its fetch to its decoding's end, and the
+// downloads bound both.
+func readAhead(bytes, packRead int64) int {
+	if bytes == 0 {
+		bytes = DefaultReadAhead
+	}
+	if bytes < 0 || packRead <= 0 {
+		return 0
+	}
+	return int(bytes / packRead)
+}
+
+// pipeline is how a restore's jobs are done: workers take them in the
+// queue's order, fetch each stretch (or copy a chunk from a seed) and
+// hand the stretch to decoders, which decode, check and write it.
+type pipeline struct {
+	chunks            *store.ChunkReader
+	workers, decoders int
+	copySeed          func(worker int, j job) error
+	decode            func(ctx context.Context, st *store.Stretch, fetched time.Time, tr Trace) error
+}
+
+// fetchedRun is a stretch a worker fetched, for a decoder.
+type fetchedRun struct {
+	stretch *store.Stretch
+	began   time.Time
+	trace   Trace
+}
+
+// runQueue runs q's jobs through p, and fails f with the first error.
+// The fetched stretches are decoded in the order fetched, those a reader
+// awaited first; their number is bounded by the chunk reader's stretches.
+func (f *Filling) runQueue(ctx context.Context, q *jobQueue, p pipeline) error {
 	f.mu.Lock()
 	f.queue = q
 	f.mu.Unlock()
 	g, gctx := errgroup.WithContext(ctx)
-	for worker := range workers {
+	fail := func(err error) error {
+		f.fail(err)
+		return err
+	}
+	// Never full: no more stretches exist than the reader holds.
+	fetched := make(chan fetchedRun, p.chunks.Stretches())
+	urgent := make(chan fetchedRun, p.chunks.Stretches())
+	var fetching sync.WaitGroup
+	fetching.Add(p.workers)
+	for worker := range p.workers {
 		g.Go(func() error {
+			defer fetching.Done()
 			// After a failure (gctx cancelled) nothing more is taken: a
 			// copy from a seed would not notice on its own.
 			for gctx.Err() == nil {
@@ -506,12 +566,72 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, workers int, do fun
 				if !ok {
 					return nil
 				}
-				if err := do(gctx, worker, j); err != nil {
-					f.fail(err)
-					return err
+				if j.seed != nil {
+					if err := p.copySeed(worker, j); err != nil {
+						return fail(err)
+					}
+					continue
 				}
+				began := time.Now()
+				st, err := p.chunks.FetchRun(gctx, *j.run)
+				if err != nil {
+					return fail(fmt.Errorf("pack %s: %w", j.run.Pack, err))
+				}
+				to := fetched
+				if j.urgent {
+					to = urgent
+				}
+				to <- fetchedRun{stretch: st, began: began, trace: Trace{Worker: worker, Urgent: j.urgent}}
 			}
 			return gctx.Err()
+		})
+	}
+	allFetched := make(chan struct{})
+	g.Go(func() error {
+		fetching.Wait()
+		close(allFetched)
+		return nil
+	})
+	// next is the stretch to decode: an awaited one first; none once
+	// every worker has ended and all they fetched is taken.
+	next := func() (fetchedRun, bool) {
+		select {
+		case fr := <-urgent:
+			return fr, true
+		default:
+		}
+		select {
+		case fr := <-urgent:
+			return fr, true
+		case fr := <-fetched:
+			return fr, true
+		case <-allFetched:
+			select {
+			case fr := <-urgent:
+				return fr, true
+			case fr := <-fetched:
+				return fr, true
+			default:
+				return fetchedRun{}, false
+			}
+		case <-gctx.Done():
+			return fetchedRun{}, false
+		}
+	}
+	for range p.decoders {
+		g.Go(func() error {
+			for {
+				fr, ok := next()
+				if !ok || gctx.Err() != nil {
+					if ok {
+						p.chunks.Release(fr.stretch)
+					}
+					return gctx.Err()
+				}
+				if err := p.decode(gctx, fr.stretch, fr.began, fr.trace); err != nil {
+					return fail(err)
+				}
+			}
 		})
 	}
 	return g.Wait()

@@ -49,6 +49,12 @@ type Options struct {
 	// and at least 8 when zero.
 	Uploads   int
 	Downloads int
+	// ReadAhead is how many stored bytes a restore may have read and not
+	// yet decoded, beyond a stretch per download: the disk
+	// reads on while the cores are busy (with the sandbox's own restore,
+	// in a pull beside it), and the decoding catches up once they are
+	// free. DefaultReadAhead when zero; none when negative.
+	ReadAhead int64
 	// Seeds are folders on this node whose chunks a restore copies rather
 	// than fetches (Restore).
 	Seeds []Seed
