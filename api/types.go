@@ -441,6 +441,11 @@ type (
 		RequestID string `json:"requestId,omitempty"`
 		// Purge also deletes the actor's stored snapshots.
 		Purge bool `json:"purge,omitempty"`
+		// Force deletes the actor even where its network's plugins cannot
+		// remove what they made for it (one fails, or never answers DEL):
+		// its namespace is removed, and Deleted.NetworkLeft says what the
+		// plugins may still hold.
+		Force bool `json:"force,omitempty"`
 	}
 
 	// Deleted is what Delete answers.
@@ -449,6 +454,9 @@ type (
 		Deleted bool   `json:"deleted"`
 		// KeptSnapshots are the stored snapshots left in the store.
 		KeptSnapshots []string `json:"keptSnapshots,omitempty"`
+		// NetworkLeft, set only by a forced delete, says why the actor's
+		// network was not wholly removed: what its plugins may still hold.
+		NetworkLeft string `json:"networkLeft,omitempty"`
 	}
 
 	// WarmRequest warms a template: its golden snapshot is made.

@@ -219,19 +219,19 @@ func OpRequestFromWire(m *stasisv1.OpRequest) OpRequest {
 }
 
 func (r DeleteRequest) Wire() *stasisv1.DeleteRequest {
-	return &stasisv1.DeleteRequest{Id: r.ID, RequestId: r.RequestID, Purge: r.Purge}
+	return &stasisv1.DeleteRequest{Id: r.ID, RequestId: r.RequestID, Purge: r.Purge, Force: r.Force}
 }
 
 func DeleteRequestFromWire(m *stasisv1.DeleteRequest) DeleteRequest {
-	return DeleteRequest{ID: m.GetId(), RequestID: m.GetRequestId(), Purge: m.GetPurge()}
+	return DeleteRequest{ID: m.GetId(), RequestID: m.GetRequestId(), Purge: m.GetPurge(), Force: m.GetForce()}
 }
 
 func (d Deleted) Wire() *stasisv1.Deleted {
-	return &stasisv1.Deleted{Id: d.ID, Deleted: d.Deleted, KeptSnapshots: d.KeptSnapshots}
+	return &stasisv1.Deleted{Id: d.ID, Deleted: d.Deleted, KeptSnapshots: d.KeptSnapshots, NetworkLeft: d.NetworkLeft}
 }
 
 func DeletedFromWire(m *stasisv1.Deleted) Deleted {
-	return Deleted{ID: m.GetId(), Deleted: m.GetDeleted(), KeptSnapshots: m.GetKeptSnapshots()}
+	return Deleted{ID: m.GetId(), Deleted: m.GetDeleted(), KeptSnapshots: m.GetKeptSnapshots(), NetworkLeft: m.GetNetworkLeft()}
 }
 
 func (r WarmRequest) Wire() *stasisv1.WarmRequest {

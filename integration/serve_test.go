@@ -472,3 +472,43 @@ func TestCNIPluginsThatDoNotAnswer(t *testing.T) {
 	}
 	l.Close()
 }
+
+// TestForcedDeletePastItsNetwork: an actor whose CNI plugins never answer
+// DEL cannot be deleted: each delete fails at --cni-timeout saying so, and
+// names the way out; a forced delete (rm --force) deletes it, gives up its
+// ports, removes its namespace and says what the plugins may still hold.
+func TestForcedDeletePastItsNetwork(t *testing.T) {
+	h := testcni.NewHanging(t)
+	d := servingDaemon(t, "--cni-conf-dir", h.ConfDir, "--cni-network", h.Network, "--cni-bin-dir", h.BinDir, "--cni-timeout", "2s")
+	hp := freePort(t)
+	d.servingTemplate("srv", hp, nil)
+	ctx := context.Background()
+	if _, err := d.api.Run(ctx, api.RunRequest{Template: "srv", ID: "s1", Network: api.Network{Mode: network.ModeCNI}}); !errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		t.Fatalf("run on a network whose plugin does not answer: %v", err)
+	}
+	h.HangDel(t)
+	_, err := d.api.Delete(ctx, api.DeleteRequest{ID: "s1"})
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "did not detach within 2s") || !strings.Contains(err.Error(), "rm --force") {
+		t.Fatalf("delete past plugins that never answer DEL: %v", err)
+	}
+	h.Stopped(t, "DEL")
+	if a := d.inspect("s1"); a.State != api.Crashed || a.Operation != nil {
+		t.Fatalf("the actor whose delete failed: %+v", a)
+	}
+	out := d.cli("actor", "rm", "--force", "s1")
+	if !strings.Contains(out, "deleted s1") || !strings.Contains(out, "its network, forced past") || !strings.Contains(out, "did not detach within 2s") {
+		t.Fatalf("rm --force said:\n%s", out)
+	}
+	h.Stopped(t, "DEL")
+	if _, err := d.api.InspectActor(ctx, "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("the actor deleted by force: %v, want not found", err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(d.data, "netns")); len(left) != 0 {
+		t.Fatalf("the forced delete left %d namespace(s)", len(left))
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(hp)))
+	if err != nil {
+		t.Fatalf("the deleted actor's host port %d is still held: %v", hp, err)
+	}
+	l.Close()
+}

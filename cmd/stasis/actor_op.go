@@ -47,7 +47,10 @@ func newActorRm(g *globals) *cobra.Command {
 		Long: `Delete actors from any state: sandbox, GPUs and local files freed; stored
 snapshots kept unless --purge. Several actors are deleted one after another; one
 that fails does not stop the others, and the command then exits with the code of
-the first failure. -f (as rm -f) takes an actor that does not exist as deleted.`,
+the first failure. -f (as rm -f) takes an actor that does not exist as deleted,
+and deletes one whose network's CNI plugins fail or never answer (--cni-timeout)
+anyway: its namespace and ports are removed, and what the plugins may still hold
+(an address, a host interface) is said.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if requestID != "" && len(args) > 1 {
@@ -60,7 +63,7 @@ the first failure. -f (as rm -f) takes an actor that does not exist as deleted.`
 			for _, id := range args {
 				var d api.Deleted
 				err := g.follow(cmd.Context(), id, func(ctx context.Context) (err error) {
-					d, err = g.client().Delete(ctx, api.DeleteRequest{ID: id, RequestID: requestID, Purge: purge})
+					d, err = g.client().Delete(ctx, api.DeleteRequest{ID: id, RequestID: requestID, Purge: purge, Force: force})
 					return err
 				})
 				if force && errors.Is(err, errdefs.ErrNotFound) {
@@ -73,6 +76,9 @@ the first failure. -f (as rm -f) takes an actor that does not exist as deleted.`
 				}
 				all = append(all, d)
 				fmt.Fprintf(&text, "deleted %s\n", id)
+				if d.NetworkLeft != "" {
+					fmt.Fprintf(&text, "  its network, forced past: %s\n", d.NetworkLeft)
+				}
 				switch {
 				case len(d.KeptSnapshots) > 0 && purge:
 					fmt.Fprintf(&text, "  kept in the store: %s (snapshots it started from, which another actor or its template stored)\n", strings.Join(d.KeptSnapshots, ", "))
@@ -98,7 +104,7 @@ the first failure. -f (as rm -f) takes an actor that does not exist as deleted.`
 	}
 	cmd.Flags().StringVar(&requestID, "request-id", "", "makes a retry of this request harmless: the same id answers with the first request's result (one actor only)")
 	cmd.Flags().BoolVar(&purge, "purge", false, "also delete from the store the snapshots this actor stored (never one it started from)")
-	cmd.Flags().BoolVarP(&force, "force", "f", false, "an actor that does not exist is no failure")
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "an actor that does not exist is no failure; one whose network's plugins cannot remove it is deleted anyway")
 	return cmd
 }
 

@@ -97,10 +97,12 @@ func (o *outFile) writeSeeded(b []byte, at int64) (time.Duration, error) { retur
 // (with Snapshot, to check it before fetching anything), copying what it
 // can from opts.Seeds. The packs are read in large stretches
 // (Repository.PlanReads), opts.Downloads of them at once (the cores, and at
-// least 8, by default), each chunk decompressed, hash-checked and written
-// where the snapshot has it by the goroutine that read it, one writer in a
-// file at a time (outFile); memory is bounded by the stretches in flight
-// (a pack each, Repository.PackRead, with a chunk's worth for its bytes).
+// least 8, by default), and up to opts.ReadAhead bytes ahead of their
+// decoding; one goroutine per core decompresses each chunk, checks its
+// hash and writes it where the snapshot has it, one writer in a file at a
+// time (outFile). Memory is bounded by the stretches held (the downloads'
+// and the read-ahead's, a pack each, Repository.PackRead) and a chunk's
+// worth per core for its bytes.
 func RestoreSnapshot(ctx context.Context, repo *store.Repository, s *store.Snapshot, dir string, opts Options) (Pulled, error) {
 	f, err := StartRestore(ctx, repo, s, dir, opts)
 	if err != nil {

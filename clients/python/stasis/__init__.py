@@ -169,8 +169,10 @@ class Client:
     def resume(self, id, request_id=""):
         return self._unary(self._stub.Resume, pb.OpRequest(id=id, request_id=request_id))
 
-    def delete(self, id, purge=False, request_id=""):
-        return self._unary(self._stub.Delete, pb.DeleteRequest(id=id, purge=purge, request_id=request_id))
+    def delete(self, id, purge=False, request_id="", force=False):
+        """Deletes the actor; force goes past a network its CNI plugins
+        cannot remove (the answer's network_left says what they may hold)."""
+        return self._unary(self._stub.Delete, pb.DeleteRequest(id=id, purge=purge, request_id=request_id, force=force))
 
     def exec(self, id, args, stdin=b""):
         """Runs args in the running actor; returns a pb.ExecResult

@@ -23,14 +23,14 @@ func (s *Actors) Delete(ctx context.Context, req api.DeleteRequest) (api.Deleted
 			return api.Deleted{ID: req.ID}, fmt.Errorf("delete %s with purge: %w (delete it without purge to keep its stored snapshots)", req.ID, err)
 		}
 	}
-	var kept []string
+	var d deletion
 	_, err := s.runner.Run(ctx, op.Request{Kind: op.Delete, Actor: req.ID, RequestID: req.RequestID,
 		Prepare: func(before journal.Actor) (op.Args, error) {
-			return op.Args{Previous: api.State(before.State), Purge: req.Purge}, nil
+			return op.Args{Previous: api.State(before.State), Purge: req.Purge, Force: req.Force}, nil
 		},
 		Body: func(ctx context.Context, o *op.Operation) (op.Outcome, error) {
 			var err error
-			if kept, err = s.finishDelete(ctx, o); err != nil {
+			if d, err = s.finishDelete(ctx, o); err != nil {
 				return op.Outcome{State: api.Crashed, Reason: fmt.Sprintf("delete failed, run it again: %v", err)}, err
 			}
 			return op.Outcome{Deleted: true}, nil
@@ -38,22 +38,40 @@ func (s *Actors) Delete(ctx context.Context, req api.DeleteRequest) (api.Deleted
 	if err != nil {
 		return api.Deleted{ID: req.ID}, err
 	}
-	return api.Deleted{ID: req.ID, Deleted: true, KeptSnapshots: kept}, nil
+	return api.Deleted{ID: req.ID, Deleted: true, KeptSnapshots: d.kept, NetworkLeft: d.networkLeft}, nil
+}
+
+// deletion is what a delete left: the stored snapshots kept and, where it
+// was forced past its network, why that was not wholly removed.
+type deletion struct {
+	kept        []string
+	networkLeft string
 }
 
 // finishDelete removes the sandbox, the actor's files and local snapshots
-// (stored ones too with purge), then the actor's records; it returns the
-// stored snapshots kept.
-func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) ([]string, error) {
+// (stored ones too with purge), then the actor's records.
+func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) (deletion, error) {
+	var d deletion
 	if err := s.engines.Of(o.Actor).Remove(ctx, o.Actor.ID, o.Actor.Sandbox, o.Observer()); err != nil {
-		return nil, err
+		return d, err
 	}
 	if err := o.Step(op.StepNetwork, func() (string, error) {
-		return "its network removed and its ports given up", s.teardownNetwork(ctx, o.Actor)
+		err := s.teardownNetwork(ctx, o.Actor)
+		switch {
+		case err == nil:
+			return "its network removed and its ports given up", nil
+		case o.Args.Force:
+			// Its ports are given up and its namespace removed whatever
+			// the plugins answer (Teardown); what they made outside it
+			// may stay.
+			d.networkLeft = fmt.Sprintf("%v; forced past it: what the network's plugins made for the actor (an address, a host interface) may be left for them, or you, to clean up", err)
+			s.cfg.Log.Warn("a forced delete went past the actor's network", "actor", o.Actor.ID, "error", err.Error())
+			return "deleted past its network (forced): " + d.networkLeft, nil
+		}
+		return "", fmt.Errorf("%w (a forced delete, stasis actor rm --force, deletes the actor anyway and says what its plugins may still hold)", err)
 	}); err != nil {
-		return nil, err
+		return d, err
 	}
-	var kept []string
 	err := o.Step(op.StepRemoveFiles, func() (string, error) {
 		snaps, err := s.journal.Snapshots(ctx, o.Actor.ID)
 		if err != nil {
@@ -83,7 +101,7 @@ func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) ([]string, e
 				err = s.journal.DeleteSnapshot(ctx, snap.ID)
 			} else {
 				snap.Dir = ""
-				kept = append(kept, snap.Stored)
+				d.kept = append(d.kept, snap.Stored)
 				err = s.journal.PutSnapshot(ctx, snap)
 			}
 			if err != nil {
@@ -96,15 +114,15 @@ func (s *Actors) finishDelete(ctx context.Context, o *op.Operation) ([]string, e
 		if err := os.RemoveAll(s.templates.ActorDir(o.Actor.ID)); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%d stored snapshot(s) kept", len(kept)), nil
+		return fmt.Sprintf("%d stored snapshot(s) kept", len(d.kept)), nil
 	})
 	if err != nil {
-		return nil, err
+		return d, err
 	}
 	if err := s.journal.DeleteActor(ctx, o.Actor.ID, o.ID); err != nil {
-		return kept, err
+		return d, err
 	}
 	// The watchers of its history end: it has no more.
 	s.runner.Feed().Notify(o.Actor.ID)
-	return kept, nil
+	return d, nil
 }

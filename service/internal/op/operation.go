@@ -22,6 +22,8 @@ type Args struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	Dir      string `json:"dir,omitempty"`
 	Purge    bool   `json:"purge,omitempty"`
+	// Force deletes past a network its plugins cannot remove.
+	Force bool `json:"force,omitempty"`
 }
 
 // Operation is one operation running in this process (or being settled by

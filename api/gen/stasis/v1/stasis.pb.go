@@ -1499,7 +1499,12 @@ type DeleteRequest struct {
 	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// purge also deletes the actor's stored snapshots.
-	Purge         bool `protobuf:"varint,3,opt,name=purge,proto3" json:"purge,omitempty"`
+	Purge bool `protobuf:"varint,3,opt,name=purge,proto3" json:"purge,omitempty"`
+	// force deletes the actor even where its network's plugins cannot
+	// remove what they made for it (a plugin that fails or never answers
+	// DEL): its namespace is removed, and what the plugins may still hold
+	// (an address, a host interface) is said in Deleted.network_left.
+	Force         bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1555,12 +1560,22 @@ func (x *DeleteRequest) GetPurge() bool {
 	return false
 }
 
+func (x *DeleteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type Deleted struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Deleted bool                   `protobuf:"varint,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	// kept_snapshots are the stored snapshots left in the store.
 	KeptSnapshots []string `protobuf:"bytes,3,rep,name=kept_snapshots,json=keptSnapshots,proto3" json:"kept_snapshots,omitempty"`
+	// network_left, set only by a forced delete, says why the actor's
+	// network was not wholly removed: what its plugins may still hold.
+	NetworkLeft   string `protobuf:"bytes,4,opt,name=network_left,json=networkLeft,proto3" json:"network_left,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1614,6 +1629,13 @@ func (x *Deleted) GetKeptSnapshots() []string {
 		return x.KeptSnapshots
 	}
 	return nil
+}
+
+func (x *Deleted) GetNetworkLeft() string {
+	if x != nil {
+		return x.NetworkLeft
+	}
+	return ""
 }
 
 type WarmRequest struct {
@@ -3880,16 +3902,18 @@ const file_stasis_v1_stasis_proto_rawDesc = "" +
 	"\tOpRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"T\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"j\n" +
 	"\rDeleteRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05purge\x18\x03 \x01(\bR\x05purge\"Z\n" +
+	"\x05purge\x18\x03 \x01(\bR\x05purge\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\"}\n" +
 	"\aDeleted\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\adeleted\x18\x02 \x01(\bR\adeleted\x12%\n" +
-	"\x0ekept_snapshots\x18\x03 \x03(\tR\rkeptSnapshots\"H\n" +
+	"\x0ekept_snapshots\x18\x03 \x03(\tR\rkeptSnapshots\x12!\n" +
+	"\fnetwork_left\x18\x04 \x01(\tR\vnetworkLeft\"H\n" +
 	"\vWarmRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x1d\n" +
 	"\n" +
