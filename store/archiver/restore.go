@@ -534,14 +534,16 @@ type pipeline struct {
 
 // fetchedRun is a stretch a worker fetched, for a decoder.
 type fetchedRun struct {
+	job     int // its index in the queue
 	stretch *store.Stretch
 	began   time.Time
 	trace   Trace
 }
 
 // runQueue runs q's jobs through p, and fails f with the first error.
-// The fetched stretches are decoded in the order fetched, those a reader
-// awaited first; their number is bounded by the chunk reader's stretches.
+// The fetched stretches are decoded in the order fetched, those holding a
+// chunk a reader awaits first; their number is bounded by the chunk
+// reader's stretches.
 func (f *Filling) runQueue(ctx context.Context, q *jobQueue, p pipeline) error {
 	f.mu.Lock()
 	f.queue = q
@@ -551,9 +553,9 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, p pipeline) error {
 		f.fail(err)
 		return err
 	}
-	// Never full: no more stretches exist than the reader holds.
-	fetched := make(chan fetchedRun, p.chunks.Stretches())
-	urgent := make(chan fetchedRun, p.chunks.Stretches())
+	// A token for each stretch fetched and not yet taken by a decoder;
+	// never full, as no more stretches exist than the reader holds.
+	ready := make(chan struct{}, p.chunks.Stretches())
 	var fetching sync.WaitGroup
 	fetching.Add(p.workers)
 	for worker := range p.workers {
@@ -579,11 +581,10 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, p pipeline) error {
 				if err != nil {
 					return fail(fmt.Errorf("pack %s: %w", j.run.Pack, err))
 				}
-				to := fetched
-				if j.urgent {
-					to = urgent
-				}
-				to <- fetchedRun{stretch: st, began: began, trace: Trace{Worker: worker, Urgent: j.urgent}}
+				f.mu.Lock()
+				q.fetched(fetchedRun{job: j.index, stretch: st, began: began, trace: Trace{Worker: worker, Urgent: j.urgent}})
+				f.mu.Unlock()
+				ready <- struct{}{}
 			}
 			return gctx.Err()
 		})
@@ -594,42 +595,25 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, p pipeline) error {
 		close(allFetched)
 		return nil
 	})
-	// next is the stretch to decode: an awaited one first; none once
-	// every worker has ended and all they fetched is taken.
-	next := func() (fetchedRun, bool) {
-		select {
-		case fr := <-urgent:
-			return fr, true
-		default:
-		}
-		select {
-		case fr := <-urgent:
-			return fr, true
-		case fr := <-fetched:
-			return fr, true
-		case <-allFetched:
-			select {
-			case fr := <-urgent:
-				return fr, true
-			case fr := <-fetched:
-				return fr, true
-			default:
-				return fetchedRun{}, false
-			}
-		case <-gctx.Done():
-			return fetchedRun{}, false
-		}
-	}
 	for range p.decoders {
 		g.Go(func() error {
 			for {
-				fr, ok := next()
-				if !ok || gctx.Err() != nil {
-					if ok {
-						p.chunks.Release(fr.stretch)
+				select {
+				case <-ready:
+				case <-allFetched:
+					// Every stretch is fetched: those not yet taken
+					// still have their tokens.
+					select {
+					case <-ready:
+					default:
+						return gctx.Err()
 					}
+				case <-gctx.Done():
 					return gctx.Err()
 				}
+				f.mu.Lock()
+				fr := q.nextFetched()
+				f.mu.Unlock()
 				if err := p.decode(gctx, fr.stretch, fr.began, fr.trace); err != nil {
 					return fail(err)
 				}
@@ -642,21 +626,30 @@ func (f *Filling) runQueue(ctx context.Context, q *jobQueue, p pipeline) error {
 // job is one stretch of a pack to fetch, or one chunk to copy from a
 // seed.
 type job struct {
-	run  *store.Run
-	seed *seededChunk
+	index int // in its queue
+	run   *store.Run
+	seed  *seededChunk
 	// urgent says a reader's wait moved it ahead (jobQueue.hurry).
 	urgent bool
 }
 
 // jobQueue hands out a restore's jobs in the order the snapshot's files
-// first need their chunks, and those holding an awaited chunk first. Its
-// methods are called under Filling.mu.
+// first need their chunks, and those holding an awaited chunk first; then
+// the stretches fetched, to be decoded, in the order fetched, those
+// holding an awaited chunk first. Its methods are called under
+// Filling.mu.
 type jobQueue struct {
 	jobs    []job
 	taken   []bool
 	next    int
 	urgent  []int
 	byChunk map[string]int
+	// ready are the stretches fetched and not yet decoded; awaited the
+	// jobs fetched or being fetched that a reader waits for; decoding
+	// those taken by a decoder.
+	ready    []fetchedRun
+	awaited  map[int]bool
+	decoding []bool
 }
 
 func newJobQueue(repo *store.Repository, fetch []string, seeded []seededChunk, rank map[string]int) (*jobQueue, error) {
@@ -664,7 +657,7 @@ func newJobQueue(repo *store.Repository, fetch []string, seeded []seededChunk, r
 	if err != nil {
 		return nil, err
 	}
-	q := &jobQueue{byChunk: map[string]int{}}
+	q := &jobQueue{byChunk: map[string]int{}, awaited: map[int]bool{}}
 	first := func(j job) int {
 		if j.seed != nil {
 			return rank[j.seed.id]
@@ -683,6 +676,7 @@ func newJobQueue(repo *store.Repository, fetch []string, seeded []seededChunk, r
 	}
 	slices.SortStableFunc(q.jobs, func(a, b job) int { return cmp.Compare(first(a), first(b)) })
 	for i, j := range q.jobs {
+		q.jobs[i].index = i
 		if j.seed != nil {
 			q.byChunk[j.seed.id] = i
 			continue
@@ -692,6 +686,7 @@ func newJobQueue(repo *store.Repository, fetch []string, seeded []seededChunk, r
 		}
 	}
 	q.taken = make([]bool, len(q.jobs))
+	q.decoding = make([]bool, len(q.jobs))
 	return q, nil
 }
 
@@ -717,14 +712,42 @@ func (q *jobQueue) take() (job, bool) {
 }
 
 // hurry puts the job holding chunk id before the others, unless it has
-// started.
+// started; one fetched and waiting for a decoder is decoded next.
 func (q *jobQueue) hurry(id string) {
 	if q == nil {
 		return
 	}
-	if i, ok := q.byChunk[id]; ok && !q.taken[i] {
+	i, ok := q.byChunk[id]
+	switch {
+	case !ok:
+	case !q.taken[i]:
 		q.urgent = append(q.urgent, i)
+	case q.jobs[i].run != nil && !q.decoding[i]:
+		// Being fetched, or fetched and waiting.
+		q.awaited[i] = true
 	}
+}
+
+// fetched adds a stretch fetched, for a decoder.
+func (q *jobQueue) fetched(fr fetchedRun) {
+	q.ready = append(q.ready, fr)
+}
+
+// nextFetched takes the stretch to decode next: the first fetched that
+// a reader awaits, else the first fetched. One must be there.
+func (q *jobQueue) nextFetched() fetchedRun {
+	i := 0
+	if len(q.awaited) > 0 {
+		i = max(0, slices.IndexFunc(q.ready, func(fr fetchedRun) bool { return q.awaited[fr.job] }))
+	}
+	fr := q.ready[i]
+	q.ready = slices.Delete(q.ready, i, i+1)
+	q.decoding[fr.job] = true
+	if q.awaited[fr.job] {
+		delete(q.awaited, fr.job)
+		fr.trace.Urgent = true
+	}
+	return fr
 }
 
 // createFiles makes the snapshot's files in dir at their sizes (the
