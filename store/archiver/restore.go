@@ -502,11 +502,12 @@ func (f *Filling) fill(ctx context.Context, repo *store.Repository, s *store.Sna
 	return pulled, err
 }
 
-// DefaultReadAhead is Options.ReadAhead's default: 1 GiB, what the H100
-// machine's disk reads in about half a second, the time the pull's first
-// stretches waited for cores while runsc's restore began beside it
-// (docs/benchmarks.md).
-const DefaultReadAhead = 1 << 30
+// DefaultReadAhead is Options.ReadAhead's default: 256 MiB, 10 stretches
+// of a default pack. On an H100 machine (16 cores) the remote resume of
+// the plain 6.7B server pulled at 1.10x its disk's cold read with 256 MiB,
+// as with 1 GiB, and at 1.25x with none: the downloads' reads stayed in
+// flight while the cores decoded (docs/benchmarks.md, session 39).
+const DefaultReadAhead = 256 << 20
 
 // readAhead is how many stretches of at most packRead bytes a restore may
 // hold read and not decoded beyond one per download: with none, a
