@@ -460,15 +460,22 @@ func TestCNIPluginsThatDoNotAnswer(t *testing.T) {
 	if _, err := d.api.Delete(ctx, api.DeleteRequest{ID: "s1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.api.InspectActor(ctx, "s1"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Fatalf("the deleted actor: %v, want not found", err)
+	d.goneWithItsNetwork("s1", hp)
+}
+
+// goneWithItsNetwork fails the test unless actor id is deleted, no
+// namespace is left, and its host port hp is free again.
+func (d *daemon) goneWithItsNetwork(id string, hp int) {
+	d.t.Helper()
+	if _, err := d.api.InspectActor(context.Background(), id); !errors.Is(err, errdefs.ErrNotFound) {
+		d.t.Fatalf("the deleted actor %s: %v, want not found", id, err)
 	}
 	if left, _ := os.ReadDir(filepath.Join(d.data, "netns")); len(left) != 0 {
-		t.Fatalf("the deleted actor left %d namespace(s)", len(left))
+		d.t.Fatalf("the deleted actor %s left %d namespace(s)", id, len(left))
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(hp)))
 	if err != nil {
-		t.Fatalf("the deleted actor's host port %d is still held: %v", hp, err)
+		d.t.Fatalf("the deleted actor %s's host port %d is still held: %v", id, hp, err)
 	}
 	l.Close()
 }
@@ -500,15 +507,5 @@ func TestForcedDeletePastItsNetwork(t *testing.T) {
 		t.Fatalf("rm --force said:\n%s", out)
 	}
 	h.Stopped(t, "DEL")
-	if _, err := d.api.InspectActor(ctx, "s1"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Fatalf("the actor deleted by force: %v, want not found", err)
-	}
-	if left, _ := os.ReadDir(filepath.Join(d.data, "netns")); len(left) != 0 {
-		t.Fatalf("the forced delete left %d namespace(s)", len(left))
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(hp)))
-	if err != nil {
-		t.Fatalf("the deleted actor's host port %d is still held: %v", hp, err)
-	}
-	l.Close()
+	d.goneWithItsNetwork("s1", hp)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -56,6 +57,12 @@ func watched(ctx context.Context, cfg *rest.Config, direct client.Client, opts c
 		if _, err := c.GetInformer(syncCtx, obj); err != nil {
 			return nil, fmt.Errorf("watch %s: not listed within %s: %w", names[i], watchSyncTimeout, err)
 		}
+	}
+	// GetInformer waits for a listing only once the cache has started,
+	// which its goroutine may not have yet: a read before then fails
+	// ("the cache is not started"), and an agent's first pass with it.
+	if !c.WaitForCacheSync(syncCtx) {
+		return nil, fmt.Errorf("watch %s: not listed within %s", strings.Join(names, ", "), watchSyncTimeout)
 	}
 	return c, nil
 }
