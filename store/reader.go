@@ -11,8 +11,9 @@ import (
 	"github.com/stasis-run/stasis/errdefs"
 )
 
-// ChunkReader fetches chunks and proves each is the chunk its id names, at
-// most parallel at once, reusing its buffers: allocating two fresh buffers
+// ChunkReader fetches chunks and proves each is the chunk its id names,
+// holding at most its stretches fetched and decoding at most parallel at
+// once (NewChunkReader), reusing its buffers: allocating two fresh buffers
 // per chunk of a 10 GB restore kept the garbage collector and the page
 // fault handler busier than the hashing.
 type ChunkReader struct {

@@ -117,8 +117,7 @@ type Stretch struct {
 
 // FetchRun reads run's stored bytes with one request into one of the
 // reader's stretch buffers, waiting for one to be free: at most stretches
-// (NewChunkReader) are held at once. DecodeRun, or Release, gives the
-// buffer back.
+// (NewChunkReader) are held at once. DecodeRun gives the buffer back.
 func (c *ChunkReader) FetchRun(ctx context.Context, run Run) (*Stretch, error) {
 	buf, err := c.stretches.get(ctx)
 	if err != nil {
@@ -136,8 +135,8 @@ func (c *ChunkReader) FetchRun(ctx context.Context, run Run) (*Stretch, error) {
 // Stretches is how many stretches the reader holds fetched at most.
 func (c *ChunkReader) Stretches() int { return cap(c.stretches.free) }
 
-// Release gives a stretch not decoded back to its reader.
-func (c *ChunkReader) Release(st *Stretch) {
+// release gives a stretch's buffer back to its reader.
+func (c *ChunkReader) release(st *Stretch) {
 	if st.buf != nil {
 		c.stretches.put(st.buf)
 		st.buf = nil
@@ -148,7 +147,7 @@ func (c *ChunkReader) Release(st *Stretch) {
 // checked against its id, to use, in order, as ReadRun does, and then
 // releases the stretch. At most parallel (NewChunkReader) decode at once.
 func (c *ChunkReader) DecodeRun(ctx context.Context, st *Stretch, use func(RunChunk, []byte) error) (RunTimes, error) {
-	defer c.Release(st)
+	defer c.release(st)
 	times := RunTimes{Read: st.Read}
 	b, err := c.bufs.get(ctx)
 	if err != nil {
