@@ -68,7 +68,9 @@ type Observer struct {
 	After  func(Step)
 }
 
-// Engine runs suspends and resumes on one runtime.
+// Engine runs suspends and resumes on one runtime. Its settings are set
+// before its first use; it keeps what a resume leaves for the next
+// suspend of the same sandbox, so it is not copied once used.
 type Engine struct {
 	Runtime runtime.Runtime
 	// Helper is the helper's path inside sandboxes; bundle.HelperPath when
@@ -115,6 +117,10 @@ type Engine struct {
 	// for its follower (SuspendOptions.Follower) to read the rest of the
 	// image before it hashes the image itself; 10 s when zero.
 	FollowWait time.Duration
+
+	// resumed is what each resume left for the next suspend of its
+	// sandbox (firstreads.go).
+	resumed resumedSet
 }
 
 // MemoryLoad is how a restore loads the image's memory into the sandbox.

@@ -338,8 +338,7 @@ func TestCheckpointKilledMidwayLeavesActorRunning(t *testing.T) {
 	f := newFixture(t)
 	a := f.start("killed", testactor.Options{})
 	inst, _ := instanceAndValue(f.incr(a.ID, 2))
-	eng := *f.eng
-	eng.Runtime = killingRuntime{f.rt, t}
+	eng := &engine.Engine{Runtime: killingRuntime{f.rt, t}}
 	dir := filepath.Join(t.TempDir(), "snap")
 	_, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if err == nil {
@@ -424,8 +423,7 @@ func TestFailedStopKeepsSnapshotAndActor(t *testing.T) {
 	f := newFixture(t)
 	a := f.start("stopfail", testactor.Options{})
 	inst, _ := instanceAndValue(f.incr(a.ID, 1))
-	eng := *f.eng
-	eng.Runtime = failingStop{f.rt}
+	eng := &engine.Engine{Runtime: failingStop{f.rt}}
 	dir := filepath.Join(t.TempDir(), "snap")
 	m, err := eng.Suspend(context.Background(), a, engine.SuspendOptions{Observer: f.obs, Dir: dir})
 	if err == nil || !strings.Contains(err.Error(), "was committed") || !strings.Contains(err.Error(), "keeps running") {

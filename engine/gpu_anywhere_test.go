@@ -3,6 +3,7 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -129,6 +130,8 @@ func TestGPUAnywhere(t *testing.T) {
 		// lastDiskRead is what the machine's disks read during the last
 		// pullAndResume, in bytes.
 		var lastDiskRead float64
+		// lastTail is the last pullAndResume's token_tail.
+		var lastTail map[string]any
 		pullAndResume := func(a engine.Actor, from *store.Repository, name, dir string, want int, v pullVariant) (float64, archiver.Pulled, float64, float64) {
 			g.takeEvents()
 			begin := time.Now()
@@ -185,6 +188,7 @@ func TestGPUAnywhere(t *testing.T) {
 				lastDiskRead = (readCounters(disks).readSect - readBefore) * 512
 				tail["resumed_s"], tail["token_s"] = resumedS, tokenS
 				tokenRead(tail, heldAtSuspend, heldResumed, heldToken)
+				lastTail = tail
 				// The same request again: what the first one's took beyond
 				// the exec and the token themselves.
 				if err == nil {
@@ -366,7 +370,7 @@ func TestGPUAnywhere(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s, _, pullS, _ := pullAndResume(a, repo, name, dirB, first.Token, v)
+			s, _, pullS, _ := pullAndResume(a, repo, cmp.Or(v.snapshot, name), dirB, first.Token, v)
 			stop(a)
 			return s, pullS
 		}
@@ -477,6 +481,60 @@ func TestGPUAnywhere(t *testing.T) {
 			os.RemoveAll(dirB2)
 			g.record("anywhere", result)
 		}
+		if forMode("STASIS_ANYWHERE_GUIDED", mode) {
+			// The engine's own first reads: the actor resumed on a node
+			// that never held it, asked for its first token (twice),
+			// suspended there and pushed, the suspend recording what it
+			// read since the resume (manifest firstReads); that snapshot
+			// resumed on a node that never held it reads them before it is
+			// ready. Beside it the same remote resume of the snapshot
+			// taken after the cold start, which records none: without
+			// (the one before the suspend), guided, without, guided. Each
+			// over its own data floor (its chunks' stored bytes at the
+			// speed the store's packs read cold).
+			// run is one remote resume's figures, its floor added below.
+			run := func(guided bool, s, pullS float64) map[string]any {
+				return map[string]any{"guided": guided, "anywhere_s": s, "pull_s": pullS,
+					"resumed_s": lastTail["resumed_s"], "token_s": lastTail["token_s"], "second_token_s": lastTail["second_token_s"], "token_disk_read_bytes": lastTail["disk_read_bytes"]}
+			}
+			os.RemoveAll(dirB)
+			g.dropCaches()
+			firstS, _, firstPullS, _ := pullAndResume(a, repo, name, dirB, first.Token, pullVariant{})
+			runs := []map[string]any{run(false, firstS, firstPullS)}
+			guidedName := name + ".guided"
+			dirG, _, _, _, _ := suspendAndPush(a, guidedName, repo)
+			mg, err := snapshot.Load(dirG)
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.RemoveAll(dirG)
+			stored := map[string]float64{}
+			for _, n := range []string{name, guidedName} {
+				sn, err := repo.Snapshot(ctx, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stored[n] = float64(storedSize(repo, sn))
+			}
+			for _, guided := range []bool{true, false, true} {
+				v := pullVariant{}
+				if guided {
+					v.snapshot = guidedName
+				}
+				s, pullS := again(v)
+				runs = append(runs, run(guided, s, pullS))
+			}
+			speed := float64(storedBytes) / floorRead
+			for _, r := range runs {
+				floor := stored[name] / speed
+				if r["guided"].(bool) {
+					floor = stored[guidedName] / speed
+				}
+				r["data_floor_s"], r["anywhere_over_data_floor"] = floor, r["anywhere_s"].(float64)/floor
+			}
+			result["guided"] = map[string]any{"first_reads_bytes": rangesBytes(mg.FirstReads), "first_reads": len(mg.FirstReads), "runs": runs}
+			g.record("anywhere", result)
+		}
 		os.RemoveAll(dirB)
 
 		if srepo != nil {
@@ -523,7 +581,10 @@ type pullVariant struct {
 	warmRootfs bool
 	// noPrefetch leaves out Engine.Prefetch.
 	noPrefetch bool
-	downloads  int
+	// snapshot is the stored snapshot resumed; the first one's when
+	// empty.
+	snapshot  string
+	downloads int
 	// readAhead is archiver.Options.ReadAhead (0: its default).
 	readAhead int64
 	seeds     []archiver.Seed
@@ -732,4 +793,13 @@ func tokenRead(tail map[string]any, suspended, resumed, token heldPages) {
 	tail["held_bytes"], tail["held_cached_suspended_bytes"], tail["held_root_cached_suspended_bytes"] = size, atSuspend, rootAtSuspend
 	tail["held_cached_resumed_bytes"], tail["held_cached_token_bytes"] = atResume, atToken
 	tail["token_read_bytes"], tail["token_read_cached_at_suspend_bytes"], tail["token_read_root_cached_at_suspend_bytes"] = read, readCachedAtSuspend, readRootCachedAtSuspend
+}
+
+// rangesBytes is the bytes rs covers.
+func rangesBytes(rs []snapshot.FileRange) int64 {
+	var n int64
+	for _, r := range rs {
+		n += r.Length
+	}
+	return n
 }

@@ -41,7 +41,7 @@ func TestGPUPaths(t *testing.T) {
 			id := fmt.Sprintf("path-%s-%s", path, size)
 			a := g.startActor(id, gib)
 			g.mustAsk(a.ID, "info")
-			eng := *g.eng
+			eng := g.newEngine()
 			if eng.GPUPath, err = engine.ParseGPUPath(path); err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestGPURuntimePathDeviceMap(t *testing.T) {
 	ctx := context.Background()
 	a := g.startActor("devmap", 1)
 	g.mustAsk(a.ID, "info")
-	eng := *g.eng
+	eng := g.newEngine()
 	eng.GPUPath = engine.GPUPathRuntime
 	dir := filepath.Join(g.work, "devmap")
 	m, err := eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: dir})
@@ -162,7 +162,7 @@ func TestGPUCudaSequential(t *testing.T) {
 		}
 	}
 	for _, sequential := range []bool{false, true} {
-		eng := *g.eng
+		eng := g.newEngine()
 		eng.GPUPath, eng.CUDASequential = engine.GPUPathRuntime, sequential
 		dir := filepath.Join(g.work, fmt.Sprintf("two-%v", sequential))
 		g.takeEvents()
@@ -238,7 +238,7 @@ func TestGPUZeroPages(t *testing.T) {
 		t.Fatalf("runsc %s cannot leave zero pages out", g.rt.Info().Version)
 	}
 	for cycle, keep := range []bool{true, false, true, false} {
-		eng := *g.eng
+		eng := g.newEngine()
 		eng.KeepZeroPages = keep
 		dir := filepath.Join(g.work, fmt.Sprintf("zero-pages-%d", cycle))
 		g.takeEvents()

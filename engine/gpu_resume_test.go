@@ -130,7 +130,7 @@ func TestGPUResumeSpeed(t *testing.T) {
 				continue // resumed above, before this snapshot
 			}
 			v := parseVariant(t, name)
-			eng := *g.eng
+			eng := g.newEngine()
 			eng.MemoryLoad = v.load
 			if v.cold {
 				g.dropCaches()

@@ -98,11 +98,17 @@ func newGPUEnv(t *testing.T) *gpuEnv {
 		g.mu.Unlock()
 		t.Logf("event %s/%s %s %s %s", ev.Op, ev.Name, ev.Duration.Round(time.Millisecond), ev.Message, ev.Err)
 	}}
-	g.eng = &engine.Engine{Runtime: rt, GPU: nvml.New()}
+	g.eng = g.newEngine()
 	return g
 }
 
 // record appends one result line, so that a run cut short keeps what it had.
+// newEngine is an engine like g.eng, for a test that changes one of its
+// settings (an Engine is not copied once used).
+func (g *gpuEnv) newEngine() *engine.Engine {
+	return &engine.Engine{Runtime: g.rt, GPU: nvml.New()}
+}
+
 func (g *gpuEnv) record(kind string, fields map[string]any) {
 	fields["kind"] = kind
 	data, _ := json.Marshal(fields)
@@ -262,7 +268,7 @@ func TestGPUActor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Unmount(tiny, unix.MNT_DETACH)
-	eng := *g.eng
+	eng := g.newEngine()
 	eng.FreeDisk = func(string) (uint64, error) { return 1 << 50, nil }
 	_, err = eng.Suspend(ctx, a, engine.SuspendOptions{Observer: g.obs, Dir: filepath.Join(tiny, "snap")})
 	verify, verr := g.ask(a.ID, "verify")

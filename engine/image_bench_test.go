@@ -37,18 +37,18 @@ func BenchmarkImageOptions(b *testing.B) {
 	probe := engine.Probe{Command: []string{"/counter", "await", "get"}, Timeout: 5 * time.Minute}
 	for _, mode := range []struct {
 		name     string
-		engine   engine.Engine
+		engine   *engine.Engine
 		possible bool
 	}{
-		{"keep-zero-pages", engine.Engine{Runtime: rt, KeepZeroPages: true}, true},
-		{"exclude-zero-pages", engine.Engine{Runtime: rt}, caps.ExcludeZeroPages},
-		{"exclude-zero-pages+direct", engine.Engine{Runtime: rt, DirectIO: true}, caps.ExcludeZeroPages && caps.Direct},
+		{"keep-zero-pages", &engine.Engine{Runtime: rt, KeepZeroPages: true}, true},
+		{"exclude-zero-pages", &engine.Engine{Runtime: rt}, caps.ExcludeZeroPages},
+		{"exclude-zero-pages+direct", &engine.Engine{Runtime: rt, DirectIO: true}, caps.ExcludeZeroPages && caps.Direct},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			if !mode.possible {
 				b.Skipf("%s %s has no such option", rt.Info().Name, rt.Info().Version)
 			}
-			benchCycles(b, &mode.engine, bundleDir, "image-"+mode.name, probe)
+			benchCycles(b, mode.engine, bundleDir, "image-"+mode.name, probe)
 		})
 	}
 }

@@ -107,10 +107,23 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 			})
 		}
 	}()
+	held := func() bool { return false }
 	if m.Scope == snapshot.ScopeData {
 		err = e.resumeData(rctx, o, a, id, dir, m)
 	} else {
-		err = e.resumeFull(rctx, o, a, id, dir, m, opts, startHash)
+		// The page map of the held files, for the next suspend's first
+		// reads, is taken once the restore has opened them, beside the GPU
+		// step rather than after it: it takes tens of milliseconds.
+		err = e.resumeFull(rctx, o, a, id, dir, m, opts, func() {
+			startHash()
+			held = e.mapHeld(a, m)
+		})
+	}
+	// What the sandbox read first after an earlier resume is read while
+	// the rest of the image arrives and the blocks are checked.
+	readFirst := func() string { return "" }
+	if err == nil && m.Scope == snapshot.ScopeFull {
+		readFirst = e.readFirst(rctx, a, m)
 	}
 	if err == nil && opts.Arriving != nil {
 		err = o.step(StepArrived, func() (string, error) { return opts.Arriving(rctx) })
@@ -126,14 +139,21 @@ func (e *Engine) Resume(ctx context.Context, a Actor, dir string, opts ResumeOpt
 		})
 		hashed = nil
 		if herr != nil {
+			readFirst()
 			return nil, herr
 		}
+	}
+	if msg := readFirst(); msg != "" && err == nil {
+		o.note(msg)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if err := e.waitReady(ctx, o, id, opts.Probe, a.ConsoleLog); err != nil {
 		return nil, err
+	}
+	if !held() {
+		e.resumed.drop(a.ID)
 	}
 	return m, nil
 }

@@ -63,6 +63,12 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		}
 	}()
 
+	// What the sandbox read since its resume, taken before the GPU step,
+	// whose driver code is the suspend's, not a request's.
+	firstReads, readNote := e.readSinceResume(a)
+	if readNote != "" {
+		o.note(readNote)
+	}
 	cp := e.checkpointOptions(dir)
 	h, holder := e.Runtime.(runtime.DeviceHolder)
 	manifest := snapshot.Manifest{Scope: snapshot.ScopeFull, Actor: a.Label(), Runtime: e.runtimeInfo(checkpointFlags(cp)), Node: &plan.Node, Guest: plan.Guest}
@@ -97,6 +103,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 		o.gpuFree(began, manifest.GPU)
 	}
 	manifest.OpenFiles = e.openFiles(ctx, o, a.ID)
+	manifest.FirstReads = firstReads
 	follower = e.follow(ctx, o, follower, cp, dir, plan.HostMemory)
 	var checkpointTook time.Duration
 	err = o.step(StepCheckpoint, func() (string, error) {
@@ -142,6 +149,7 @@ func (e *Engine) suspendFull(ctx context.Context, o op, a Actor, dir string, kee
 	if plan.GPUPath == GPUPathRuntime {
 		o.gpuFree(began, manifest.GPU)
 	}
+	e.resumed.drop(a.ID)
 	return m, nil
 }
 

@@ -39,7 +39,9 @@
 # remote resume again with runsc's binary read into the page cache after the
 # drop), STASIS_ANYWHERE_WARM_ROOTFS (again with the metadata of the actor's
 # root file system read after the drop), STASIS_ANYWHERE_NO_PREFETCH (again
-# without Engine.Prefetch), STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS, STASIS_PULL_WRITEBACK and
+# without Engine.Prefetch), STASIS_ANYWHERE_GUIDED
+# (the engine's own first reads: the remote resume suspended and pushed,
+# that snapshot resumed remotely, beside the first one's), STASIS_ANYWHERE_S3, STASIS_PULL_GIB, STASIS_PULL_RUNS, STASIS_PULL_WRITEBACK and
 # STASIS_PULL_DOWNLOADS (anywhere; lists take turns run by run).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -121,9 +121,12 @@ func Parse(data []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("manifest lists %d open files, at most %d are kept", len(m.OpenFiles), MaxOpenFiles)
 	}
 	for _, p := range m.OpenFiles {
-		if !path.IsAbs(p) || path.Clean(p) != p || len(p) > 4096 || strings.ContainsRune(p, 0) {
+		if !sandboxPath(p) {
 			return nil, fmt.Errorf("manifest open file %q: want an absolute, clean path inside the sandbox", p)
 		}
+	}
+	if err := checkFirstReads(&m); err != nil {
+		return nil, err
 	}
 	seen := map[string]bool{}
 	for _, f := range m.Files {
@@ -384,4 +387,37 @@ func hashFiles(ctx context.Context, dir string, paths []string, durable bool, kn
 		}
 	}
 	return files, nil
+}
+
+// checkFirstReads: m's first reads are few enough, each of a path inside
+// the sandbox, in order and apart.
+func checkFirstReads(m *Manifest) error {
+	if len(m.FirstReads) > MaxFirstReads {
+		return fmt.Errorf("manifest lists %d first reads, at most %d are kept", len(m.FirstReads), MaxFirstReads)
+	}
+	var total int64
+	for i, r := range m.FirstReads {
+		if !sandboxPath(r.Path) {
+			return fmt.Errorf("manifest first read of %q: want an absolute, clean path inside the sandbox", r.Path)
+		}
+		if r.Offset < 0 || r.Length <= 0 || r.Length > MaxFirstReadBytes || r.Offset > maxFileSize {
+			return fmt.Errorf("manifest first read of %q: absurd stretch of %d bytes at %d", r.Path, r.Length, r.Offset)
+		}
+		if i > 0 {
+			prev := m.FirstReads[i-1]
+			if prev.Path > r.Path || prev.Path == r.Path && prev.Offset+prev.Length > r.Offset {
+				return fmt.Errorf("manifest first reads out of order or overlapping at %q %d", r.Path, r.Offset)
+			}
+		}
+		if total += r.Length; total > MaxFirstReadBytes {
+			return fmt.Errorf("manifest first reads add up to more than %d bytes", int64(MaxFirstReadBytes))
+		}
+	}
+	return nil
+}
+
+// sandboxPath says whether p can name a file inside a sandbox: absolute,
+// clean, of a sane length.
+func sandboxPath(p string) bool {
+	return path.IsAbs(p) && path.Clean(p) == p && len(p) <= 4096 && !strings.ContainsRune(p, 0)
 }

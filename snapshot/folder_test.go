@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -161,6 +162,21 @@ func TestLoadRefusesBadManifests(t *testing.T) {
 			}
 			m["openFiles"] = many
 		}, []string{"65537 open files"}},
+		{"first read of a relative path", func(m map[string]any) {
+			m["firstReads"] = []any{map[string]any{"path": "../etc/shadow", "offset": 0, "length": 4096}}
+		}, []string{`first read of "../etc/shadow"`, "absolute, clean"}},
+		{"negative first read", func(m map[string]any) {
+			m["firstReads"] = []any{map[string]any{"path": "/lib/a.so", "offset": -1, "length": 4096}}
+		}, []string{"absurd stretch"}},
+		{"empty first read", func(m map[string]any) {
+			m["firstReads"] = []any{map[string]any{"path": "/lib/a.so", "offset": 0, "length": 0}}
+		}, []string{"absurd stretch"}},
+		{"overlapping first reads", func(m map[string]any) {
+			m["firstReads"] = []any{map[string]any{"path": "/lib/a.so", "offset": 0, "length": 8192}, map[string]any{"path": "/lib/a.so", "offset": 4096, "length": 4096}}
+		}, []string{"out of order or overlapping"}},
+		{"first reads of too many bytes", func(m map[string]any) {
+			m["firstReads"] = []any{map[string]any{"path": "/lib/a.so", "offset": 0, "length": snapshot.MaxFirstReadBytes}, map[string]any{"path": "/lib/b.so", "offset": 0, "length": 1}}
+		}, []string{"first reads add up to more than 1073741824 bytes"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -170,7 +186,19 @@ func TestLoadRefusesBadManifests(t *testing.T) {
 			wantErr(t, err, c.want...)
 		})
 	}
+	// First reads in order and apart: kept as written.
 	dir := makeSnapshot(t)
+	reads := []snapshot.FileRange{{Path: "/lib/a.so", Offset: 0, Length: 4096}, {Path: "/lib/a.so", Offset: 8192, Length: 100}, {Path: "/lib/b.so", Offset: 0, Length: 1}}
+	rewriteManifest(t, dir, func(m map[string]any) {
+		m["openFiles"] = []any{"/lib/a.so", "/lib/b.so"}
+		m["firstReads"] = reads
+	})
+	m, err := snapshot.Load(dir)
+	must(t, err)
+	if !slices.Equal(m.FirstReads, reads) {
+		t.Fatalf("first reads loaded as %v, want %v", m.FirstReads, reads)
+	}
+	dir = makeSnapshot(t)
 	data, err := os.ReadFile(filepath.Join(dir, snapshot.ManifestName))
 	must(t, err)
 	must(t, os.WriteFile(filepath.Join(dir, snapshot.ManifestName), data[:len(data)/2], 0o600))

@@ -64,11 +64,36 @@ type Manifest struct {
 	// first, all at once, keeps those opens from waiting behind a pull's
 	// reads of the same disk.
 	OpenFiles []string `json:"openFiles,omitempty"`
-	Files     []File   `json:"files"`
+	// FirstReads are stretches of the files the sandbox held that it read
+	// from its node's disk after its last resume (those of earlier
+	// resumes kept): a restored server's first requests fault its
+	// libraries' pages in one after another, and a resume reads these in
+	// bulk instead, once its image is in and before the sandbox is
+	// reported ready. In order of path and offset, apart, at most
+	// MaxFirstReads stretches and MaxFirstReadBytes in all; none where no
+	// resume of this engine could tell.
+	FirstReads []FileRange `json:"firstReads,omitempty"`
+	Files      []File      `json:"files"`
 }
 
 // MaxOpenFiles bounds Manifest.OpenFiles.
 const MaxOpenFiles = 1 << 16
+
+// Bounds of Manifest.FirstReads: more is no longer what a first request
+// needs, and reading it before the sandbox is ready would cost more than
+// its faults.
+const (
+	MaxFirstReads     = 1 << 16
+	MaxFirstReadBytes = 1 << 30
+)
+
+// FileRange is a stretch of a file: Length bytes from Offset.
+type FileRange struct {
+	// Path is inside the sandbox, absolute and clean.
+	Path   string `json:"path"`
+	Offset int64  `json:"offset"`
+	Length int64  `json:"length"`
+}
 
 // Runtime is the runtime a snapshot was taken with; Full snapshots restore
 // only into the same build.

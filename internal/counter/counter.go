@@ -58,6 +58,16 @@ func Run(args []string, stdout io.Writer) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	if len(args) == 2 && args[0] == "read" {
+		// Reads a file whole and says how many bytes it holds: a read by
+		// the sandbox of one of its files.
+		data, err := os.ReadFile(args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, len(data))
+		return nil
+	}
 	if len(args) == 2 && args[0] == "say" {
 		// The serving process writes the text on its standard output (the
 		// actor's console), a line of its own.
@@ -68,7 +78,7 @@ func Run(args []string, stdout io.Writer) error {
 		return ask("exit "+args[1], stdout)
 	}
 	if len(args) != 1 {
-		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|tty|size|say TEXT|waitfile PATH|exit CODE|await incr|await get")
+		return fmt.Errorf("usage: serve [ADDR]|incr|get|cat|tty|size|read PATH|say TEXT|waitfile PATH|exit CODE|await incr|await get")
 	}
 	switch args[0] {
 	case "serve":

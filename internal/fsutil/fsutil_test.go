@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +224,90 @@ func TestPageMapBytes(t *testing.T) {
 	}
 	if got := (PageMap{Size: 10000}).Bytes(0, 10000); got != 0 {
 		t.Errorf("a map not taken counts %d bytes resident, want 0", got)
+	}
+}
+
+// TestRuns: the resident stretches of a page map, what of them lies
+// outside others, and stretches joined across small gaps.
+func TestRuns(t *testing.T) {
+	pm := PageMap{Size: 5*4096 + 100, page: 4096, resident: []byte{1, 1, 0, 1, 0, 1}}
+	if got, want := pm.Runs(), []Run{{0, 8192}, {3 * 4096, 4096}, {5 * 4096, 100}}; !slices.Equal(got, want) {
+		t.Errorf("Runs() = %v, want %v", got, want)
+	}
+	if got := (PageMap{Size: 100}).Runs(); got != nil {
+		t.Errorf("a map not taken has runs %v", got)
+	}
+	for _, c := range []struct{ runs, minus, want []Run }{
+		{[]Run{{0, 100}}, nil, []Run{{0, 100}}},
+		{[]Run{{0, 100}}, []Run{{0, 100}}, nil},
+		{[]Run{{0, 100}}, []Run{{10, 20}, {50, 10}}, []Run{{0, 10}, {30, 20}, {60, 40}}},
+		{[]Run{{0, 100}, {200, 50}}, []Run{{90, 120}}, []Run{{0, 90}, {210, 40}}},
+		{[]Run{{100, 10}}, []Run{{0, 50}, {300, 5}}, []Run{{100, 10}}},
+	} {
+		if got := Subtract(c.runs, c.minus); !slices.Equal(got, c.want) {
+			t.Errorf("Subtract(%v, %v) = %v, want %v", c.runs, c.minus, got, c.want)
+		}
+	}
+	if got, want := Join([]Run{{0, 10}, {15, 5}, {100, 10}, {105, 2}}, 5), []Run{{0, 20}, {100, 10}}; !slices.Equal(got, want) {
+		t.Errorf("Join = %v, want %v", got, want)
+	}
+}
+
+// TestResidentPagesOfALargeFile: a file larger than one mincore piece
+// (sparse, two pages written, each in a piece of its own) is mapped to
+// the page: its runs are the pages written.
+func TestResidentPagesOfALargeFile(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "large"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	page := int64(os.Getpagesize())
+	size := 2*residentPiece + 5*page
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	written := []Run{{residentPiece + 2*page, page}, {2*residentPiece + 4*page, page}}
+	for _, r := range written {
+		if _, err := f.WriteAt(bytes.Repeat([]byte{1}, int(r.Len)), r.Off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pages, err := ResidentPages(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pages.Runs(); !slices.Equal(got, written) {
+		t.Fatalf("runs %v, want the pages written %v", got, written)
+	}
+}
+
+// TestOpenRegular opens a regular file, and refuses a FIFO (without
+// blocking on it), a folder and a symbolic link.
+func TestOpenRegular(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenRegular(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, dir, link} {
+		if f, err := OpenRegular(p); err == nil {
+			f.Close()
+			t.Errorf("OpenRegular(%s) opened it", p)
+		}
 	}
 }
 
