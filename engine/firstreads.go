@@ -245,19 +245,19 @@ func (e *Engine) readFirst(ctx context.Context, a Actor, m *snapshot.Manifest) f
 	for range min(count, firstReadsWorkers) {
 		wg.Go(func() {
 			buf := make([]byte, firstReadsPiece)
-			files := map[string]*os.File{}
+			opened := map[string]*os.File{} // nil: could not be opened
 			defer func() {
-				for _, f := range files {
+				for _, f := range opened {
 					if f != nil {
 						f.Close()
 					}
 				}
 			}()
 			for r := range pieces {
-				f, seen := files[r.Path]
+				f, seen := opened[r.Path]
 				if !seen {
 					f, _ = fsutil.OpenRegular(hosts[r.Path])
-					files[r.Path] = f
+					opened[r.Path] = f
 				}
 				if f == nil || ctx.Err() != nil {
 					continue

@@ -227,8 +227,8 @@ func TestPageMapBytes(t *testing.T) {
 	}
 }
 
-// TestRuns: the resident stretches of a page map, what of them lies
-// outside others, and stretches joined across small gaps.
+// TestRuns: the resident stretches of a page map, and what of them lies
+// outside others.
 func TestRuns(t *testing.T) {
 	pm := PageMap{Size: 5*4096 + 100, page: 4096, resident: []byte{1, 1, 0, 1, 0, 1}}
 	if got, want := pm.Runs(), []Run{{0, 8192}, {3 * 4096, 4096}, {5 * 4096, 100}}; !slices.Equal(got, want) {
@@ -247,9 +247,6 @@ func TestRuns(t *testing.T) {
 		if got := Subtract(c.runs, c.minus); !slices.Equal(got, c.want) {
 			t.Errorf("Subtract(%v, %v) = %v, want %v", c.runs, c.minus, got, c.want)
 		}
-	}
-	if got, want := Join([]Run{{0, 10}, {15, 5}, {100, 10}, {105, 2}}, 5), []Run{{0, 20}, {100, 10}}; !slices.Equal(got, want) {
-		t.Errorf("Join = %v, want %v", got, want)
 	}
 }
 

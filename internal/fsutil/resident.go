@@ -143,20 +143,6 @@ func Subtract(runs, minus []Run) []Run {
 	return out
 }
 
-// Join joins runs (in order) that lie at most gap bytes apart, the bytes
-// between them included: one read of a small gap costs less than two.
-func Join(runs []Run, gap int64) []Run {
-	var out []Run
-	for _, r := range runs {
-		if n := len(out); n > 0 && r.Off-(out[n-1].Off+out[n-1].Len) <= gap {
-			out[n-1].Len = max(out[n-1].Len, r.Off+r.Len-out[n-1].Off)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 // OpenRegular opens path read-only if it is a regular file, refusing a
 // symbolic link as its last element and never blocking on a FIFO or a
 // device: for files a caller reads because something recorded their paths.
